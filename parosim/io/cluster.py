@@ -1,0 +1,165 @@
+"""Cluster specs from YAML files or preset names (``topologies/*.yaml``).
+
+The YAML (units as strings, converted to SI here, once)::
+
+    name: paper-a100-roce
+    gpus_per_node: 8
+    nodes: 4                    # default; --nodes overrides
+    gpu: {model: A100-SXM4-80GB, memory: 80GB, peak_tflops: 312, hbm_bandwidth: 2.0TB/s}
+    intra_node: {fabric: nvswitch, bandwidth: 2000Gbps, latency: 2us}   # per GPU
+    pcie: {bandwidth: 32GB/s, latency: 0us}                            # optional
+    nic: {per_node: 1, bandwidth: 100Gbps, latency: 5us}
+    network: {fabric: single-switch}   # or leaf-spine (nodes_per_leaf, oversubscription,
+                                       # uplink_latency) or rail (oversubscription)
+    collective: {step_latency: 0us, call_overhead: 0us}                # optional
+    group_nodes: 1                                                     # optional
+    sources: free text saying where the numbers come from
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import InputError
+from ..specs import (ClusterSpec, CollectiveTuning, GPUSpec, IntraFabric, LinkSpec,
+                     NetworkFabric, NetworkSpec, NICSpec)
+from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
+from .yamlspec import check_keys, number, positive_int, read_yaml, section
+
+_TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
+        "collective", "group_nodes", "sources", "notes"}
+
+
+def topologies_dir() -> Path:
+    """Where presets live: ``$PAROSIM_TOPOLOGIES`` or the repository's ``topologies/``."""
+    env = os.environ.get("PAROSIM_TOPOLOGIES")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "topologies"
+
+
+def available_presets() -> list[str]:
+    d = topologies_dir()
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def _enum(cls, value: Any, name: str):
+    try:
+        return cls(value)
+    except ValueError:
+        raise InputError(f"{name} = {value!r} is not known; expected one of "
+                         f"{', '.join(e.value for e in cls)}") from None
+
+
+def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSpec:
+    """Build a :class:`ClusterSpec` from a parsed YAML mapping (unit strings allowed)."""
+    check_keys(data, _TOP, where)
+    for key in ("name", "gpus_per_node"):
+        if key not in data:
+            raise InputError(f"{where}: missing required key {key!r}")
+    gpu = section(data, "gpu", {"model", "memory", "peak_tflops", "hbm_bandwidth"}, where)
+    intra = section(data, "intra_node", {"fabric", "bandwidth", "latency"}, where, True)
+    pcie = section(data, "pcie", {"bandwidth", "latency"}, where)
+    nic = section(data, "nic", {"per_node", "bandwidth", "latency"}, where)
+    net = section(data, "network", {"fabric", "nodes_per_leaf", "oversubscription",
+                                    "uplink_latency"}, where)
+    coll = section(data, "collective", {"step_latency", "call_overhead", "ho_ring_max_chunks"},
+                   where)
+    if "bandwidth" not in intra:
+        raise InputError(f"{where}: intra_node needs 'bandwidth' (per GPU, e.g. 2000Gbps)")
+    nodes = data.get("nodes", 1)
+    gpu_default = GPUSpec()
+    spec = ClusterSpec(
+        name=str(data["name"]),
+        nodes=positive_int(nodes, "nodes"),
+        gpus_per_node=positive_int(data["gpus_per_node"], "gpus_per_node"),
+        gpu=GPUSpec(
+            model=str(gpu.get("model", gpu_default.model)),
+            memory_bytes=parse_size(gpu.get("memory", gpu_default.memory_bytes), "gpu.memory"),
+            peak_flops=parse_flops(gpu.get("peak_tflops", gpu_default.peak_flops / 1e12)),
+            hbm_bandwidth_Bps=parse_bandwidth(gpu.get("hbm_bandwidth",
+                                                      gpu_default.hbm_bandwidth_Bps),
+                                              "gpu.hbm_bandwidth")),
+        intra_fabric=_enum(IntraFabric, intra.get("fabric", "nvswitch"), "intra_node.fabric"),
+        intra=LinkSpec(parse_bandwidth(intra["bandwidth"], "intra_node.bandwidth"),
+                       parse_time(intra.get("latency", 0), "intra_node.latency")),
+        pcie=LinkSpec(parse_bandwidth(pcie.get("bandwidth", "32GB/s"), "pcie.bandwidth"),
+                      parse_time(pcie.get("latency", 0), "pcie.latency")),
+        nic=NICSpec(per_node=_nic_count(nic.get("per_node", 1)),
+                    bandwidth_Bps=parse_bandwidth(nic.get("bandwidth", "100Gbps"),
+                                                  "nic.bandwidth"),
+                    latency_s=parse_time(nic.get("latency", "5us"), "nic.latency")),
+        network=NetworkSpec(
+            fabric=_enum(NetworkFabric, net.get("fabric", "single-switch"), "network.fabric"),
+            nodes_per_leaf=net.get("nodes_per_leaf", 0),
+            oversubscription=number(net.get("oversubscription", 1.0),
+                                    "network.oversubscription"),
+            uplink_latency_s=parse_time(net.get("uplink_latency", "1us"),
+                                        "network.uplink_latency")),
+        collective=CollectiveTuning(
+            step_latency_s=parse_time(coll.get("step_latency", 0), "collective.step_latency"),
+            call_overhead_s=parse_time(coll.get("call_overhead", 0),
+                                       "collective.call_overhead"),
+            ho_ring_max_chunks=coll.get("ho_ring_max_chunks", 64)),
+        group_nodes=positive_int(data.get("group_nodes", 1), "group_nodes"),
+        notes=str(data.get("sources", data.get("notes", ""))),
+    )
+    return spec
+
+
+def _nic_count(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise InputError(f"nic.per_node = {v!r} must be a non-negative integer")
+    return v
+
+
+def load_cluster(name_or_path: str | Path, nodes: int | None = None,
+                 group_nodes: int | None = None) -> ClusterSpec:
+    """A preset name (``paper-a100-roce``) or a YAML path, optionally resized.
+
+    >>> load_cluster("paper-a100-roce", nodes=16).gpus
+    128
+    """
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith((".yaml", ".yml")) or path.exists()):
+        path = topologies_dir() / f"{text}.yaml"
+        if not path.exists():
+            raise InputError(f"unknown cluster preset {text!r}; expected a YAML path or one of "
+                             f"{', '.join(available_presets()) or '(none found)'}")
+    spec = cluster_from_dict(read_yaml(path, "cluster"), where=f"cluster {str(path)!r}")
+    if nodes is not None:
+        spec = spec.with_nodes(positive_int(nodes, "--nodes"))
+    if group_nodes is not None:
+        spec = spec.with_group_nodes(positive_int(group_nodes, "--group-nodes"))
+    return spec
+
+
+def cluster_to_yaml(spec: ClusterSpec) -> str:
+    """Serialise a spec back to the YAML format (SI numbers with explicit units)."""
+    data = {
+        "name": spec.name, "gpus_per_node": spec.gpus_per_node, "nodes": spec.nodes,
+        "gpu": {"model": spec.gpu.model, "memory": f"{spec.gpu.memory_bytes}B",
+                "peak_tflops": spec.gpu.peak_flops / 1e12,
+                "hbm_bandwidth": f"{spec.gpu.hbm_bandwidth_Bps!r}B/s"},
+        "intra_node": {"fabric": spec.intra_fabric.value,
+                       "bandwidth": f"{spec.intra.bandwidth_Bps!r}B/s",
+                       "latency": f"{spec.intra.latency_s!r}s"},
+        "pcie": {"bandwidth": f"{spec.pcie.bandwidth_Bps!r}B/s",
+                 "latency": f"{spec.pcie.latency_s!r}s"},
+        "nic": {"per_node": spec.nic.per_node, "bandwidth": f"{spec.nic.bandwidth_Bps!r}B/s",
+                "latency": f"{spec.nic.latency_s!r}s"},
+        "network": {"fabric": spec.network.fabric.value,
+                    "oversubscription": spec.network.oversubscription,
+                    "uplink_latency": f"{spec.network.uplink_latency_s!r}s"},
+        "collective": {"step_latency": f"{spec.collective.step_latency_s!r}s",
+                       "call_overhead": f"{spec.collective.call_overhead_s!r}s",
+                       "ho_ring_max_chunks": spec.collective.ho_ring_max_chunks},
+        "group_nodes": spec.group_nodes,
+        "sources": spec.notes,
+    }
+    if spec.network.fabric is NetworkFabric.LEAF_SPINE:
+        data["network"]["nodes_per_leaf"] = spec.network.nodes_per_leaf
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,192 @@
+"""Frozen specifications, SI units in field names, validated on construction.
+
+A :class:`ClusterSpec` describes hardware; models, strategies and training configuration have
+their own modules. Specs are plain data: the engine never mutates them. Parsing from YAML (with
+unit strings) lives in :mod:`parosim.io`; here every value is already a number in SI units.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field, replace
+
+from .errors import InputError
+
+
+class IntraFabric(str, enum.Enum):
+    """How GPUs of one node reach each other."""
+
+    NVSWITCH = "nvswitch"        # every GPU has its own NVLink bandwidth to an NVSwitch (DGX)
+    PCIE_SWITCH = "pcie-switch"  # GPUs share a PCIe switch (no NVLink): intra class is "pcie"
+
+
+class NetworkFabric(str, enum.Enum):
+    """How nodes reach each other."""
+
+    SINGLE_SWITCH = "single-switch"  # all NICs on one non-blocking switch
+    LEAF_SPINE = "leaf-spine"        # leaves of nodes_per_leaf nodes, uplinks / oversubscription
+    RAIL = "rail"                    # NIC k of every node on rail switch k; rails joined by a spine
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise InputError(msg)
+
+
+def _pos(value: float, name: str, allow_zero: bool = False) -> None:
+    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    _require(ok, f"{name} = {value!r} must be {'non-negative' if allow_zero else 'positive'}")
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator. ``peak_flops`` is dense bf16/fp16 FLOP/s from the datasheet."""
+
+    model: str = "A100-SXM4-80GB"
+    memory_bytes: int = 80 * 10**9
+    peak_flops: float = 312e12
+    hbm_bandwidth_Bps: float = 2.0e12
+
+    def __post_init__(self) -> None:
+        _pos(self.memory_bytes, "gpu.memory")
+        _pos(self.peak_flops, "gpu.peak_tflops")
+        _pos(self.hbm_bandwidth_Bps, "gpu.hbm_bandwidth")
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link class: per-direction bandwidth and one-way latency of the class's hop(s)."""
+
+    bandwidth_Bps: float
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        _pos(self.bandwidth_Bps, "bandwidth")
+        _pos(self.latency_s, "latency", allow_zero=True)
+
+
+@dataclass(frozen=True)
+class NICSpec:
+    """NICs of one node; GPU j uses NIC ``j * per_node // gpus_per_node``.
+
+    ``latency_s`` is the NIC-to-NIC one-way latency through one switch (half on each side).
+    """
+
+    per_node: int = 1
+    bandwidth_Bps: float = 12.5e9
+    latency_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.per_node, int) and self.per_node >= 0,
+                 f"nic.per_node = {self.per_node!r} must be a non-negative integer")
+        _pos(self.bandwidth_Bps, "nic.bandwidth")
+        _pos(self.latency_s, "nic.latency", allow_zero=True)
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """Inter-node fabric. ``oversubscription`` = downlink capacity / uplink capacity of a leaf
+    (or of a rail switch towards the spine); 1 is non-blocking."""
+
+    fabric: NetworkFabric = NetworkFabric.SINGLE_SWITCH
+    nodes_per_leaf: int = 0          # leaf-spine only
+    oversubscription: float = 1.0
+    uplink_latency_s: float = 1e-6   # one switch-to-switch hop
+
+    def __post_init__(self) -> None:
+        _pos(self.oversubscription, "network.oversubscription")
+        _pos(self.uplink_latency_s, "network.uplink_latency", allow_zero=True)
+        if self.fabric is NetworkFabric.LEAF_SPINE:
+            _require(isinstance(self.nodes_per_leaf, int) and self.nodes_per_leaf > 0,
+                     f"network.nodes_per_leaf = {self.nodes_per_leaf!r} must be a positive "
+                     "integer for a leaf-spine fabric")
+
+
+@dataclass(frozen=True)
+class CollectiveTuning:
+    """Software costs of the communication library, added to the wire model.
+
+    ``step_latency_s``: fixed cost per ring step (kernel/protocol overhead), on top of the
+    path's wire latency. ``call_overhead_s``: fixed cost per collective call (launch, setup).
+    Both default to 0 (datasheet presets); :mod:`parosim.validate` fits them from measurements.
+    """
+
+    step_latency_s: float = 0.0
+    call_overhead_s: float = 0.0
+    ho_ring_max_chunks: int = 64
+
+    def __post_init__(self) -> None:
+        _pos(self.step_latency_s, "collective.step_latency", allow_zero=True)
+        _pos(self.call_overhead_s, "collective.call_overhead", allow_zero=True)
+        _require(isinstance(self.ho_ring_max_chunks, int) and self.ho_ring_max_chunks >= 1,
+                 f"collective.ho_ring_max_chunks = {self.ho_ring_max_chunks!r} must be >= 1")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A homogeneous GPU cluster.
+
+    ``group_nodes`` is the number of nodes in one PaRO group (default 1: a group is a node).
+
+    >>> c = ClusterSpec(name="x", nodes=4, gpus_per_node=8)
+    >>> c.gpus, c.group_size, c.groups
+    (32, 8, 4)
+    """
+
+    name: str = "custom"
+    nodes: int = 1
+    gpus_per_node: int = 8
+    gpu: GPUSpec = field(default_factory=GPUSpec)
+    intra_fabric: IntraFabric = IntraFabric.NVSWITCH
+    intra: LinkSpec = field(default_factory=lambda: LinkSpec(250e9, 2e-6))
+    pcie: LinkSpec = field(default_factory=lambda: LinkSpec(32e9, 0.0))
+    nic: NICSpec = field(default_factory=NICSpec)
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    collective: CollectiveTuning = field(default_factory=CollectiveTuning)
+    group_nodes: int = 1
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "gpus_per_node", "group_nodes"):
+            v = getattr(self, name)
+            _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                     f"{name} = {v!r} must be a positive integer")
+        _require(self.nodes % self.group_nodes == 0,
+                 f"group of {self.group_nodes} nodes does not divide the {self.nodes} nodes of "
+                 f"cluster {self.name!r}; expected a divisor of {self.nodes}")
+        if self.nodes > 1:
+            _require(self.nic.per_node >= 1,
+                     f"cluster {self.name!r} has {self.nodes} nodes but nic.per_node = 0: the "
+                     "nodes would be disconnected; expected at least one NIC per node")
+        if self.nic.per_node:
+            _require(self.gpus_per_node % self.nic.per_node == 0
+                     or self.nic.per_node % self.gpus_per_node == 0,
+                     f"nic.per_node = {self.nic.per_node} and gpus_per_node = "
+                     f"{self.gpus_per_node}: expected one to divide the other")
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def group_size(self) -> int:
+        """m: GPUs per group."""
+        return self.group_nodes * self.gpus_per_node
+
+    @property
+    def groups(self) -> int:
+        """ng = n / m."""
+        return self.nodes // self.group_nodes
+
+    def with_nodes(self, nodes: int) -> "ClusterSpec":
+        """The same cluster with another node count (the CLI's ``--nodes``)."""
+        return replace(self, nodes=nodes)
+
+    def with_group_nodes(self, group_nodes: int) -> "ClusterSpec":
+        """The same cluster with groups of ``group_nodes`` nodes (``--group-nodes``)."""
+        return replace(self, group_nodes=group_nodes)
+
+    def nic_of(self, local: int) -> int:
+        """Index of the NIC used by GPU ``local`` of a node."""
+        return local * self.nic.per_node // self.gpus_per_node

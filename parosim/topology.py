@@ -1,0 +1,162 @@
+"""Cluster graphs: small pure builders returning a :class:`networkx.DiGraph`.
+
+Schema (written once, here):
+
+Nodes
+    ``kind``: one of ``"gpu"``, ``"nvswitch"``, ``"pcie_switch"``, ``"nic"``, ``"switch"``.
+    GPUs also carry ``rank`` (global rank, node-major), ``node`` and ``local``; NICs and node
+    switches carry ``node`` (and NICs ``local``, their index in the node).
+Edges (directed; every physical link is two edges, one per direction)
+    ``bandwidth_Bps``: per-direction capacity in bytes/s;
+    ``latency_s``: one-way latency of the hop in seconds;
+    ``link_class``: ``"nvlink"`` (GPU <-> NVSwitch), ``"pcie"`` (GPU <-> NIC, or GPU <->
+    PCIe switch for a node without NVLink), ``"nic"`` (NIC <-> first switch), ``"uplink"``
+    (switch <-> switch).
+
+Node names: ``n{i}/gpu{j}``, ``n{i}/nvswitch``, ``n{i}/nic{k}``, ``switch``, ``leaf{l}``,
+``rail{k}``, ``spine``. Builders compose like networkx generators:
+
+>>> g = node_graph(ClusterSpec(nodes=1, gpus_per_node=2), 0)
+>>> sorted(g.nodes)
+['n0/gpu0', 'n0/gpu1', 'n0/nic0', 'n0/nvswitch']
+>>> g = cluster_graph(ClusterSpec(nodes=2, gpus_per_node=8))
+>>> sum(1 for _, k in g.nodes(data="kind") if k == "gpu")
+16
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from .errors import InputError
+from .specs import ClusterSpec, IntraFabric, NetworkFabric
+
+LINK_CLASSES = ("nvlink", "pcie", "nic", "uplink")
+
+
+def gpu_name(node: int, local: int) -> str:
+    return f"n{node}/gpu{local}"
+
+
+def nic_name(node: int, k: int) -> str:
+    return f"n{node}/nic{k}"
+
+
+def _link(g: nx.DiGraph, a: str, b: str, bw: float, lat: float, cls: str) -> None:
+    """Add a full-duplex link: two directed edges with the same attributes."""
+    for u, v in ((a, b), (b, a)):
+        g.add_edge(u, v, bandwidth_Bps=bw, latency_s=lat, link_class=cls)
+
+
+def node_graph(spec: ClusterSpec, i: int) -> nx.DiGraph:
+    """One node: its GPUs on an NVSwitch (or PCIe switch) and its NICs on PCIe.
+
+    The intra-node latency ``spec.intra.latency_s`` is GPU-to-GPU: half on each hop.
+    """
+    g = nx.DiGraph()
+    m = spec.gpus_per_node
+    nvlink = spec.intra_fabric is IntraFabric.NVSWITCH
+    hub = f"n{i}/nvswitch" if nvlink else f"n{i}/pcie_switch"
+    g.add_node(hub, kind="nvswitch" if nvlink else "pcie_switch", node=i)
+    for j in range(m):
+        g.add_node(gpu_name(i, j), kind="gpu", rank=i * m + j, node=i, local=j)
+        _link(g, gpu_name(i, j), hub, spec.intra.bandwidth_Bps, spec.intra.latency_s / 2,
+              "nvlink" if nvlink else "pcie")
+    for k in range(spec.nic.per_node):
+        g.add_node(nic_name(i, k), kind="nic", node=i, local=k)
+    for j in range(m if spec.nic.per_node else 0):
+        _link(g, gpu_name(i, j), nic_name(i, spec.nic_of(j)), spec.pcie.bandwidth_Bps,
+              spec.pcie.latency_s, "pcie")
+    return g
+
+
+def _nics(spec: ClusterSpec, i: int) -> list[str]:
+    return [nic_name(i, k) for k in range(spec.nic.per_node)]
+
+
+def single_switch(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
+    """Every NIC on one non-blocking switch."""
+    g.add_node("switch", kind="switch")
+    half = spec.nic.latency_s / 2
+    for i in range(spec.nodes):
+        for nic in _nics(spec, i):
+            _link(g, nic, "switch", spec.nic.bandwidth_Bps, half, "nic")
+    return g
+
+
+def leaf_spine(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
+    """Leaves of ``nodes_per_leaf`` nodes under one logical spine.
+
+    Each leaf's uplink bundle carries (downlink capacity) / oversubscription. The spine layer is
+    one logical switch and a leaf's uplinks one bundle: ideal ECMP spreading (a fluid model),
+    which also makes the route between two GPUs unique and so deterministic.
+    """
+    net = spec.network
+    per_leaf = net.nodes_per_leaf
+    leaves = -(-spec.nodes // per_leaf)
+    half = spec.nic.latency_s / 2
+    down = per_leaf * spec.nic.per_node * spec.nic.bandwidth_Bps
+    g.add_node("spine", kind="switch")
+    for leaf in range(leaves):
+        g.add_node(f"leaf{leaf}", kind="switch")
+        _link(g, f"leaf{leaf}", "spine", down / net.oversubscription, net.uplink_latency_s,
+              "uplink")
+    for i in range(spec.nodes):
+        for nic in _nics(spec, i):
+            _link(g, nic, f"leaf{i // per_leaf}", spec.nic.bandwidth_Bps, half, "nic")
+    return g
+
+
+def rail(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
+    """Rail-optimized: NIC k of every node on rail switch k; rails joined by a spine whose
+    links carry (rail downlink capacity) / oversubscription."""
+    net = spec.network
+    half = spec.nic.latency_s / 2
+    g.add_node("spine", kind="switch")
+    down = spec.nodes * spec.nic.bandwidth_Bps
+    for k in range(spec.nic.per_node):
+        g.add_node(f"rail{k}", kind="switch")
+        _link(g, f"rail{k}", "spine", down / net.oversubscription, net.uplink_latency_s,
+              "uplink")
+        for i in range(spec.nodes):
+            _link(g, nic_name(i, k), f"rail{k}", spec.nic.bandwidth_Bps, half, "nic")
+    return g
+
+
+_FABRICS = {NetworkFabric.SINGLE_SWITCH: single_switch, NetworkFabric.LEAF_SPINE: leaf_spine,
+            NetworkFabric.RAIL: rail}
+
+
+def cluster_graph(spec: ClusterSpec) -> nx.DiGraph:
+    """The whole cluster: ``spec.nodes`` node graphs joined by the spec's network fabric.
+
+    Raises :class:`InputError` if the result is not strongly connected.
+    """
+    g = nx.DiGraph(name=spec.name)
+    for i in range(spec.nodes):
+        g.update(node_graph(spec, i))
+    if spec.nic.per_node:
+        _FABRICS[spec.network.fabric](g, spec)
+    check_graph(g)
+    return g
+
+
+def check_graph(g: nx.DiGraph) -> None:
+    """Check the schema and connectivity of a cluster graph (also user-built ones)."""
+    for n, kind in g.nodes(data="kind"):
+        if kind not in ("gpu", "nvswitch", "pcie_switch", "nic", "switch"):
+            raise InputError(f"graph node {n!r} has kind {kind!r}; expected gpu, nvswitch, "
+                             "pcie_switch, nic or switch")
+    for u, v, d in g.edges(data=True):
+        bw = d.get("bandwidth_Bps")
+        if not isinstance(bw, (int, float)) or not bw > 0:
+            raise InputError(f"link {u} -> {v} has bandwidth_Bps {bw!r}; expected > 0")
+        if d.get("link_class") not in LINK_CLASSES:
+            raise InputError(f"link {u} -> {v} has link_class {d.get('link_class')!r}; "
+                             f"expected one of {', '.join(LINK_CLASSES)}")
+    if g.number_of_nodes() and not nx.is_strongly_connected(g):
+        comps = sorted(nx.strongly_connected_components(g), key=lambda c: (-len(c), min(c)))
+        stray = sorted(comps[1])[0]
+        raise InputError(f"topology {g.graph.get('name', '')!r} is disconnected: {stray!r} "
+                         f"cannot reach {sorted(comps[0])[0]!r} ({len(comps)} components); "
+                         "expected every GPU to reach every other")

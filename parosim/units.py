@@ -1,0 +1,139 @@
+"""Unit parsing: strings like ``"100Gbps"``, ``"80GB"``, ``"1GiB"``, ``"5us"`` to SI numbers.
+
+Everything inside parosim is SI: bytes, bytes per second, seconds. Conversion happens once, at
+load time, here. Decimal prefixes are powers of 1000 (``GB`` = 1e9 bytes) and binary prefixes
+powers of 1024 (``GiB`` = 2**30 bytes), as nccl-tests and vendors use them. Bit rates end in
+``bps`` (``100Gbps`` = 100e9 bits/s = 12.5e9 bytes/s); byte rates in ``B/s`` or ``Bps``.
+
+>>> parse_bandwidth("100Gbps")
+12500000000.0
+>>> parse_size("1GiB")
+1073741824
+>>> parse_time("5us")
+5e-06
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import InputError
+
+_DEC = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_SIZE_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTP]i?)?(B|bytes?)?\s*$")
+_BW_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTP]i?)?(bps|bit/s|b/s|Bps|B/s)\s*$")
+_TIME_RE = re.compile(rf"^\s*{_NUM}\s*(ps|ns|us|µs|ms|s|min|h)\s*$")
+_TIME = {"ps": 1e-12, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0,
+         "h": 3600.0}
+
+
+def _prefix(p: str | None) -> float:
+    if not p:
+        return 1.0
+    return float(_BIN[p]) if p in _BIN else float(_DEC[p])
+
+
+def _positive(value: float, text: object, what: str, allow_zero: bool) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        need = "non-negative" if allow_zero else "positive"
+        raise InputError(f"{what} {text!r} must be {need}")
+
+
+def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = False) -> int:
+    """Bytes from ``"80GB"``, ``"1GiB"``, ``"512KiB"``, ``"4096"`` or a number.
+
+    >>> parse_size("2KiB"), parse_size("1.5GB"), parse_size(64)
+    (2048, 1500000000, 64)
+    """
+    if isinstance(text, bool):
+        raise InputError(f"{what} {text!r} is not a size; expected e.g. '80GB', '1GiB', 4096")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m:
+            raise InputError(
+                f"{what} {text!r} is not a size; expected a number with an optional unit "
+                "B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), "
+                "e.g. '80GB' or '1GiB'")
+        value = float(m.group(1)) * _prefix(m.group(2))
+    _positive(value, text, what, allow_zero)
+    return int(round(value))
+
+
+def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
+    """Bytes per second from ``"100Gbps"`` (bits), ``"25GB/s"`` (bytes) or a number (bytes/s).
+
+    >>> parse_bandwidth("2000Gbps"), parse_bandwidth("300GB/s")
+    (250000000000.0, 300000000000.0)
+    """
+    if isinstance(text, bool):
+        raise InputError(f"{what} {text!r} is not a bandwidth; expected e.g. '100Gbps' or "
+                         "'25GB/s'")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _BW_RE.match(str(text))
+        if not m:
+            raise InputError(
+                f"{what} {text!r} is not a bandwidth; expected a number with a unit in bits "
+                "('100Gbps', '400Mbps') or bytes ('25GB/s', '300GBps')")
+        value = float(m.group(1)) * _prefix(m.group(2))
+        if m.group(3) in ("bps", "bit/s", "b/s"):
+            value /= 8.0
+    _positive(value, text, what, allow_zero=False)
+    return value
+
+
+def parse_time(text: str | int | float, what: str = "latency", allow_zero: bool = True) -> float:
+    """Seconds from ``"5us"``, ``"2ms"``, ``"0s"`` or a number (seconds).
+
+    >>> parse_time("2us"), parse_time("1.5ms")
+    (2e-06, 0.0015)
+    """
+    if isinstance(text, bool):
+        raise InputError(f"{what} {text!r} is not a time; expected e.g. '5us' or '2ms'")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _TIME_RE.match(str(text))
+        if not m:
+            raise InputError(f"{what} {text!r} is not a time; expected a number with a unit "
+                             "ps, ns, us, ms, s, e.g. '5us'")
+        value = float(m.group(1)) * _TIME[m.group(2)]
+    _positive(value, text, what, allow_zero)
+    return value
+
+
+def parse_flops(text: str | int | float, what: str = "peak_tflops") -> float:
+    """FLOP/s from a number of TFLOP/s (``312``) or a string (``"312TFLOPS"``)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text) * 1e12
+    else:
+        m = re.match(rf"^\s*{_NUM}\s*([kMGTP]?)(FLOPS|FLOP/s|flops)\s*$", str(text))
+        if not m:
+            raise InputError(f"{what} {text!r} is not a compute rate; expected a number of "
+                             "TFLOP/s (e.g. 312) or '312TFLOPS'")
+        value = float(m.group(1)) * _prefix(m.group(2))
+    _positive(value, text, what, allow_zero=False)
+    return value
+
+
+def fmt_bytes(n: float) -> str:
+    """Human-readable binary size: ``fmt_bytes(3 * 2**30) == '3.00 GiB'``."""
+    for unit, f in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= f:
+            return f"{n / f:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_time(s: float) -> str:
+    """Human-readable time: ``fmt_time(0.0123) == '12.300 ms'``."""
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.3f} us"
