@@ -1,0 +1,110 @@
+"""Closed-form alpha-beta cost of a lowered collective, from the cluster *spec* alone.
+
+A phase (a ring collective on a set of rings) costs
+
+    T = steps * alpha + bytes_per_rank / B          (Thakur, Rabenseifner & Gropp 2005)
+
+with steps = (k-1) for AG/RS and 2(k-1) for AR, bytes_per_rank = steps/k * buffer,
+alpha = the slowest hop's one-way latency + ``collective.step_latency_s``, and B the bandwidth
+of the most loaded link class along the rings (a pipelined ring moves at its slowest hop):
+
+* intra-node hop: the GPU's NVLink (or PCIe-switch) bandwidth ``intra.bandwidth_Bps``;
+* inter-node hop: PCIe to the NIC, the NIC shared by the hops that leave (or enter) the node
+  through it, and for leaf-spine / rail fabrics the switch uplink shared by the hops that cross
+  it. Capacities come from the spec; the sharing counts from the ring structure.
+
+This is computed independently of the graph and the simpy engine, which tests compare to it.
+Phases on lanes combine by the lane recurrence of :func:`program_time`; the collective adds
+``collective.call_overhead_s`` once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import lru_cache
+
+from ..specs import ClusterSpec, NetworkFabric
+from .types import Phase, Program, RingSet
+
+
+@lru_cache(maxsize=512)
+def ring_alpha_beta(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float]:
+    """(alpha_s, B_Bps) of a ring set on this cluster, from the spec.
+
+    >>> from parosim.specs import ClusterSpec
+    >>> from parosim.collectives.lowering import scope_rings
+    >>> from parosim.collectives.types import Scope
+    >>> c = ClusterSpec(nodes=2)  # 1 NIC/node shared by the 8 inter rings
+    >>> a, b = ring_alpha_beta(c, scope_rings(c, Scope.INTER))
+    >>> b == c.nic.bandwidth_Bps / 8
+    True
+    """
+    gpn = spec.gpus_per_node
+    net = spec.network
+    nic_out: Counter = Counter()
+    nic_in: Counter = Counter()
+    up_out: Counter = Counter()
+    up_in: Counter = Counter()
+    alpha, bw = 0.0, float("inf")
+    inter_lat = 2 * spec.pcie.latency_s + spec.nic.latency_s
+    for a, b in ringset.hops():
+        na, nb = a // gpn, b // gpn
+        if na == nb:
+            alpha = max(alpha, spec.intra.latency_s)
+            bw = min(bw, spec.intra.bandwidth_Bps)
+            continue
+        ka, kb = spec.nic_of(a % gpn), spec.nic_of(b % gpn)
+        nic_out[na, ka] += 1
+        nic_in[nb, kb] += 1
+        bw = min(bw, spec.pcie.bandwidth_Bps)
+        lat = inter_lat
+        if net.fabric is NetworkFabric.LEAF_SPINE:
+            la, lb = na // net.nodes_per_leaf, nb // net.nodes_per_leaf
+            if la != lb:
+                up_out[la] += 1
+                up_in[lb] += 1
+                lat += 2 * net.uplink_latency_s
+        elif net.fabric is NetworkFabric.RAIL and ka != kb:
+            up_out[ka] += 1
+            up_in[kb] += 1
+            lat += 2 * net.uplink_latency_s
+        alpha = max(alpha, lat)
+    worst_nic = max([*nic_out.values(), *nic_in.values()], default=0)
+    if worst_nic:
+        bw = min(bw, spec.nic.bandwidth_Bps / worst_nic)
+    worst_up = max([*up_out.values(), *up_in.values()], default=0)
+    if worst_up:
+        if net.fabric is NetworkFabric.LEAF_SPINE:
+            cap = net.nodes_per_leaf * spec.nic.per_node * spec.nic.bandwidth_Bps
+        else:
+            cap = spec.nodes * spec.nic.bandwidth_Bps
+        bw = min(bw, cap / net.oversubscription / worst_up)
+    return alpha + spec.collective.step_latency_s, bw
+
+
+def phase_time(spec: ClusterSpec, phase: Phase) -> float:
+    """Uncontended time of one phase: steps * alpha + bytes_per_rank / B."""
+    if phase.steps == 0:
+        return 0.0
+    alpha, bw = ring_alpha_beta(spec, phase.ringset)
+    return phase.steps * alpha + phase.bytes_per_rank / bw
+
+
+def lane_schedule(program: Program, durations: list[float]) -> list[tuple[float, float]]:
+    """(start, end) of every phase under the lane semantics: a phase starts when the previous
+    phase of its lane and all its deps have ended."""
+    lane_free: dict[str, float] = {}
+    times: list[tuple[float, float]] = []
+    for i, ph in enumerate(program.phases):
+        start = max([lane_free.get(ph.lane, 0.0)] + [times[d][1] for d in ph.deps])
+        end = start + durations[i]
+        times.append((start, end))
+        lane_free[ph.lane] = end
+    return times
+
+
+def program_time(spec: ClusterSpec, program: Program) -> float:
+    """Closed-form time of a lowered collective (lane recurrence + call overhead)."""
+    durations = [phase_time(spec, ph) for ph in program.phases]
+    ends = [e for _, e in lane_schedule(program, durations)]
+    return max(ends, default=0.0) + spec.collective.call_overhead_s

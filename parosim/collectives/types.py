@@ -1,0 +1,122 @@
+"""Collective vocabulary: operations, scopes, algorithms, and the lowered program.
+
+Sizes follow nccl-tests: ``size_bytes`` is the full buffer, i.e. the all-gather *output*, the
+reduce-scatter *input*, the all-reduce buffer.
+
+A collective is lowered by an algorithm to a :class:`Program`: a list of :class:`Phase` s. Each
+phase is a set of rings that run in lockstep (one coupled transfer: a pipelined ring moves at
+the speed of its slowest hop, and a collective ends when its slowest ring ends). Phases sit on
+*lanes*; a lane runs its phases one after the other in list order, different lanes run at the
+same time, and ``deps`` adds cross-lane data dependencies. The same lane semantics drive the
+closed form (:func:`parosim.collectives.cost.program_time`), the simpy engine and the real
+torch.distributed executor.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+
+class Op(str, enum.Enum):
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_REDUCE = "all-reduce"
+
+    @property
+    def ring_factor(self) -> int:
+        """Ring steps per rank over (k-1): 1 for AG/RS, 2 for AR."""
+        return 2 if self is Op.ALL_REDUCE else 1
+
+    def busbw_factor(self, k: int) -> float:
+        """nccl-tests: busbw = algbw x this factor."""
+        return self.ring_factor * (k - 1) / k if k > 1 else 0.0
+
+
+class Scope(str, enum.Enum):
+    GLOBAL = "global"  # all n GPUs
+    INTRA = "intra"    # the m GPUs of each group, all groups at once
+    INTER = "inter"    # GPUs with the same local index across groups, all m rings at once
+
+
+class Algo(str, enum.Enum):
+    RING = "ring"
+    HIERARCHICAL = "hierarchical"
+    HO_RING = "ho-ring"
+
+
+def parse_enum(cls, text: str, what: str):
+    """``parse_enum(Op, "all-gather", "--op")``; the error names the value and the choices."""
+    aliases = {"allgather": "all-gather", "reducescatter": "reduce-scatter",
+               "allreduce": "all-reduce", "ag": "all-gather", "rs": "reduce-scatter",
+               "ar": "all-reduce", "horing": "ho-ring", "ho_ring": "ho-ring",
+               "hier": "hierarchical", "paro-cc": "hierarchical"}
+    key = str(text).strip().lower()
+    key = aliases.get(key.replace("-", "").replace("_", ""), aliases.get(key, key))
+    try:
+        return cls(key)
+    except ValueError:
+        raise InputError(f"{what} {text!r} is not known; expected one of "
+                         f"{', '.join(e.value for e in cls)}") from None
+
+
+@dataclass(frozen=True)
+class RingSet:
+    """Disjoint rings of global ranks, each in ring order (hop i -> i+1, last -> first)."""
+
+    rings: tuple[tuple[int, ...], ...]
+    label: str  # "global", "intra", "inter": which link class the rings mainly use
+
+    @property
+    def size(self) -> int:
+        """k: ranks per ring."""
+        return len(self.rings[0]) if self.rings else 0
+
+    def hops(self):
+        """Every (src, dst) hop of every ring."""
+        for ring in self.rings:
+            k = len(ring)
+            if k > 1:
+                for i in range(k):
+                    yield ring[i], ring[(i + 1) % k]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One ring collective on every ring of ``ringset``, ``buffer_bytes`` per ring.
+
+    ``bytes_per_rank`` (what each rank sends, = factor x (k-1)/k x buffer) and ``steps``
+    (ring steps, each paying the per-step latency) follow from op, k and buffer.
+    """
+
+    name: str
+    op: Op
+    ringset: RingSet
+    buffer_bytes: float
+    lane: str
+    deps: tuple[int, ...] = ()
+
+    @property
+    def steps(self) -> int:
+        k = self.ringset.size
+        return self.op.ring_factor * (k - 1) if k > 1 else 0
+
+    @property
+    def bytes_per_rank(self) -> float:
+        k = self.ringset.size
+        return self.op.ring_factor * (k - 1) / k * self.buffer_bytes if k > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class Program:
+    """A lowered collective: phases on lanes (see module docstring)."""
+
+    op: Op
+    scope: Scope
+    algo: Algo
+    size_bytes: float
+    gpus: int           # ranks taking part in one instance (k of the scope)
+    phases: tuple[Phase, ...]
+    chunks: int = 1     # HO-Ring chunk count (1 otherwise)

@@ -1,0 +1,117 @@
+"""The simpy replay: lanes of ops over the flow-level network.
+
+Both a lowered collective (:class:`~parosim.collectives.types.Program`, phases on lanes) and a
+training step (a Plan, ops on streams) have the same semantics: a lane runs its items one at a
+time in list order; an item starts when the previous item of its lane and all its deps have
+finished. :func:`run_lanes` implements exactly that with one simpy process per lane, and
+detects deadlock (items left, no event pending) naming the items that wait and on what.
+
+Observation is injected: ``on_record(Record)`` receives one typed record per finished item
+(default: nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import simpy
+
+from .collectives.types import Phase, Program
+from .network import PS, Network, to_ps
+
+
+class DeadlockError(RuntimeError):
+    """Work left but no event pending: the message names the blocked items."""
+
+
+class CountingEnvironment(simpy.Environment):
+    """A simpy Environment that counts scheduled events (for benchmarks)."""
+
+    def __init__(self) -> None:
+        super().__init__(initial_time=0)
+        self.events = 0
+
+    def schedule(self, event, priority=1, delay=0):  # noqa: D401 - simpy signature
+        self.events += 1
+        super().schedule(event, priority, delay)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One finished item: ``lane`` (stream), ``name``, start and end in seconds."""
+
+    lane: str
+    name: str
+    start_s: float
+    end_s: float
+    kind: str = ""
+
+
+def run_lanes(env: simpy.Environment, items: Sequence, lane_of: Callable[[int], str],
+              deps_of: Callable[[int], Sequence[int]], name_of: Callable[[int], str],
+              run_item: Callable[[int], object],
+              on_record: Callable[[Record], None] | None = None,
+              kind_of: Callable[[int], str] | None = None) -> list[simpy.Event]:
+    """Start one process per lane; return the per-item done events.
+
+    ``run_item(i)`` returns a generator (a simpy sub-process body) that performs item i.
+    """
+    done = [env.event() for _ in items]
+    lanes: dict[str, list[int]] = {}
+    for i in range(len(items)):
+        lanes.setdefault(lane_of(i), []).append(i)
+
+    def lane_proc(idx: list[int]):
+        for i in idx:
+            deps = [done[d] for d in deps_of(i)]
+            if deps:
+                yield env.all_of(deps)
+            start = env.now
+            yield from run_item(i)
+            if on_record is not None:
+                on_record(Record(lane_of(i), name_of(i), start / PS, env.now / PS,
+                                 kind_of(i) if kind_of else ""))
+            done[i].succeed()
+
+    for idx in lanes.values():
+        env.process(lane_proc(idx))
+    return done
+
+
+def check_finished(done: list[simpy.Event], name_of: Callable[[int], str],
+                   deps_of: Callable[[int], Sequence[int]], lane_of: Callable[[int], str],
+                   env: simpy.Environment) -> None:
+    """Raise :class:`DeadlockError` if anything is left once no event is pending."""
+    left = [i for i, ev in enumerate(done) if not ev.triggered]
+    if not left:
+        return
+    first = left[0]
+    waits = [name_of(d) for d in deps_of(first) if not done[d].triggered]
+    why = f"waits for {', '.join(waits[:3])}" if waits else "its lane is blocked"
+    raise DeadlockError(
+        f"deadlock at t = {env.now / PS:.9f} s: {len(left)} item(s) never ran; first is "
+        f"{name_of(first)!r} on lane {lane_of(first)!r}, which {why}")
+
+
+def run_phase(env: simpy.Environment, net: Network, phase: Phase, step_latency_s: float):
+    """Body of one phase: bandwidth part on the network, then the ring's step latencies."""
+    if phase.steps == 0:
+        return
+    fs = net.flowset(phase.ringset)
+    yield net.transfer(fs, phase.bytes_per_rank)
+    yield env.timeout(to_ps(phase.steps * (fs.alpha_s + step_latency_s)))
+
+
+def run_program(env: simpy.Environment, net: Network, program: Program,
+                step_latency_s: float = 0.0, call_overhead_s: float = 0.0,
+                on_record: Callable[[Record], None] | None = None, prefix: str = ""):
+    """A simpy process body running one lowered collective (call overhead first)."""
+    if call_overhead_s:
+        yield env.timeout(to_ps(call_overhead_s))
+    ph = program.phases
+    done = run_lanes(env, ph, lambda i: prefix + ph[i].lane, lambda i: ph[i].deps,
+                     lambda i: prefix + ph[i].name,
+                     lambda i: run_phase(env, net, ph[i], step_latency_s), on_record)
+    if done:
+        yield env.all_of(done)

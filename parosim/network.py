@@ -1,0 +1,330 @@
+"""Flow-level network on a cluster graph, driven by simpy.
+
+Model
+-----
+* A *transfer* moves ``nbytes`` along every hop of a :class:`~parosim.collectives.types.RingSet`
+  (one flow per hop) at one common rate: a pipelined ring advances at its slowest hop, and a
+  collective phase ends with its slowest ring, so the flows of a phase are coupled.
+* Each flow follows a path on the graph (:class:`Router`, networkx shortest path in hops; a
+  GPU is never a transit node; with the builders of :mod:`parosim.topology` the path between
+  two GPUs is unique, so the choice is deterministic).
+* Concurrent transfers share each directed link by weighted max-min fairness (progressive
+  filling): a transfer with c flows on a link of capacity C counts c times there.
+  Rates are recomputed when a transfer starts or ends (once per simulated instant, however
+  many start or end at it).
+* Time is an integer number of picoseconds (``PS``), so equal times compare exactly and event
+  order is deterministic; completions are rounded up to the next picosecond.
+
+Symmetry (why 4,096 GPUs cost no more than 8)
+---------------------------------------------
+Scopes (global ring, intra rings, inter rings) are invariant under translating every rank by
+``period_nodes`` nodes, and so is a homogeneous cluster graph. With ``period_nodes`` = T < nodes,
+only the flows whose source lies in the first T nodes are routed; each link is replaced by the
+representative of its orbit under translation, and the per-link load on an orbit of size |o| is
+(nodes/T) x (fundamental count) / |o|. Max-min rates on the reduced problem equal those on the
+full one because every transfer and the graph share the symmetry. Transfers that are not
+invariant (user scenarios) need ``period_nodes = nodes`` (no reduction, the default).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from .collectives.types import RingSet
+
+PS = 10**12  # simulated time unit: picoseconds per second
+
+
+def to_ps(seconds: float) -> int:
+    return int(math.ceil(seconds * PS - 1e-6))
+
+
+class Router:
+    """Shortest paths (hop count) on the cluster graph, cached per (src, dst).
+
+    >>> from parosim.specs import ClusterSpec
+    >>> from parosim.topology import cluster_graph
+    >>> r = Router(cluster_graph(ClusterSpec(nodes=2, gpus_per_node=2)))
+    >>> r.path("n0/gpu1", "n1/gpu0")
+    ['n0/gpu1', 'n0/nic0', 'switch', 'n1/nic0', 'n1/gpu0']
+    """
+
+    def __init__(self, graph: nx.DiGraph):
+        self.graph = graph
+        self._kind = dict(graph.nodes(data="kind"))
+        self._cache: dict[tuple[str, str], list[str]] = {}
+
+    def path(self, src: str, dst: str) -> list[str]:
+        key = (src, dst)
+        p = self._cache.get(key)
+        if p is None:
+            kind = self._kind
+
+            def weight(u, v, d):  # no transit through a GPU other than the source
+                return None if (kind[u] == "gpu" and u != src) else 1
+
+            try:
+                _, p = nx.bidirectional_dijkstra(self.graph, src, dst, weight=weight)
+            except nx.NetworkXNoPath:
+                raise ValueError(f"no path from {src!r} to {dst!r} in the cluster graph")
+            self._cache[key] = p
+        return p
+
+
+@dataclass
+class FlowSet:
+    """The links a ring set loads: link indices, flows per link, and the per-step latency."""
+
+    links: np.ndarray      # int indices into Network link arrays
+    counts: np.ndarray     # flows per link (already scaled for symmetry)
+    alpha_s: float         # slowest hop's path latency (seconds)
+    flows: int             # flows in the whole ring set
+
+
+@dataclass
+class _Transfer:
+    seq: int
+    fs: FlowSet
+    total: float
+    remaining: float
+    event: simpy.Event
+    rate: float = 0.0      # bytes per picosecond per flow
+
+
+class _Late(simpy.Event):
+    """An event processed after all normal events of its instant (simpy priority 2)."""
+
+    def __init__(self, env: simpy.Environment, delay: int, callback):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        self.callbacks.append(callback)
+        env.schedule(self, priority=2, delay=delay)
+
+
+@dataclass
+class LinkStats:
+    """Per link class: bytes carried (each hop counted), busy time of the busiest link."""
+
+    bytes: dict[str, float] = field(default_factory=dict)
+    busy_s: dict[str, float] = field(default_factory=dict)
+    links: dict[str, int] = field(default_factory=dict)
+
+
+class Network:
+    """The simpy flow-level network. ``transfer(flowset, nbytes)`` returns an event that fires
+    when every flow of the set has moved ``nbytes`` (latency is the caller's)."""
+
+    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, nodes: int = 0,
+                 period_nodes: int | None = None, gpus_per_node: int = 0):
+        self.env = env
+        self.graph = graph
+        self.router = Router(graph)
+        self.nodes = nodes or 1
+        self.period = period_nodes or self.nodes
+        self.gpn = gpus_per_node
+        self.scale = self.nodes // self.period
+        self._rank_name = {d["rank"]: n for n, d in graph.nodes(data=True)
+                           if d.get("kind") == "gpu"}
+        self._rep = self._representatives()
+        self._link_idx: dict[tuple[str, str], int] = {}
+        self._cap: list[float] = []
+        self._class: list[str] = []
+        self._orbit: list[int] = []
+        self._flowsets: dict[RingSet, FlowSet] = {}
+        self._active: list[_Transfer] = []
+        self._pending: list[_Transfer] = []
+        self._seq = 0
+        self._last = 0
+        self._gen = 0
+        self._update_scheduled = False
+        self._bytes = np.zeros(0)
+        self._busy = np.zeros(0)
+        self._load = np.zeros(0)
+        self.updates = 0
+
+    # -- symmetry -------------------------------------------------------------------------
+    def _representatives(self) -> dict[str, tuple[str, bool]]:
+        """node name -> (orbit representative, moves under translation)."""
+        rep: dict[str, tuple[str, bool]] = {}
+        T = self.period
+        leaves = {n for n in self.graph if n.startswith("leaf")}
+        per_leaf = 0
+        if leaves:
+            per_leaf = max(1, self.nodes // len(leaves))
+        for n, d in self.graph.nodes(data=True):
+            if "node" in d:
+                i = d["node"]
+                rep[n] = (f"n{i % T}/{n.split('/', 1)[1]}", self.scale > 1)
+            elif n in leaves and self.scale > 1:
+                lp = max(1, T // per_leaf)
+                rep[n] = (f"leaf{int(n[4:]) % lp}", True)
+            else:
+                rep[n] = (n, False)
+        return rep
+
+    def _link(self, u: str, v: str) -> int:
+        (ru, mu), (rv, mv) = self._rep[u], self._rep[v]
+        key = (ru, rv)
+        idx = self._link_idx.get(key)
+        if idx is None:
+            idx = len(self._cap)
+            self._link_idx[key] = idx
+            d = self.graph.edges[ru, rv]
+            self._cap.append(d["bandwidth_Bps"] / PS)
+            self._class.append(d["link_class"])
+            self._orbit.append(self.scale if (mu or mv) else 1)
+            grow = np.zeros(1)
+            self._bytes = np.concatenate([self._bytes, grow])
+            self._busy = np.concatenate([self._busy, grow])
+            self._load = np.concatenate([self._load, grow])
+        return idx
+
+    def flowset(self, ringset: RingSet) -> FlowSet:
+        """Route a ring set (cached): the links its flows load and its step latency."""
+        fs = self._flowsets.get(ringset)
+        if fs is not None:
+            return fs
+        hops = list(ringset.hops())
+        if self.scale > 1:
+            shift = self.period * self.gpn
+            n = self.nodes * self.gpn
+            hopset = set(hops)
+            if any(((a + shift) % n, (b + shift) % n) not in hopset for a, b in hops):
+                raise RuntimeError(f"ring set {ringset.label!r} is not invariant under the "
+                                   f"network's symmetry period of {self.period} nodes")
+            limit = self.period * self.gpn
+            hops = [(a, b) for a, b in hops if a < limit]
+        counts: Counter = Counter()
+        alpha = 0.0
+        for a, b in hops:
+            path = self.router.path(self._rank_name[a], self._rank_name[b])
+            lat = 0.0
+            for u, v in zip(path, path[1:]):
+                counts[self._link(u, v)] += 1
+                lat += self.graph.edges[u, v]["latency_s"]
+            alpha = max(alpha, lat)
+        idx = np.array(sorted(counts), dtype=np.int64)
+        cnt = np.array([counts[i] for i in idx], dtype=float)
+        if self.scale > 1:
+            cnt *= self.scale / np.array([self._orbit[i] for i in idx], dtype=float)
+        fs = FlowSet(idx, cnt, alpha, sum(1 for _ in ringset.hops()))
+        self._flowsets[ringset] = fs
+        return fs
+
+    # -- fluid engine ---------------------------------------------------------------------
+    def transfer(self, fs: FlowSet, nbytes: float) -> simpy.Event:
+        """Move ``nbytes`` on every flow of ``fs``; the event fires when all are done."""
+        ev = self.env.event()
+        if nbytes <= 0 or len(fs.links) == 0:
+            ev.succeed()
+            return ev
+        self._seq += 1
+        self._pending.append(_Transfer(self._seq, fs, nbytes, nbytes, ev))
+        self._schedule_update(0)
+        return ev
+
+    def _schedule_update(self, delay: int) -> None:
+        if delay == 0:
+            if self._update_scheduled:
+                return
+            self._update_scheduled = True
+            _Late(self.env, 0, self._update)
+        else:
+            gen = self._gen
+            _Late(self.env, delay, lambda ev: self._wake(gen))
+
+    def _wake(self, gen: int) -> None:
+        if gen == self._gen and not self._update_scheduled:
+            self._update(None)
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._last
+        if dt > 0:
+            for t in self._active:
+                t.remaining -= t.rate * dt
+            self._bytes += self._load * dt
+            self._busy += (self._load > 0) * dt
+        self._last = now
+
+    def _update(self, _ev) -> None:
+        self._update_scheduled = False
+        self.updates += 1
+        self._advance()
+        still = []
+        for t in self._active:
+            if t.remaining <= t.rate * 0.5 or t.remaining <= t.total * 1e-12:
+                t.event.succeed()
+            else:
+                still.append(t)
+        self._active = still + self._pending
+        self._pending = []
+        self._gen += 1
+        self._waterfill()
+        if self._active:
+            nxt = min(max(1, math.ceil(t.remaining / t.rate)) for t in self._active)
+            self._schedule_update(nxt)
+
+    def _waterfill(self) -> None:
+        """Weighted max-min fair rates by progressive filling."""
+        cap = np.array(self._cap)
+        load = np.zeros(len(cap))
+        todo = list(self._active)
+        while todo:
+            denom = np.zeros(len(cap))
+            for t in todo:
+                denom[t.fs.links] += t.fs.counts
+            used = denom > 0
+            share = np.full(len(cap), np.inf)
+            share[used] = np.maximum(cap[used], 0.0) / denom[used]
+            level = float(share.min())
+            if not level > 0:
+                names = [k for k, i in self._link_idx.items() if used[i] and share[i] <= 0]
+                raise RuntimeError(f"no capacity left on link {names[0]} for active transfers")
+            bott = share <= level * (1 + 1e-9)
+            rest = []
+            for t in todo:
+                if bott[t.fs.links].any():
+                    t.rate = level
+                    cap[t.fs.links] -= t.fs.counts * level
+                    load[t.fs.links] += t.fs.counts * level
+                else:
+                    rest.append(t)
+            todo = rest
+        self._load = load
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._active or self._pending)
+
+    def link_stats(self) -> LinkStats:
+        """Bytes (summed over every link of a class, each hop counted) and busy seconds of the
+        busiest link of each class, since the start."""
+        self._advance()
+        st = LinkStats()
+        orbit = np.array(self._orbit, dtype=float)
+        for i, cls in enumerate(self._class):
+            st.bytes[cls] = st.bytes.get(cls, 0.0) + self._bytes[i] * orbit[i]
+            st.busy_s[cls] = max(st.busy_s.get(cls, 0.0), self._busy[i] / PS)
+        for _, _, cls in self.graph.edges(data="link_class"):
+            st.links[cls] = st.links.get(cls, 0) + 1
+        return st
+
+
+def symmetry_period(spec) -> int:
+    """The smallest translation (in nodes) that maps the cluster graph and every scope onto
+    itself: lcm(group_nodes, nodes_per_leaf for leaf-spine); ``spec.nodes`` when it does not
+    divide the node count (no reduction)."""
+    from .specs import NetworkFabric
+
+    t = spec.group_nodes
+    if spec.network.fabric is NetworkFabric.LEAF_SPINE:
+        t = math.lcm(t, spec.network.nodes_per_leaf)
+    return t if spec.nodes % t == 0 else spec.nodes
