@@ -37,6 +37,7 @@ import numpy as np
 import simpy
 
 from .collectives.types import RingSet
+from .errors import InputError
 
 PS = 10**12  # simulated time unit: picoseconds per second
 
@@ -72,7 +73,8 @@ class Router:
             try:
                 _, p = nx.bidirectional_dijkstra(self.graph, src, dst, weight=weight)
             except nx.NetworkXNoPath:
-                raise ValueError(f"no path from {src!r} to {dst!r} in the cluster graph")
+                raise InputError(f"no path from {src!r} to {dst!r} in the cluster graph; "
+                                 "expected a connected topology") from None
             self._cache[key] = p
         return p
 
@@ -206,7 +208,7 @@ class Network:
         for a, b in hops:
             path = self.router.path(self._rank_name[a], self._rank_name[b])
             lat = 0.0
-            for u, v in zip(path, path[1:]):
+            for u, v in zip(path, path[1:], strict=False):
                 counts[self._link(u, v)] += 1
                 lat += self.graph.edges[u, v]["latency_s"]
             alpha = max(alpha, lat)

@@ -179,11 +179,11 @@ class ClusterSpec:
         """ng = n / m."""
         return self.nodes // self.group_nodes
 
-    def with_nodes(self, nodes: int) -> "ClusterSpec":
+    def with_nodes(self, nodes: int) -> ClusterSpec:
         """The same cluster with another node count (the CLI's ``--nodes``)."""
         return replace(self, nodes=nodes)
 
-    def with_group_nodes(self, group_nodes: int) -> "ClusterSpec":
+    def with_group_nodes(self, group_nodes: int) -> ClusterSpec:
         """The same cluster with groups of ``group_nodes`` nodes (``--group-nodes``)."""
         return replace(self, group_nodes=group_nodes)
 

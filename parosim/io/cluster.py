@@ -25,8 +25,16 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
-from ..specs import (ClusterSpec, CollectiveTuning, GPUSpec, IntraFabric, LinkSpec,
-                     NetworkFabric, NetworkSpec, NICSpec)
+from ..specs import (
+    ClusterSpec,
+    CollectiveTuning,
+    GPUSpec,
+    IntraFabric,
+    LinkSpec,
+    NetworkFabric,
+    NetworkSpec,
+    NICSpec,
+)
 from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .yamlspec import check_keys, number, positive_int, read_yaml, section
 
