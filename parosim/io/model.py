@@ -1,0 +1,80 @@
+"""Model specs from a preset name or a YAML file.
+
+The YAML is either a shape (the parameter count is derived)::
+
+    name: llama-7b
+    layers: 32
+    hidden: 4096
+    ffn_hidden: 11008
+    heads: 32
+    vocab: 32000
+
+or a bare parameter count (only memory questions work for such a model)::
+
+    name: my-7.5b
+    params: 7.5e9
+
+Keys are checked strictly: an unknown key is an error naming the allowed ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..models import ModelSpec, is_preset, known_models, preset
+from .yamlspec import check_keys, number, positive_int, read_yaml
+
+_SHAPE = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
+_KEYS = {"name", "params", "sources", "notes", *_SHAPE}
+
+
+def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
+    """Build a :class:`ModelSpec` from a parsed YAML mapping.
+
+    >>> model_from_dict({"name": "m", "params": 7.5e9}).params
+    7500000000
+    """
+    check_keys(data, _KEYS, where)
+    if "name" not in data:
+        raise InputError(f"{where}: missing required key 'name'")
+    name = str(data["name"])
+    shape = {k: data[k] for k in _SHAPE if k in data}
+    if shape:
+        if len(shape) != len(_SHAPE):
+            missing = [k for k in _SHAPE if k not in shape]
+            raise InputError(f"{where}: shape is incomplete, missing {', '.join(missing)}; "
+                             f"expected all of {', '.join(_SHAPE)} or only 'params'")
+        dims = {k: positive_int(v, f"{where}: {k}") for k, v in shape.items()}
+        params = None
+        if "params" in data:
+            params = _count(data["params"], where)
+        return ModelSpec(name, params=params, **dims)
+    if "params" not in data:
+        raise InputError(f"{where}: needs either the shape ({', '.join(_SHAPE)}) or 'params'")
+    return ModelSpec(name, params=_count(data["params"], where))
+
+
+def _count(value: Any, where: str) -> int:
+    v = number(value, f"{where}: params")
+    if not (v >= 1 and v == int(v)):
+        raise InputError(f"{where}: params = {value!r} must be a positive whole number "
+                         "(e.g. 7.5e9)")
+    return int(v)
+
+
+def load_model(name_or_path: str | Path) -> ModelSpec:
+    """A preset (``llama-7b``, ``7b``, ``LLaMA-65B``) or a YAML path.
+
+    >>> load_model("llama-13b").params
+    13015864320
+    """
+    text = str(name_or_path)
+    path = Path(text)
+    if text.endswith((".yaml", ".yml")) or path.is_file():
+        return model_from_dict(read_yaml(path, "model"), where=f"model {str(path)!r}")
+    if is_preset(text):
+        return preset(text)
+    raise InputError(f"unknown model {text!r}; expected a YAML path or one of "
+                     f"{', '.join(known_models())}")

@@ -1,0 +1,143 @@
+"""Training configuration and the mixed-precision byte constants.
+
+Defaults are the PaRO paper's setting (shared/PARO.md, "experimental setting"): micro-batch
+4, 10 accumulation micro-steps, sequence length 512, full training.
+
+>>> t = TrainingSpec()
+>>> t.micro_batch, t.accum_steps, t.seq_len, t.trainable_ratio
+(4, 10, 512, 1.0)
+>>> TrainingSpec(trainable_ratio=parse_trainable_ratio("partial")).trainable_ratio
+0.0625
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+
+from .errors import InputError
+
+# Mixed-precision Adam (shared/PARO.md, "Memory per GPU"; Rajbhandari et al. 2020, ZeRO):
+BYTES_PER_PARAM = 2        # bf16/fp16 parameters, all Ψ (frozen ones too)
+BYTES_PER_GRAD = 2         # bf16/fp16 gradients, trainable Ψ' only
+BYTES_PER_OPTIM_STATE = 12  # fp32 master weights + Adam m + Adam v, trainable Ψ' only
+BYTES_PER_ACTIVATION = 2   # fp16/bf16 activations (Korthikanti et al. 2022 count in these)
+
+# Named trainable ratios Ψ'/Ψ (shared/PARO.md, "Symbols"):
+TRAINABLE_RATIOS: dict[str, float] = {"full": 1.0, "partial": 1 / 16, "peft": 3 / 1000}
+
+# Dense LLM training reaches roughly 40-60% of peak FLOPS (shared/HARDWARE.md, "typical
+# achieved"); we take the middle. It applies to matmul time, not to memory-bound work.
+DEFAULT_COMPUTE_EFFICIENCY = 0.5
+
+
+def parse_trainable_ratio(value: str | float | int) -> float:
+    """Ψ'/Ψ from ``"full"`` (1), ``"partial"`` (1/16), ``"peft"`` (3/1000), a number in
+    (0, 1], or a fraction ``"1/16"``.
+
+    >>> parse_trainable_ratio("peft"), parse_trainable_ratio("1/16"), parse_trainable_ratio(0.5)
+    (0.003, 0.0625, 0.5)
+    """
+    if isinstance(value, bool):
+        raise InputError(f"trainable ratio {value!r} is not a ratio; expected "
+                         f"{', '.join(TRAINABLE_RATIOS)} or a number in (0, 1]")
+    if isinstance(value, (int, float)):
+        r = float(value)
+    else:
+        text = str(value).strip().lower()
+        if text in TRAINABLE_RATIOS:
+            return TRAINABLE_RATIOS[text]
+        m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*(?:/\s*([0-9.eE+-]+))?\s*", text)
+        try:
+            r = float(m.group(1)) / (float(m.group(2)) if m.group(2) else 1.0)
+        except (AttributeError, ValueError, ZeroDivisionError):
+            raise InputError(f"trainable ratio {value!r} is not known; expected "
+                             f"{', '.join(TRAINABLE_RATIOS)}, a number in (0, 1] or a "
+                             "fraction like '1/16'") from None
+    _check_ratio(r, value)
+    return r
+
+
+def _check_ratio(r: float, shown: object) -> None:
+    if not (math.isfinite(r) and 0 < r <= 1):
+        raise InputError(f"trainable ratio {shown!r} must be in (0, 1] (the fraction of "
+                         "parameters that are trained)")
+
+
+def _pos_int(v: object, name: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InputError(f"{name} = {v!r} must be a positive integer")
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """How one global step is run.
+
+    ``micro_batch``: sequences per GPU per micro-step (b). ``accum_steps``: gradient
+    accumulation micro-steps per global step (s). ``seq_len``: tokens per sequence.
+    ``trainable_ratio``: Ψ'/Ψ in (0, 1].
+
+    ``recompute``: full activation recomputation. ``None`` (the default) means *auto*: on
+    exactly when the configuration would not fit in GPU memory without it (resolved by
+    :func:`parosim.memory.resolve_recompute`). This reproduces the paper's choice (LLaMA-65B
+    on, LLaMA-7B off) from a rule instead of a size threshold, and never pays the extra
+    forward when memory allows.
+
+    ``compute_efficiency``: fraction of the GPU's peak FLOP/s that matmuls achieve; default
+    0.5, the middle of the 40-60% MFU that dense training reaches (shared/HARDWARE.md).
+
+    ``overlap_slowdown`` (>= 1): factor the engine applies to compute time while
+    communication runs at the same time (NCCL kernels take SMs and HBM bandwidth from the
+    matmuls). Default 1.0, i.e. no contention: we have no measurement for the paper's cluster,
+    so the simulator stays an optimistic bound until :mod:`parosim.validate` fits it.
+
+    >>> TrainingSpec(micro_batch=2).tokens_per_micro_step
+    1024
+    """
+
+    micro_batch: int = 4
+    accum_steps: int = 10
+    seq_len: int = 512
+    trainable_ratio: float = 1.0
+    recompute: bool | None = None
+    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
+    overlap_slowdown: float = 1.0
+
+    def __post_init__(self) -> None:
+        _pos_int(self.micro_batch, "micro_batch")
+        _pos_int(self.accum_steps, "accum_steps")
+        _pos_int(self.seq_len, "seq_len")
+        if isinstance(self.trainable_ratio, bool) or not isinstance(self.trainable_ratio,
+                                                                    (int, float)):
+            raise InputError(f"trainable_ratio = {self.trainable_ratio!r} must be a number in "
+                             "(0, 1]; use parse_trainable_ratio for names like 'peft'")
+        _check_ratio(float(self.trainable_ratio), self.trainable_ratio)
+        object.__setattr__(self, "trainable_ratio", float(self.trainable_ratio))
+        if self.recompute is not None and not isinstance(self.recompute, bool):
+            raise InputError(f"recompute = {self.recompute!r} must be true, false or None "
+                             "(auto)")
+        e = self.compute_efficiency
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e <= 1:
+            raise InputError(f"compute_efficiency = {e!r} must be a fraction in (0, 1] of "
+                             "peak FLOP/s")
+        o = self.overlap_slowdown
+        if isinstance(o, bool) or not isinstance(o, (int, float)) or not (
+                math.isfinite(o) and o >= 1):
+            raise InputError(f"overlap_slowdown = {o!r} must be a factor >= 1")
+
+    @property
+    def tokens_per_micro_step(self) -> int:
+        """Tokens one GPU processes per micro-step: b x seq_len."""
+        return self.micro_batch * self.seq_len
+
+    @property
+    def tokens_per_gpu_step(self) -> int:
+        """Tokens one GPU processes per global step: b x seq_len x s."""
+        return self.micro_batch * self.seq_len * self.accum_steps
+
+    def with_micro_batch(self, b: int) -> TrainingSpec:
+        return replace(self, micro_batch=b)
+
+    def with_recompute(self, recompute: bool | None) -> TrainingSpec:
+        return replace(self, recompute=recompute)
