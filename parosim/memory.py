@@ -1,0 +1,202 @@
+"""GPU memory per rank: model states, activations, gathered buffers, margin; fits or not.
+
+``total = model_states + activations + buffers + margin`` against the GPU's memory.
+
+* **Model states** (shared/PARO.md): ``2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os``
+  (:func:`parosim.strategies.model_states_bytes`).
+* **Activations** (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models", eq. 1 and section 4.3), fp16/bf16, sequence s, micro-batch b, hidden h,
+  heads a, L layers:
+
+  - per decoder layer without recomputation ``s·b·h·(34 + 5·a·s/h)``;
+  - with full recomputation only each layer's input ``2·s·b·h`` is kept, plus one layer's
+    full working set ``s·b·h·(34 + 5·a·s/h)`` while that layer is recomputed;
+  - output side (section 4.3): final-norm and LM-head inputs ``4·s·b·h`` plus fp32 logits for
+    the cross-entropy ``4·s·b·vocab``. The embedding output is layer 0's input, already
+    counted.
+
+  The 34 + 5as/h coefficients are derived for a GPT layer (4h GeLU MLP, dropout); we apply
+  them to LLaMA unchanged. LLaMA has no dropout masks (fewer bytes) but a wider gated MLP
+  (more bytes); for LLaMA-7B the two roughly cancel (45.5 vs 54 sbh by our itemisation with
+  eager attention), so the published formula is a slightly conservative estimate.
+* **Buffers**: p = I/G hold the gathered bf16 parameters of the layer computing and of the
+  next one being prefetched (one-layer-ahead prefetch, see :mod:`parosim.plan`):
+  ``2 x 2·max_layer_params``. g = I/G hold the full bf16 gradient of the layer whose
+  reduce-scatter is in flight and of the layer the next backward writes:
+  ``2 x 2·max_layer_trainable``. Boundary syncs run in place on the flat buffers (no extra).
+  "Layer" includes the embedding and head pseudo-layers.
+* **Margin**: :data:`MARGIN_FRACTION` of the rest (PyTorch caching-allocator fragmentation)
+  plus :data:`RUNTIME_RESERVE_BYTES` (CUDA context, cuBLAS workspaces, NCCL buffers). Our
+  choice, not a measurement.
+
+A configuration that does not fit is a result (``fits`` False, ``shortfall_bytes`` > 0), not
+an error.
+
+>>> from parosim.models import preset
+>>> from parosim.specs import ClusterSpec
+>>> from parosim.strategies import parse_strategy
+>>> from parosim.training import TrainingSpec
+>>> mb = memory_breakdown(preset("llama-7b"), parse_strategy("NIG"), ClusterSpec(nodes=4),
+...                       TrainingSpec())
+>>> mb.fits, f"{mb.total_bytes / 1e9:.1f} GB"
+(True, '37.7 GB')
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .errors import InputError
+from .models import ModelSpec, nominal_shape
+from .specs import ClusterSpec
+from .strategies import Strategy, model_states_bytes, parse_strategy
+from .training import (
+    BYTES_PER_ACTIVATION,
+    BYTES_PER_GRAD,
+    BYTES_PER_OPTIM_STATE,
+    BYTES_PER_PARAM,
+    TrainingSpec,
+)
+
+MARGIN_FRACTION = 0.10             # allocator fragmentation, fraction of everything else
+RUNTIME_RESERVE_BYTES = 2**30      # CUDA context + cuBLAS workspace + NCCL buffers, 1 GiB
+BUFFERED_LAYERS = 2                # the layer in use + the one being prefetched / reduced
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU. ``shape_estimated``: activations used :func:`nominal_shape`."""
+
+    model_states_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    margin_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    fits: bool
+    shortfall_bytes: float
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    recompute: bool
+    shape_estimated: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def layer_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int) -> float:
+    """Korthikanti et al. 2022, eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer, no recompute.
+
+    >>> from parosim.models import preset
+    >>> f"{layer_activation_bytes(preset('llama-7b'), 4, 512) / 2**20:.0f} MiB"
+    '432 MiB'
+    """
+    model.require_shape("activation memory")
+    s, b, h, a = seq_len, micro_batch, model.hidden, model.heads
+    return s * b * h * (34 + 5 * a * s / h)
+
+
+def output_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int) -> float:
+    """Final norm + LM-head inputs and fp32 logits: 4·s·b·h + 4·s·b·vocab (Korthikanti 4.3)."""
+    model.require_shape("activation memory")
+    sb = seq_len * micro_batch
+    return 4 * sb * model.hidden + 4 * sb * model.vocab
+
+
+def activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int, recompute: bool) -> float:
+    """Activation bytes per GPU for one micro-batch in flight (see module docstring)."""
+    per_layer = layer_activation_bytes(model, micro_batch, seq_len)
+    kept = (BYTES_PER_ACTIVATION * seq_len * micro_batch * model.hidden if recompute
+            else per_layer)
+    working = per_layer if recompute else 0.0
+    return model.layers * kept + working + output_activation_bytes(model, micro_batch, seq_len)
+
+
+def buffer_bytes(model: ModelSpec, strategy: Strategy, trainable_ratio: float) -> float:
+    """Gathered-parameter and gradient-reduction buffers (see module docstring)."""
+    biggest = max(model.layer_params, model.embedding_params, model.head_params)
+    total = 0.0
+    if strategy.p.value != "N":
+        total += BUFFERED_LAYERS * BYTES_PER_PARAM * biggest
+    if strategy.g.value != "N":
+        total += BUFFERED_LAYERS * BYTES_PER_GRAD * biggest * trainable_ratio
+    return total
+
+
+def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
+               training: TrainingSpec, recompute: bool) -> MemoryBreakdown:
+    n, m = cluster.gpus, cluster.group_size
+    psi, psi_t = model.params, model.params * training.trainable_ratio
+    d_p, d_g, d_os = strategy.divisors(n, m)
+    states = model_states_bytes(strategy, psi, psi_t, n, m)
+    shaped = nominal_shape(model)
+    acts = activation_bytes(shaped, training.micro_batch, training.seq_len, recompute)
+    bufs = buffer_bytes(shaped, strategy, training.trainable_ratio)
+    margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
+    total = states + acts + bufs + margin
+    cap = float(cluster.gpu.memory_bytes)
+    return MemoryBreakdown(
+        model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
+        margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
+        shortfall_bytes=max(0.0, total - cap), params_bytes=BYTES_PER_PARAM * psi / d_p,
+        grads_bytes=BYTES_PER_GRAD * psi_t / d_g,
+        optimizer_bytes=BYTES_PER_OPTIM_STATE * psi_t / d_os, recompute=recompute,
+        shape_estimated=not model.has_shape)
+
+
+def resolve_recompute(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
+                      training: TrainingSpec) -> bool:
+    """``training.recompute`` if set; auto (None): on iff it would not fit without.
+
+    >>> from parosim.models import preset
+    >>> args = (parse_strategy("GGG"), ClusterSpec(nodes=4), TrainingSpec())
+    >>> resolve_recompute(preset("llama-7b"), *args), resolve_recompute(preset("65b"), *args)
+    (False, True)
+    """
+    if training.recompute is not None:
+        return training.recompute
+    strategy = parse_strategy(strategy)
+    return not _breakdown(model, strategy, cluster, training, recompute=False).fits
+
+
+def memory_breakdown(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
+                     training: TrainingSpec) -> MemoryBreakdown:
+    """Bytes per GPU for ``strategy`` on ``cluster`` (see module docstring for the terms).
+
+    Works for params-only models too: activations then use :func:`nominal_shape` and
+    ``shape_estimated`` is True.
+    """
+    strategy = parse_strategy(strategy)
+    recompute = resolve_recompute(model, strategy, cluster, training)
+    return _breakdown(model, strategy, cluster, training, recompute)
+
+
+def max_micro_batch(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
+                    training: TrainingSpec, limit: int = 1 << 16) -> int:
+    """The largest micro-batch that fits (0 if even 1 does not), up to ``limit``.
+
+    Memory grows with b (activations are linear in b), and under auto recomputation
+    "fits" = fits without or fits with recomputation, also monotone; so bisection is exact.
+
+    >>> from parosim.models import preset
+    >>> max_micro_batch(preset("llama-7b"), "NNN", ClusterSpec(nodes=4), TrainingSpec())
+    0
+    """
+    strategy = parse_strategy(strategy)
+    if not isinstance(limit, int) or limit < 1:
+        raise InputError(f"limit = {limit!r} must be a positive integer")
+
+    def fits(b: int) -> bool:
+        return memory_breakdown(model, strategy, cluster, training.with_micro_batch(b)).fits
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and fits(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)          # lo fits, hi does not (or is past the limit)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
