@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import simpy
 
-from .collectives.types import Phase, Program
 from .network import PS, Network, to_ps
+
+if TYPE_CHECKING:  # the collectives package imports this module
+    from .collectives.types import Phase, Program
 
 
 class DeadlockError(RuntimeError):

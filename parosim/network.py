@@ -31,13 +31,16 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import numpy as np
 import simpy
 
-from .collectives.types import RingSet
 from .errors import InputError
+
+if TYPE_CHECKING:  # the collectives package imports this module
+    from .collectives.types import RingSet
 
 PS = 10**12  # simulated time unit: picoseconds per second
 

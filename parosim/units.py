@@ -26,8 +26,9 @@ _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _SIZE_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTP]i?)?(B|bytes?)?\s*$")
 _BW_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTP]i?)?(bps|bit/s|b/s|Bps|B/s)\s*$")
 _TIME_RE = re.compile(rf"^\s*{_NUM}\s*(ps|ns|us|µs|ms|s|min|h)\s*$")
-_TIME = {"ps": 1e-12, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0,
-         "h": 3600.0}
+# seconds = value * mul / div (dividing by 1e6 gives 5us == 5e-06 exactly, multiplying does not)
+_TIME = {"ps": (1.0, 1e12), "ns": (1.0, 1e9), "us": (1.0, 1e6), "µs": (1.0, 1e6),
+         "ms": (1.0, 1e3), "s": (1.0, 1.0), "min": (60.0, 1.0), "h": (3600.0, 1.0)}
 
 
 def _prefix(p: str | None) -> float:
@@ -103,7 +104,8 @@ def parse_time(text: str | int | float, what: str = "latency", allow_zero: bool 
         if not m:
             raise InputError(f"{what} {text!r} is not a time; expected a number with a unit "
                              "ps, ns, us, ms, s, e.g. '5us'")
-        value = float(m.group(1)) * _TIME[m.group(2)]
+        mul, div = _TIME[m.group(2)]
+        value = float(m.group(1)) * mul / div
     _positive(value, text, what, allow_zero)
     return value
 

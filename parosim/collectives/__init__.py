@@ -7,10 +7,16 @@ network.
 
 from .cost import phase_time, program_time, ring_alpha_beta
 from .lowering import lower, scope_rings, scope_size
-from .simulate import CollectiveResult, closed_form_time, simulate_collective, simulate_program
+from .simulate import (
+                       CollectiveResult,
+                       closed_form_time,
+                       simulate_collective,
+                       simulate_concurrent,
+                       simulate_program,
+)
 from .types import Algo, Op, Phase, Program, RingSet, Scope, parse_enum
 
 __all__ = ["Algo", "CollectiveResult", "Op", "Phase", "Program", "RingSet", "Scope",
            "closed_form_time", "lower", "parse_enum", "phase_time", "program_time",
            "ring_alpha_beta", "scope_rings", "scope_size", "simulate_collective",
-           "simulate_program"]
+           "simulate_concurrent", "simulate_program"]

@@ -1,0 +1,38 @@
+"""Engine mechanics: lane semantics as a timeline, deadlock detection."""
+
+import pytest
+
+from parosim.engine import CountingEnvironment, DeadlockError, check_finished, run_lanes
+from parosim.network import PS
+
+
+def test_lanes_run_in_order_and_respect_deps():
+    env = CountingEnvironment()
+    # item: (lane, duration_s, deps)
+    items = [("a", 1.0, ()), ("a", 2.0, ()), ("b", 0.5, (0,)), ("b", 1.0, (1,))]
+    records = []
+
+    def body(i):
+        yield env.timeout(int(items[i][1] * PS))
+
+    run_lanes(env, items, lambda i: items[i][0], lambda i: items[i][2], lambda i: f"op{i}",
+              body, records.append)
+    env.run()
+    got = [(r.name, r.lane, r.start_s, r.end_s) for r in records]
+    assert got == [("op0", "a", 0.0, 1.0), ("op2", "b", 1.0, 1.5), ("op1", "a", 1.0, 3.0),
+                   ("op3", "b", 3.0, 4.0)]
+
+
+def test_deadlock_is_detected_and_named():
+    env = CountingEnvironment()
+    items = [("a", (1,)), ("b", (0,))]  # a waits for b, b waits for a
+
+    def body(i):
+        yield env.timeout(1)
+
+    done = run_lanes(env, items, lambda i: items[i][0], lambda i: items[i][1],
+                     lambda i: f"op{i}", body)
+    env.run()  # returns: no event pending
+    with pytest.raises(DeadlockError, match="'op0' on lane 'a', which waits for op1"):
+        check_finished(done, lambda i: f"op{i}", lambda i: items[i][1],
+                       lambda i: items[i][0], env)
