@@ -191,7 +191,8 @@ def nominal_shape(model: ModelSpec) -> ModelSpec:
 
     Used only to *estimate* activation memory of a params-only model. LLaMA keeps
     layers ≈ hidden / 128 (7B: 32 x 4096, 13B: 40 x 5120) and ffn ≈ 8h/3 rounded up to 256,
-    so Ψ ≈ 12·L·h² = 12·h³/128 gives h = (128 Ψ / 12)^(1/3), rounded to a multiple of 128.
+    so Ψ - 2·vocab·h ≈ 12·L·h² = 12·h³/128, solved for h by fixed-point iteration and
+    rounded to a multiple of 128.
     A shaped model is returned unchanged.
 
     >>> s = nominal_shape(ModelSpec("x", params=6_738_415_616))
@@ -200,7 +201,10 @@ def nominal_shape(model: ModelSpec) -> ModelSpec:
     """
     if model.has_shape:
         return model
-    h = max(128, 128 * round((128 * model.params / 12) ** (1 / 3) / 128))
+    h = (128 * model.params / 12) ** (1 / 3)
+    for _ in range(8):  # take the embedding and head (2·vocab·h) out of the budget
+        h = (128 * max(model.params - 2 * LLAMA_VOCAB * h, 1.0) / 12) ** (1 / 3)
+    h = max(128, 128 * round(h / 128))
     ffn = 256 * math.ceil(8 * h / 3 / 256)
     return ModelSpec(f"{model.name} (nominal shape)", layers=max(1, h // 128), hidden=h,
                      ffn_hidden=ffn, heads=h // 128, vocab=LLAMA_VOCAB)

@@ -56,7 +56,20 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
     return ModelSpec(name, params=_count(data["params"], where))
 
 
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
 def _count(value: Any, where: str) -> int:
+    """A parameter count: a number, or a string like ``7.5e9`` or ``7.5B`` (PyYAML reads
+    ``7.5e9`` without a sign in the exponent as a string)."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        scale = _SUFFIX.get(text[-1:], 1.0)
+        try:
+            value = float(text[:-1] if scale != 1.0 else text) * scale
+        except ValueError:
+            raise InputError(f"{where}: params = {value!r} must be a number of parameters "
+                             "(e.g. 7.5e9 or 7.5B)") from None
     v = number(value, f"{where}: params")
     if not (v >= 1 and v == int(v)):
         raise InputError(f"{where}: params = {value!r} must be a positive whole number "
