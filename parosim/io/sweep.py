@@ -1,0 +1,444 @@
+"""Sweep specs (YAML) in, ``results.csv`` out: the file side of :mod:`parosim.sweep`.
+
+A sweep spec names a grid; the sweep runs one point per element of the grid's product::
+
+    name: allgather-1gb
+    kind: collective            # step | collective
+    mode: engine                # engine (simpy flow-level replay) | analytic (closed form)
+    grid:                       # key -> list (or scalar); the product of all, first key slowest
+      nodes: [2, 4, 8, 16]
+      algo: [ring, hierarchical, ho-ring]
+    fixed:                      # optional: the same value for every point
+      cluster: paper-a100-roce
+      op: all-gather
+      size: 1GB
+    figures:                    # optional: plots made from results.csv (see parosim.plots)
+      - collectives
+      - {plot: collectives, x: size_bytes, by: [nodes]}
+
+Keys are checked strictly and every value is parsed up front (presets exist, strategies and
+algorithms are known, sizes and bandwidths parse) so that a bad spec fails with one
+:class:`~parosim.errors.InputError` before any work starts. Combinations that only fail
+together (e.g. ``group_nodes`` not dividing ``nodes``) are per-point problems: those points
+become rows with ``status: error`` and the sweep goes on.
+
+``results.csv`` is append-only while a sweep runs (one ``write`` + ``fsync`` per row) and is
+read back on resume: a torn last line (the process was killed mid-write) is dropped, so is
+any line that does not parse to the header's width.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import json
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .yamlspec import check_keys, positive_int, read_yaml
+
+KINDS = ("step", "collective")
+MODES = ("engine", "analytic")
+_TOP = {"name", "kind", "mode", "grid", "fixed", "figures", "description", "notes"}
+
+# ---------------------------------------------------------------------------------------------
+# Columns. Every column of results.csv, with its unit, in file order (inputs, then outputs).
+# ---------------------------------------------------------------------------------------------
+
+_ID_COLUMNS: dict[str, str] = {
+    "point_id": "stable id of the point: first 16 hex digits of sha256 of its normalized "
+                "JSON (sorted keys); the key used for resume",
+}
+_STEP_INPUTS: dict[str, str] = {
+    "kind": "point kind: step",
+    "mode": "engine (simpy flow-level replay) or analytic (closed-form alpha-beta)",
+    "model": "model preset or YAML path (e.g. llama-7b)",
+    "cluster": "cluster preset or YAML path (e.g. paper-a100-roce)",
+    "nodes": "nodes in the cluster (count)",
+    "group_nodes": "nodes per PaRO group (count; 1 = a group is a node)",
+    "strategy": "PaRO strategy as given in the spec (e.g. NIG, PaRO-NIG, zero3)",
+    "algo": "collective algorithm: ring, hierarchical or ho-ring",
+    "trainable_ratio": "trainable fraction as given: full (1), partial (1/16), peft (3/1000) "
+                       "or a number",
+    "micro_batch": "sequences per GPU per micro-step (count)",
+    "accum": "gradient-accumulation micro-steps per global step (count)",
+    "seq_len": "tokens per sequence (count)",
+    "nic_bandwidth": "override of the per-NIC bandwidth as given (e.g. 200Gbps); empty = "
+                     "the preset's",
+    "intra_bandwidth": "override of the per-GPU intra-node bandwidth as given; empty = the "
+                       "preset's",
+}
+_COMMON_OUTPUTS: dict[str, str] = {
+    "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
+    "reason": "why a point is not ok (empty when ok)",
+    "gpus": "GPUs in the job, n (count)",
+}
+_STEP_OUTPUTS: dict[str, str] = {
+    "step_time_s": "time of one global step (s)",
+    "tokens_per_s": "training throughput of the whole job (tokens/s)",
+    "tokens_per_s_per_gpu": "throughput per GPU (tokens/s/GPU)",
+    "samples_per_s": "throughput of the whole job (sequences/s)",
+    "tflops_per_gpu": "achieved model TFLOP/s per GPU (1e12 FLOP/s)",
+    "mfu": "model FLOPs utilisation: achieved / peak FLOP/s (fraction 0..1)",
+    "exposed_comm_s": "communication time not hidden behind compute, per step (s)",
+    "bytes_intra": "bytes sent per GPU per global step over intra-group links (bytes)",
+    "bytes_inter": "bytes sent per GPU per global step over inter-group links (bytes)",
+    "model_states_bytes": "parameters + gradients + optimizer states per GPU (bytes)",
+    "activations_bytes": "activation memory per GPU (bytes)",
+    "buffers_bytes": "gathered-layer, prefetch and communication buffers per GPU (bytes)",
+    "total_bytes": "total memory per GPU incl. fragmentation margin (bytes)",
+    "capacity_bytes": "GPU memory capacity (bytes)",
+    "fits": "total_bytes <= capacity_bytes (True/False)",
+}
+_COLL_INPUTS: dict[str, str] = {
+    "kind": "point kind: collective",
+    "mode": "engine (simpy flow-level replay) or analytic (closed-form alpha-beta)",
+    "cluster": "cluster preset or YAML path",
+    "nodes": "nodes in the cluster (count)",
+    "group_nodes": "nodes per PaRO group (count)",
+    "op": "all-gather, reduce-scatter or all-reduce",
+    "scope": "global (all n GPUs), intra (each group) or inter (same local index across "
+             "groups)",
+    "size": "full buffer as given (nccl-tests: AG output, RS input, AR buffer)",
+    "algo": "ring, hierarchical or ho-ring",
+    "nic_bandwidth": "override of the per-NIC bandwidth as given; empty = the preset's",
+    "intra_bandwidth": "override of the per-GPU intra-node bandwidth as given; empty = the "
+                       "preset's",
+}
+_LINK_CLASSES = ("nvlink", "pcie", "nic", "uplink")
+_COLL_OUTPUTS: dict[str, str] = {
+    "ring_size": "k: ranks per ring instance of the scope (count)",
+    "size_bytes": "full buffer (bytes)",
+    "time_s": "collective time: simulated (engine) or closed form (analytic) (s)",
+    "closed_form_s": "alpha-beta closed-form time of the same lowering (s)",
+    "algbw_GBps": "algorithm bandwidth size_bytes / time_s (GB/s, 1e9 bytes/s)",
+    "busbw_GBps": "nccl-tests bus bandwidth (GB/s, 1e9 bytes/s)",
+    "chunks": "HO-Ring pipeline chunks (count; 1 for the others)",
+    "events": "simpy events scheduled (count; 0 in analytic mode)",
+    **{f"bytes_{c}": f"bytes carried by all {c} links together (bytes; engine mode only)"
+       for c in _LINK_CLASSES},
+    **{f"busy_s_{c}": f"busy time of the busiest {c} link (s; engine mode only)"
+       for c in _LINK_CLASSES},
+}
+
+COLUMNS: dict[str, dict[str, str]] = {
+    "step": {**_ID_COLUMNS, **_STEP_INPUTS, **_COMMON_OUTPUTS, **_STEP_OUTPUTS},
+    "collective": {**_ID_COLUMNS, **_COLL_INPUTS, **_COMMON_OUTPUTS, **_COLL_OUTPUTS},
+}
+INPUT_KEYS: dict[str, tuple[str, ...]] = {
+    "step": tuple(k for k in _STEP_INPUTS if k != "kind"),
+    "collective": tuple(k for k in _COLL_INPUTS if k != "kind"),
+}
+
+
+def columns_markdown(kind: str) -> str:
+    """The column documentation of ``results.csv`` as a Markdown table (``columns.md``)."""
+    lines = [f"# results.csv columns ({kind} sweep)", "",
+             "One row per grid point, in grid order (first grid key slowest). Empty cell = not "
+             "applicable or not given.", "", "| column | meaning (unit) |", "|---|---|"]
+    lines += [f"| `{k}` | {v} |" for k, v in COLUMNS[kind].items()]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec.
+# ---------------------------------------------------------------------------------------------
+
+FIGURE_KEYS = {"plot", "by", "file", "x", "metric", "hue", "title"}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed, validated sweep spec. ``points()`` is the grid in order."""
+
+    name: str
+    kind: str
+    mode: str
+    grid: dict[str, tuple[Any, ...]]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    figures: tuple[dict[str, Any], ...] = ()
+    description: str = ""
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every point of the grid (a plain dict), first grid key varying slowest.
+
+        >>> s = SweepSpec("s", "collective", "analytic", {"nodes": (2, 4), "algo": ("ring",)},
+        ...               {"cluster": "paper-a100-roce"})
+        >>> [p["nodes"] for p in s.points()]
+        [2, 4]
+        """
+        keys = list(self.grid)
+        out = []
+        for combo in itertools.product(*(self.grid[k] for k in keys)):
+            p: dict[str, Any] = {"kind": self.kind, "mode": self.mode, **self.fixed}
+            p.update(zip(keys, combo, strict=False))
+            out.append(p)
+        return out
+
+
+def point_id(point: dict[str, Any]) -> str:
+    """Stable id of a point: sha256 of its JSON with sorted keys (16 hex digits).
+
+    >>> point_id({"a": 1, "b": "x"}) == point_id({"b": "x", "a": 1})
+    True
+    """
+    text = json.dumps(point, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _as_list(value: Any, key: str, where: str) -> tuple[Any, ...]:
+    vals = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if not vals:
+        raise InputError(f"{where}: grid key {key!r} has an empty list; expected at least one "
+                         "value")
+    for v in vals:
+        if isinstance(v, (dict, list)) or v is None:
+            raise InputError(f"{where}: {key} value {v!r} must be a scalar (string or number)")
+    return vals
+
+
+def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
+    """Parse each value on its own, with the parsers the simulator itself uses."""
+    from ..collectives import Algo, Op, Scope, parse_enum
+    from ..units import parse_bandwidth, parse_size
+    from .cluster import load_cluster
+
+    def mode(v: Any) -> None:
+        if v not in MODES:
+            raise InputError(f"mode {v!r} is not known; expected one of {', '.join(MODES)}")
+
+    common: dict[str, Callable[[Any], object]] = {
+        "mode": mode,
+        "cluster": load_cluster,
+        "nodes": lambda v: positive_int(v, "nodes"),
+        "group_nodes": lambda v: positive_int(v, "group_nodes"),
+        "algo": lambda v: parse_enum(Algo, v, "algo"),
+        "nic_bandwidth": lambda v: parse_bandwidth(v, "nic_bandwidth"),
+        "intra_bandwidth": lambda v: parse_bandwidth(v, "intra_bandwidth"),
+    }
+    if kind == "collective":
+        return {**common, "op": lambda v: parse_enum(Op, v, "op"),
+                "scope": lambda v: parse_enum(Scope, v, "scope"),
+                "size": lambda v: parse_size(v, "size")}
+    return {**common, "model": _parse_model, "strategy": _parse_strategy,
+            "trainable_ratio": _parse_ratio,
+            "micro_batch": lambda v: positive_int(v, "micro_batch"),
+            "accum": lambda v: positive_int(v, "accum"),
+            "seq_len": lambda v: positive_int(v, "seq_len")}
+
+
+def _parse_model(v: Any) -> object:
+    from .model import load_model
+    return load_model(v)
+
+
+def _parse_ratio(v: Any) -> object:
+    from ..training import parse_trainable_ratio
+    return parse_trainable_ratio(v)
+
+
+def _parse_strategy(v: Any) -> object:
+    try:
+        from ..strategies import parse_strategy
+    except ImportError:  # the strategies module is not there yet: the point reports it
+        return v
+    return parse_strategy(v)
+
+
+def _figures(raw: Any, where: str) -> tuple[dict[str, Any], ...]:
+    from ..plots import SWEEP_PLOTS  # names only; matplotlib is imported lazily there
+
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InputError(f"{where}: figures must be a list of plot names or mappings")
+    out = []
+    for f in raw:
+        fig = {"plot": f} if isinstance(f, str) else f
+        if not isinstance(fig, dict) or "plot" not in fig:
+            raise InputError(f"{where}: figure {f!r} must be a plot name or a mapping with "
+                             "'plot'")
+        check_keys(fig, FIGURE_KEYS, f"{where}: figure")
+        if fig["plot"] not in SWEEP_PLOTS:
+            raise InputError(f"{where}: figure plot {fig['plot']!r} is not known; expected one "
+                             f"of {', '.join(SWEEP_PLOTS)}")
+        by = fig.get("by", [])
+        fig = {**fig, "by": [by] if isinstance(by, str) else list(by)}
+        out.append(fig)
+    return tuple(out)
+
+
+def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec") -> SweepSpec:
+    """Build and validate a :class:`SweepSpec` from a parsed YAML mapping."""
+    check_keys(data, _TOP, where)
+    kind = data.get("kind", "step")
+    if kind not in KINDS:
+        raise InputError(f"{where}: kind {kind!r} is not known; expected one of "
+                         f"{', '.join(KINDS)}")
+    mode = data.get("mode", "engine")
+    grid_raw = data.get("grid")
+    if not isinstance(grid_raw, dict) or not grid_raw:
+        raise InputError(f"{where}: 'grid' must be a non-empty mapping of key -> list of "
+                         "values")
+    fixed = data.get("fixed") or {}
+    if not isinstance(fixed, dict):
+        raise InputError(f"{where}: 'fixed' must be a mapping of key -> value")
+    allowed = set(INPUT_KEYS[kind])
+    check_keys(grid_raw, allowed, f"{where}: grid")
+    check_keys(fixed, allowed, f"{where}: fixed")
+    both = sorted(set(grid_raw) & set(fixed))
+    if both:
+        raise InputError(f"{where}: key {both[0]!r} is in both grid and fixed; give it once")
+    grid = {str(k): _as_list(v, k, where) for k, v in grid_raw.items()}
+    for k, v in fixed.items():
+        _as_list(v, k, where)
+    validators = _validators(kind)
+    validators["mode"](mode)
+    values = [(k, v) for k, vs in grid.items() for v in vs] + list(fixed.items())
+    seen: set[tuple[str, str]] = set()
+    for k, v in values:
+        if (k, repr(v)) not in seen:
+            seen.add((k, repr(v)))
+            validators[k](v)
+    if kind == "step" and "model" not in grid and "model" not in fixed:
+        raise InputError(f"{where}: a step sweep needs 'model' in grid or fixed")
+    return SweepSpec(name=str(data.get("name", "sweep")), kind=kind, mode=mode, grid=grid,
+                     fixed=dict(fixed), figures=_figures(data.get("figures"), where),
+                     description=str(data.get("description", "")))
+
+
+def load_sweep_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep spec YAML file.
+
+    >>> load_sweep_spec("experiments/03_allgather_1gb/sweep.yaml").kind  # doctest: +SKIP
+    'collective'
+    """
+    return sweep_from_dict(read_yaml(path, "sweep spec"), where=f"sweep spec {str(path)!r}")
+
+
+def check_out_dir(out_dir: str | Path) -> Path:
+    """Create ``out_dir`` if needed and prove it is writable (else :class:`InputError`)."""
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise InputError(f"output directory {str(d)!r} is not writable: "
+                         f"{e.strerror or e}") from None
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# results.csv: append one row at a time, read back tolerantly, rewrite sorted.
+# ---------------------------------------------------------------------------------------------
+
+def format_cell(v: Any) -> str:
+    """One CSV cell: floats by ``repr`` (round-trips exactly), None/NaN empty, no newlines."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float) or type(v).__name__.startswith("float"):
+        f = float(v)
+        return "" if math.isnan(f) else repr(f)
+    if hasattr(v, "item") and not isinstance(v, str):  # numpy scalars
+        return format_cell(v.item())
+    return " ".join(str(v).split("\n"))
+
+
+def _line(cells: Iterable[str]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(list(cells))
+    return buf.getvalue()
+
+
+class ResultsLog:
+    """``results.csv`` as an append-only log keyed by ``point_id``.
+
+    Opening reads what is there (dropping a torn last line and rows of the wrong width),
+    rewrites the clean part, and keeps the file open for appends. A header that differs from
+    ``columns`` means another kind of sweep wrote the file: :class:`InputError`.
+    """
+
+    def __init__(self, path: str | Path, columns: list[str]) -> None:
+        self.path = Path(path)
+        self.columns = list(columns)
+        self.rows: dict[str, list[str]] = {}
+        self.dropped = 0
+        if self.path.exists():
+            self._recover()
+        else:
+            self._rewrite([])
+        self._fh = open(self.path, "a", encoding="utf-8", newline="")
+
+    def _recover(self) -> None:
+        text = self.path.read_text(encoding="utf-8", errors="replace")
+        complete, _, torn = text.rpartition("\n")
+        self.dropped += bool(torn)
+        lines = complete.split("\n") if complete else []
+        if not lines:
+            self._rewrite([])
+            return
+        header = next(csv.reader([lines[0]]))
+        if header != self.columns:
+            raise InputError(f"{str(self.path)!r} holds results of a different sweep (its "
+                             "columns differ); use another --out directory or remove the file")
+        good = []
+        for line in lines[1:]:
+            try:
+                cells = next(csv.reader([line]))
+            except (csv.Error, StopIteration):
+                cells = []
+            if len(cells) != len(self.columns) or not cells[0]:
+                self.dropped += 1
+                continue
+            if cells[0] not in self.rows:
+                good.append(cells)
+            self.rows[cells[0]] = cells
+        self._rewrite(good)
+
+    def _rewrite(self, rows: list[list[str]]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(_line(self.columns))
+            for r in rows:
+                fh.write(_line(r))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Write one row (one ``write`` call, then flush and fsync) and remember it."""
+        cells = [format_cell(row.get(c)) for c in self.columns]
+        self._fh.write(_line(cells))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.rows[cells[0]] = cells
+
+    def finalize(self, order: list[str]) -> int:
+        """Rewrite the file with the rows of ``order`` in that order; return rows dropped
+        because their id is not in ``order`` (they go to ``results.stale.csv``)."""
+        self.close()
+        wanted = set(order)
+        self._rewrite([self.rows[i] for i in order if i in self.rows])
+        stale = [r for i, r in self.rows.items() if i not in wanted]
+        stale_path = self.path.with_name("results.stale.csv")
+        if stale:
+            with open(stale_path, "w", encoding="utf-8", newline="") as fh:
+                fh.write(_line(self.columns))
+                for r in stale:
+                    fh.write(_line(r))
+        return len(stale)
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
