@@ -90,6 +90,7 @@ class FlowSet:
     counts: np.ndarray     # flows per link (already scaled for symmetry)
     alpha_s: float         # slowest hop's path latency (seconds)
     flows: int             # flows in the whole ring set
+    id: int = 0            # position in the network's flow-set table (cache keys)
 
 
 @dataclass
@@ -120,6 +121,7 @@ class LinkStats:
     bytes: dict[str, float] = field(default_factory=dict)
     busy_s: dict[str, float] = field(default_factory=dict)
     links: dict[str, int] = field(default_factory=dict)
+    gpu_egress: dict[str, float] = field(default_factory=dict)  # bytes GPUs sent, by class
 
 
 class Network:
@@ -142,7 +144,12 @@ class Network:
         self._cap: list[float] = []
         self._class: list[str] = []
         self._orbit: list[int] = []
+        self._from_gpu: list[bool] = []
         self._flowsets: dict[RingSet, FlowSet] = {}
+        # max-min rates depend only on which flow sets are active: cache them by that multiset
+        self._fill_cache: dict[tuple[int, ...], tuple[list[float], np.ndarray]] = {}
+        self._key: tuple[int, ...] = ()
+        self._key_time: dict[tuple[int, ...], list] = {}  # key -> [load vector, time]
         self._active: list[_Transfer] = []
         self._pending: list[_Transfer] = []
         self._seq = 0
@@ -185,10 +192,12 @@ class Network:
             self._cap.append(d["bandwidth_Bps"] / PS)
             self._class.append(d["link_class"])
             self._orbit.append(self.scale if (mu or mv) else 1)
+            self._from_gpu.append(self.graph.nodes[ru]["kind"] == "gpu")
             grow = np.zeros(1)
             self._bytes = np.concatenate([self._bytes, grow])
             self._busy = np.concatenate([self._busy, grow])
             self._load = np.concatenate([self._load, grow])
+            self._fill_cache.clear()  # cached load vectors have the old length
         return idx
 
     def flowset(self, ringset: RingSet) -> FlowSet:
@@ -219,7 +228,7 @@ class Network:
         cnt = np.array([counts[i] for i in idx], dtype=float)
         if self.scale > 1:
             cnt *= self.scale / np.array([self._orbit[i] for i in idx], dtype=float)
-        fs = FlowSet(idx, cnt, alpha, sum(1 for _ in ringset.hops()))
+        fs = FlowSet(idx, cnt, alpha, sum(1 for _ in ringset.hops()), len(self._flowsets))
         self._flowsets[ringset] = fs
         return fs
 
@@ -255,8 +264,11 @@ class Network:
         if dt > 0:
             for t in self._active:
                 t.remaining -= t.rate * dt
-            self._bytes += self._load * dt
-            self._busy += (self._load > 0) * dt
+            if self._active:  # link statistics are summed per active multiset at the end
+                entry = self._key_time.get(self._key)
+                if entry is None:
+                    entry = self._key_time[self._key] = [self._load, 0]
+                entry[1] += dt
         self._last = now
 
     def _update(self, _ev) -> None:
@@ -278,46 +290,71 @@ class Network:
             self._schedule_update(nxt)
 
     def _waterfill(self) -> None:
-        """Weighted max-min fair rates by progressive filling."""
+        """Weighted max-min fair rates by progressive filling (cached per active multiset;
+        the active list is in start order, and equal flow sets get equal rates)."""
+        key = tuple(t.fs.id for t in self._active)
+        hit = self._fill_cache.get(key)
+        if hit is None:
+            hit = self._fill_cache[key] = self._progressive_filling([t.fs for t in
+                                                                      self._active])
+        rates, self._load = hit
+        self._key = key
+        for t, r in zip(self._active, rates, strict=True):
+            t.rate = r
+
+    def _progressive_filling(self, sets: list[FlowSet]) -> tuple[list[float], np.ndarray]:
         cap = np.array(self._cap)
         load = np.zeros(len(cap))
-        todo = list(self._active)
+        rates = [0.0] * len(sets)
+        todo = list(range(len(sets)))
         while todo:
             denom = np.zeros(len(cap))
-            for t in todo:
-                denom[t.fs.links] += t.fs.counts
+            for i in todo:
+                denom[sets[i].links] += sets[i].counts
             used = denom > 0
             share = np.full(len(cap), np.inf)
             share[used] = np.maximum(cap[used], 0.0) / denom[used]
             level = float(share.min())
             if not level > 0:
-                names = [k for k, i in self._link_idx.items() if used[i] and share[i] <= 0]
+                names = [k for k, j in self._link_idx.items() if used[j] and share[j] <= 0]
                 raise RuntimeError(f"no capacity left on link {names[0]} for active transfers")
             bott = share <= level * (1 + 1e-9)
             rest = []
-            for t in todo:
-                if bott[t.fs.links].any():
-                    t.rate = level
-                    cap[t.fs.links] -= t.fs.counts * level
-                    load[t.fs.links] += t.fs.counts * level
+            for i in todo:
+                fs = sets[i]
+                if bott[fs.links].any():
+                    rates[i] = level
+                    cap[fs.links] -= fs.counts * level
+                    load[fs.links] += fs.counts * level
                 else:
-                    rest.append(t)
+                    rest.append(i)
             todo = rest
-        self._load = load
+        return rates, load
 
     @property
     def busy(self) -> bool:
         return bool(self._active or self._pending)
 
+    def _fold_key_time(self) -> None:
+        """Add the time spent under each active multiset to the per-link statistics."""
+        for load, dt in self._key_time.values():
+            n = len(load)
+            self._bytes[:n] += load * dt
+            self._busy[:n] += (load > 0) * dt
+        self._key_time = {}
+
     def link_stats(self) -> LinkStats:
         """Bytes (summed over every link of a class, each hop counted) and busy seconds of the
         busiest link of each class, since the start."""
         self._advance()
+        self._fold_key_time()
         st = LinkStats()
         orbit = np.array(self._orbit, dtype=float)
         for i, cls in enumerate(self._class):
             st.bytes[cls] = st.bytes.get(cls, 0.0) + self._bytes[i] * orbit[i]
             st.busy_s[cls] = max(st.busy_s.get(cls, 0.0), self._busy[i] / PS)
+            if self._from_gpu[i]:
+                st.gpu_egress[cls] = st.gpu_egress.get(cls, 0.0) + self._bytes[i] * orbit[i]
         for _, _, cls in self.graph.edges(data="link_class"):
             st.links[cls] = st.links.get(cls, 0) + 1
         return st

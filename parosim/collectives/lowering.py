@@ -121,15 +121,42 @@ class HORing:
 
 
 def best_chunks(spec: ClusterSpec, op: Op, size: float) -> int:
-    """The K in 1..max_chunks minimising the closed-form HO-Ring time (smallest K on ties)."""
-    from .cost import program_time
+    """The K in 1..max_chunks minimising the closed-form HO-Ring time (smallest K on ties).
 
-    best_k, best_t = 1, None
+    Evaluates the same lane recurrence as :func:`parosim.collectives.cost.program_time` on
+    per-chunk phase costs, without building a Program per K.
+    """
+    from .cost import ring_alpha_beta
+
+    a_in, b_in = ring_alpha_beta(spec, scope_rings(spec, Scope.INTRA))
+    a_out, b_out = ring_alpha_beta(spec, scope_rings(spec, Scope.INTER))
+    m, ng = spec.group_size, spec.groups
+
+    def ring(k: int, f: int, alpha: float, bw: float, buf: float) -> float:
+        return f * (k - 1) * alpha + f * (k - 1) / k * buf / bw
+
+    best_k, best_t = 1, float("inf")
     for k in range(1, spec.collective.ho_ring_max_chunks + 1):
-        t = program_time(spec, _hierarchical(spec, op, size, k, Algo.HO_RING))
-        if best_t is None or t < best_t * (1 - 1e-12):
+        intra = ring(m, 1, a_in, b_in, size / k)
+        if op is Op.ALL_REDUCE:
+            inter = ring(ng, 2, a_out, b_out, size / (m * k))
+            t = _ar_pipeline(k, intra, inter)
+        else:
+            inter = ring(ng, 1, a_out, b_out, size / (m * k))
+            t = intra + inter + (k - 1) * max(intra, inter)
+        if t < best_t * (1 - 1e-12):
             best_k, best_t = k, t
     return best_k
+
+
+def _ar_pipeline(k: int, rs: float, ar: float) -> float:
+    """End of the HO-Ring all-reduce lanes: intra RS x k, then intra AG x k; inter AR x k."""
+    intra_free = k * rs                  # every RS done back to back first
+    inter_free = 0.0
+    for c in range(k):
+        inter_free = max(inter_free, (c + 1) * rs) + ar
+        intra_free = max(intra_free, inter_free) + rs  # AG c (same cost as RS c)
+    return intra_free
 
 
 ALGORITHMS = {Algo.RING: Ring(), Algo.HIERARCHICAL: Hierarchical(), Algo.HO_RING: HORing()}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..errors import InputError
 
@@ -69,7 +70,14 @@ class RingSet:
     rings: tuple[tuple[int, ...], ...]
     label: str  # "global", "intra", "inter": which link class the rings mainly use
 
-    @property
+    def __hash__(self) -> int:  # cached: a ring set holds up to n ranks and keys caches
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.rings, self.label))
+            self.__dict__["_hash"] = h
+        return h
+
+    @cached_property
     def size(self) -> int:
         """k: ranks per ring."""
         return len(self.rings[0]) if self.rings else 0
@@ -98,12 +106,12 @@ class Phase:
     lane: str
     deps: tuple[int, ...] = ()
 
-    @property
+    @cached_property
     def steps(self) -> int:
         k = self.ringset.size
         return self.op.ring_factor * (k - 1) if k > 1 else 0
 
-    @property
+    @cached_property
     def bytes_per_rank(self) -> float:
         k = self.ringset.size
         return self.op.ring_factor * (k - 1) / k * self.buffer_bytes if k > 1 else 0.0

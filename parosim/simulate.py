@@ -1,0 +1,200 @@
+"""One training step of one configuration, end to end: plan -> engine (or analytic) -> metrics.
+
+This is the API the CLI, the sweeps and the notebooks call.
+
+Metrics (per global step; seconds, bytes, FLOP/s)
+    ``step_time_s``; ``tokens_per_s`` (global) and ``tokens_per_s_per_gpu``; ``samples_per_s``
+    (sequences); ``tflops_per_gpu``: hardware FLOP/s per GPU in TFLOP/s, recomputation
+    included (as Megatron-LM reports it); ``mfu``: model FLOPs (6Ψ·tokens + attention, no
+    recomputation) / (step time x peak), as PaLM defines it; ``exposed_comm_s``: step time
+    during which the compute stream is idle; ``bytes_intra`` / ``bytes_inter``: bytes one GPU
+    sends per step over NVLink (intra-node hops) and to its NIC (inter-node hops), averaged
+    over GPUs.
+
+A configuration that does not fit in GPU memory is reported with ``fits: false`` and the
+memory breakdown; it is not simulated and its time metrics are ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .analytic import evaluate
+from .collectives.lowering import lower
+from .collectives.types import Algo, parse_enum
+from .compute import compute_seconds  # noqa: F401  (re-exported for notebooks)
+from .errors import InputError
+from .memory import MemoryBreakdown, memory_breakdown
+from .models import ModelSpec
+from .plan import CollectiveOp, ComputeOp, Plan, build_plan
+from .replay import replay
+from .specs import ClusterSpec
+from .strategies import ALL_STRATEGIES, Strategy, parse_strategy
+from .training import TrainingSpec
+
+MODES = ("engine", "analytic")
+
+
+@dataclass
+class StepResult:
+    """Result of one configuration. Time metrics are None when it does not fit."""
+
+    strategy: Strategy
+    algo: Algo
+    mode: str
+    gpus: int
+    memory: MemoryBreakdown
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    samples_per_s: float | None = None
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+    exposed_comm_s: float | None = None
+    compute_s: float | None = None
+    bytes_intra: float | None = None
+    bytes_inter: float | None = None
+    events: int = 0
+    records: list = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    def to_dict(self) -> dict:
+        mem = self.memory
+        return {
+            "strategy": self.strategy.name, "algo": self.algo.value, "mode": self.mode,
+            "gpus": self.gpus, "fits": mem.fits,
+            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "samples_per_s": self.samples_per_s, "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu, "exposed_comm_s": self.exposed_comm_s,
+            "compute_s": self.compute_s, "bytes_intra": self.bytes_intra,
+            "bytes_inter": self.bytes_inter, "events": self.events,
+            "memory": memory_dict(self.strategy, self.gpus, mem),
+        }
+
+
+def memory_dict(strategy: Strategy, gpus: int, mem: MemoryBreakdown) -> dict:
+    """The ``memory`` JSON object (DESIGN.md contract plus the detail terms)."""
+    return {"strategy": strategy.name, "gpus": gpus,
+            "model_states_bytes": mem.model_states_bytes,
+            "activations_bytes": mem.activations_bytes, "buffers_bytes": mem.buffers_bytes,
+            "margin_bytes": mem.margin_bytes, "total_bytes": mem.total_bytes,
+            "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
+            "shortfall_bytes": mem.shortfall_bytes, "params_bytes": mem.params_bytes,
+            "grads_bytes": mem.grads_bytes, "optimizer_bytes": mem.optimizer_bytes,
+            "recompute": mem.recompute}
+
+
+def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo) -> tuple[float, float]:
+    """Bytes one GPU sends per step over intra-node and inter-node hops (average), from the
+    lowered programs: a phase's per-rank bytes split by its share of node-crossing hops."""
+    gpn = spec.gpus_per_node
+    frac: dict = {}
+    intra = inter = 0.0
+    progs: dict = {}
+    for op in plan.ops:
+        if not isinstance(op, CollectiveOp):
+            continue
+        key = (op.op, op.scope, op.size_bytes)
+        prog = progs.get(key)
+        if prog is None:
+            prog = progs[key] = lower(spec, op.op, op.scope, op.size_bytes, algo)
+        for ph in prog.phases:
+            f = frac.get(ph.ringset)
+            if f is None:
+                hops = list(ph.ringset.hops())
+                cross = sum(1 for a, b in hops if a // gpn != b // gpn)
+                f = frac[ph.ringset] = cross / len(hops) if hops else 0.0
+            inter += ph.bytes_per_rank * f
+            intra += ph.bytes_per_rank * (1 - f)
+    return intra, inter
+
+
+def hardware_flops(plan: Plan) -> float:
+    """FLOPs one GPU executes per step (recomputation included)."""
+    return sum(o.flops for o in plan.ops if isinstance(o, ComputeOp))
+
+
+def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
+                  training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
+                  mode: str = "engine", trace: bool = False) -> StepResult:
+    """Simulate one global step.
+
+    >>> from parosim.models import preset
+    >>> r = simulate_step(preset("llama-7b"), ClusterSpec(nodes=4), "NIG", TrainingSpec(),
+    ...                   mode="analytic")
+    >>> r.fits and r.step_time_s > 0
+    True
+    """
+    strategy = parse_strategy(strategy)
+    algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
+    if mode not in MODES:
+        raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
+    model.require_shape("a step simulation")
+    mem = memory_breakdown(model, strategy, cluster, training)
+    res = StepResult(strategy, algo, mode, cluster.gpus, mem)
+    if not mem.fits:
+        return res
+    plan = build_plan(model, strategy, cluster, training)
+    if mode == "engine":
+        rep = replay(plan, cluster, algo, training.overlap_slowdown, trace=trace)
+        step, exposed, compute = rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s
+        n = cluster.gpus
+        b_intra = (rep.gpu_egress.get("nvlink", 0.0) + _pcie_switch_bytes(cluster, rep)) / n
+        b_inter = rep.gpu_egress.get("pcie", 0.0) / n - _pcie_switch_bytes(cluster, rep) / n
+        res.events, res.records = rep.events, rep.records
+    else:
+        an = evaluate(plan, cluster, algo)
+        step, exposed = an.step_time_s, an.exposed_comm_s
+        compute = an.t_comp_s + an.t_optimizer_s
+        b_intra, b_inter = _analytic_bytes(plan, cluster, algo)
+    res.step_time_s = step
+    res.exposed_comm_s = exposed
+    res.compute_s = compute
+    res.tokens_per_s = plan.tokens_per_step / step
+    res.tokens_per_s_per_gpu = res.tokens_per_s / cluster.gpus
+    res.samples_per_s = res.tokens_per_s / training.seq_len
+    res.tflops_per_gpu = hardware_flops(plan) / step / 1e12
+    res.mfu = plan.model_flops_per_step / (step * cluster.gpu.peak_flops)
+    res.bytes_intra, res.bytes_inter = float(b_intra), float(b_inter)
+    return res
+
+
+def _pcie_switch_bytes(cluster: ClusterSpec, rep) -> float:
+    """On a node without NVLink intra-node traffic also leaves the GPU on a PCIe link; the
+    engine cannot tell those bytes from NIC-bound ones by class alone, so none are moved."""
+    return 0.0
+
+
+def rank_key(r: StepResult) -> tuple:
+    """Fitting configurations first, fastest first; then the others by smallest shortfall."""
+    if r.fits:
+        return (0, r.step_time_s, r.strategy.short, r.algo.value)
+    return (1, r.memory.shortfall_bytes, r.strategy.short, r.algo.value)
+
+
+def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+            algos: list[Algo] | None = None, mode: str = "engine",
+            strategies: list[Strategy] | None = None) -> list[StepResult]:
+    """Every strategy (x every algorithm in ``algos``), ranked best first."""
+    algos = algos or [Algo.HO_RING]
+    out = [simulate_step(model, cluster, s, training, a, mode)
+           for s in (strategies or ALL_STRATEGIES) for a in algos]
+    return sorted(out, key=rank_key)
+
+
+def with_overrides(cluster: ClusterSpec, nic_bandwidth_Bps: float | None = None,
+                   intra_bandwidth_Bps: float | None = None,
+                   gpu_memory_bytes: int | None = None) -> ClusterSpec:
+    """A what-if copy of the cluster with some figures replaced."""
+    if nic_bandwidth_Bps is not None:
+        cluster = replace(cluster, nic=replace(cluster.nic, bandwidth_Bps=nic_bandwidth_Bps))
+    if intra_bandwidth_Bps is not None:
+        cluster = replace(cluster, intra=replace(cluster.intra,
+                                                 bandwidth_Bps=intra_bandwidth_Bps))
+    if gpu_memory_bytes is not None:
+        cluster = replace(cluster, gpu=replace(cluster.gpu, memory_bytes=gpu_memory_bytes))
+    return cluster
