@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 
@@ -59,8 +60,157 @@ def _print_collective(res: dict) -> None:
               f"{r['busbw_GBps']:>12.2f}{r['chunks']:>8}   {links}")
 
 
+def _training_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="llama-7b",
+                   help="llama-7b | llama-13b | llama-30b | llama-65b or a YAML path")
+    p.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per micro-step")
+    p.add_argument("--accum", type=int, default=10, help="accumulation micro-steps s")
+    p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
+    p.add_argument("--trainable-ratio", default="full",
+                   help="full | partial (1/16) | peft (3/1000) | a number in (0, 1]")
+    p.add_argument("--recompute", default="auto", choices=["auto", "on", "off"],
+                   help="activation recomputation (auto: on only when needed to fit)")
+    p.add_argument("--efficiency", type=float, default=None,
+                   help="fraction of peak FLOP/s that compute achieves (default 0.5)")
+    p.add_argument("--overlap-slowdown", type=float, default=1.0,
+                   help="compute slowdown factor while communication overlaps (>= 1)")
+    p.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 16GB")
+    p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
+    p.add_argument("--intra-bandwidth", default=None,
+                   help="override per-GPU intra-node bandwidth, e.g. 2400Gbps")
+
+
+def _setup(a: argparse.Namespace):
+    """model, cluster, training from the common flags (io + specs only)."""
+    from .io import load_cluster
+    from .io.model import load_model
+    from .simulate import with_overrides
+    from .training import DEFAULT_COMPUTE_EFFICIENCY, TrainingSpec, parse_trainable_ratio
+    from .units import parse_bandwidth, parse_size
+
+    model = load_model(a.model)
+    cluster = load_cluster(a.cluster, a.nodes, a.group_nodes)
+    cluster = with_overrides(
+        cluster,
+        parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth") if a.nic_bandwidth else None,
+        parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth") if a.intra_bandwidth else None,
+        parse_size(a.gpu_memory, "--gpu-memory") if a.gpu_memory else None)
+    training = TrainingSpec(
+        micro_batch=a.micro_batch, accum_steps=a.accum, seq_len=a.seq_len,
+        trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
+        recompute={"auto": None, "on": True, "off": False}[a.recompute],
+        compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
+                            else a.efficiency),
+        overlap_slowdown=a.overlap_slowdown)
+    return model, cluster, training
+
+
+def _algos(text: str):
+    from .collectives import Algo, parse_enum
+
+    return list(Algo) if text == "all" else [parse_enum(Algo, text, "--algo")]
+
+
+def _cmd_simulate(a: argparse.Namespace) -> dict:
+    from .io.trace import write_chrome_trace
+    from .simulate import simulate_step
+
+    model, cluster, training = _setup(a)
+    algo = _algos(a.algo)
+    if len(algo) != 1:
+        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
+                         "ho-ring")
+    if a.trace and a.mode != "engine":
+        raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
+    r = simulate_step(model, cluster, a.strategy, training, algo[0], a.mode,
+                      trace=bool(a.trace))
+    out = r.to_dict()
+    out.update(model=model.name, cluster=cluster.name)
+    if a.trace and r.fits:
+        out["trace"] = str(write_chrome_trace(a.trace, r.records,
+                                              f"{r.strategy.name} {model.name}"))
+    return out
+
+
+def _row(r: dict) -> str:
+    from .units import fmt_bytes
+
+    mem = r["memory"]
+    if not r["fits"]:
+        lacks = "does not fit: lacks " + fmt_bytes(mem["shortfall_bytes"])
+        return f"{r['strategy']:<10}{r['algo']:<14}{lacks:<58}{fmt_bytes(mem['total_bytes']):>12}"
+    return (f"{r['strategy']:<10}{r['algo']:<14}{r['step_time_s']:>10.3f}"
+            f"{r['tokens_per_s']:>12.0f}{r['tflops_per_gpu']:>9.1f}{r['mfu']:>7.3f}"
+            f"{r['exposed_comm_s']:>10.3f}{fmt_bytes(r['bytes_inter']):>10}"
+            f"{fmt_bytes(mem['total_bytes']):>12}")
+
+
+_HEADER = (f"{'strategy':<10}{'algo':<14}{'step s':>10}{'tokens/s':>12}{'TFLOPS':>9}"
+           f"{'MFU':>7}{'exposed s':>10}{'inter/GPU':>10}{'memory/GPU':>12}")
+
+
+def _print_simulate(r: dict) -> None:
+    print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}")
+    print(_HEADER)
+    print(_row(r))
+    if r.get("trace"):
+        print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
+
+
+def _cmd_compare(a: argparse.Namespace) -> dict:
+    from .simulate import compare
+
+    model, cluster, training = _setup(a)
+    rows = [r.to_dict() for r in compare(model, cluster, training, _algos(a.algo), a.mode,
+                                         workers=a.workers)]
+    return {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
+            "mode": a.mode, "results": rows}
+
+
+def _print_compare(res: dict) -> None:
+    print(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), mode {res['mode']}, "
+          "best first")
+    print(f"{'#':>3} " + _HEADER)
+    for i, r in enumerate(res["results"], 1):
+        print(f"{i:>3} " + _row(r))
+
+
+def _cmd_memory(a: argparse.Namespace) -> dict:
+    from .memory import max_micro_batch, memory_breakdown
+    from .simulate import memory_dict
+    from .strategies import ALL_STRATEGIES, parse_strategy
+
+    model, cluster, training = _setup(a)
+    strategies = ALL_STRATEGIES if a.strategy == "all" else [parse_strategy(a.strategy)]
+    rows = []
+    for s in strategies:
+        d = memory_dict(s, cluster.gpus, memory_breakdown(model, s, cluster, training))
+        d["max_micro_batch"] = max_micro_batch(model, s, cluster, training)
+        rows.append(d)
+    res = rows[0] if len(rows) == 1 else {"results": rows}
+    return res
+
+
+def _print_memory(res: dict) -> None:
+    from .units import fmt_bytes
+
+    rows = res.get("results", [res])
+    print(f"{'strategy':<10}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
+          f"{'total':>11}{'capacity':>11}  fits  max micro-batch")
+    for r in rows:
+        print(f"{r['strategy']:<10}{fmt_bytes(r['model_states_bytes']):>11}"
+              f"{fmt_bytes(r['activations_bytes']):>11}{fmt_bytes(r['buffers_bytes']):>11}"
+              f"{fmt_bytes(r['margin_bytes']):>11}{fmt_bytes(r['total_bytes']):>11}"
+              f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"
+              f"  {r['max_micro_batch']}"
+              + ("" if r["fits"] else f"   (lacks {fmt_bytes(r['shortfall_bytes'])})"))
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
     "collective": (_cmd_collective, _print_collective),
+    "simulate": (_cmd_simulate, _print_simulate),
+    "compare": (_cmd_compare, _print_compare),
+    "memory": (_cmd_memory, _print_memory),
 }
 
 
@@ -75,6 +225,29 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--scope", default="global", help="global | intra | inter")
     c.add_argument("--algo", default="ho-ring", help="ring | hierarchical | ho-ring | all")
     _common_cluster(c)
+
+    s = sub.add_parser("simulate", help="simulate one training step of one strategy")
+    s.add_argument("--strategy", default="NIG", help="e.g. NIG, PaRO-NIG, zero3, ddp")
+    s.add_argument("--algo", "--collective", dest="algo", default="ho-ring",
+                   help="ring | hierarchical | ho-ring")
+    s.add_argument("--mode", default="engine", choices=["engine", "analytic"])
+    s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto)")
+    _training_args(s)
+    _common_cluster(s)
+
+    cmp_ = sub.add_parser("compare", help="all 14 strategies ranked (the main job)")
+    cmp_.add_argument("--algo", "--collective", dest="algo", default="ho-ring",
+                      help="ring | hierarchical | ho-ring | all")
+    cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"])
+    cmp_.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                      help="processes to simulate in (default: up to 2)")
+    _training_args(cmp_)
+    _common_cluster(cmp_)
+
+    m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
+    m.add_argument("--strategy", default="all", help="a strategy or 'all'")
+    _training_args(m)
+    _common_cluster(m)
     return p
 
 

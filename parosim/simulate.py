@@ -176,13 +176,31 @@ def rank_key(r: StepResult) -> tuple:
     return (1, r.memory.shortfall_bytes, r.strategy.short, r.algo.value)
 
 
+def _one(args: tuple) -> StepResult:
+    return simulate_step(*args)
+
+
 def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             algos: list[Algo] | None = None, mode: str = "engine",
-            strategies: list[Strategy] | None = None) -> list[StepResult]:
-    """Every strategy (x every algorithm in ``algos``), ranked best first."""
+            strategies: list[Strategy] | None = None, workers: int = 1) -> list[StepResult]:
+    """Every strategy (x every algorithm in ``algos``), ranked best first.
+
+    ``workers > 1`` simulates the configurations in that many processes (each is a pure
+    function of its inputs, so the result is the same).
+    """
     algos = algos or [Algo.HO_RING]
-    out = [simulate_step(model, cluster, s, training, a, mode)
-           for s in (strategies or ALL_STRATEGIES) for a in algos]
+    jobs = [(model, cluster, s, training, a, mode)
+            for s in (strategies or ALL_STRATEGIES) for a in algos]
+    if workers > 1 and mode == "engine" and len(jobs) > 2:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # costliest first (p = G moves the most chunks), for load balance
+        jobs.sort(key=lambda j: -j[2].p.rank)
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as ex:
+            out = list(ex.map(_one, jobs))
+    else:
+        out = [_one(j) for j in jobs]
     return sorted(out, key=rank_key)
 
 
