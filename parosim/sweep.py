@@ -130,6 +130,10 @@ def evaluate(point: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
+_STEP_MODULES = [m for m in ("parosim.simulate",)
+                 if __import__("importlib.util").util.find_spec(m) is not None]
+
+
 def _ignore_sigint() -> None:
     """Worker initializer: Ctrl-C is the parent's to handle (it stops the pool)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -141,10 +145,15 @@ def _serial(points: list[dict]) -> Iterator[tuple[int, dict]]:
 
 
 def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() \
-        else "spawn"
-    ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
-                             initializer=_ignore_sigint)
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        # Import the simulator once in the fork server; each worker then starts warm.
+        ctx.set_forkserver_preload(["parosim.sweep", "parosim.collectives", "parosim.io"]
+                                   + _STEP_MODULES)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+    procs = []
     ok = False
     try:
         # Keep about 2 tasks per worker in flight: an interrupt then loses little queued work,
@@ -160,6 +169,7 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
                 pending[ex.submit(evaluate, nxt[1])] = nxt[0]
 
         fill()
+        procs = list((getattr(ex, "_processes", None) or {}).values())
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=pending.__getitem__):
@@ -175,22 +185,26 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
     finally:
         ex.shutdown(wait=ok, cancel_futures=True)
         if not ok:  # interrupted: do not wait for running points, stop the workers now
-            for proc in list(getattr(ex, "_processes", {}).values()):
+            for proc in procs:
                 proc.terminate()
 
 
-def _dask(points: list[dict], ids: list[str], address: str) -> Iterator[tuple[int, dict]]:
-    from distributed import Client, as_completed
+def _connect(address: str, timeout_s: float):
+    """A dask.distributed Client of the scheduler at ``address`` (InputError if unreachable)."""
+    from distributed import Client
 
     try:
-        client = Client(address, timeout="10s")
+        return Client(address, timeout=f"{timeout_s}s")
     except (OSError, TimeoutError) as e:
         raise InputError(f"cannot reach the dask scheduler at {address!r}: {e}") from None
-    futures = []
+
+
+def _dask(client, points: list[dict], ids: list[str]) -> Iterator[tuple[int, dict]]:
+    from distributed import as_completed
+
+    futures = client.map(evaluate, points, key=[f"parosim-point-{i}" for i in ids], pure=False)
+    index = {f.key: i for i, f in enumerate(futures)}
     try:
-        futures = client.map(evaluate, points, key=[f"parosim-point-{i}" for i in ids],
-                             pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
         for fut in as_completed(futures):
             i = index[fut.key]
             try:
@@ -200,9 +214,7 @@ def _dask(points: list[dict], ids: list[str], address: str) -> Iterator[tuple[in
                        "reason": f"dask task failed: {type(e).__name__}: {e}"}
             yield i, row
     finally:
-        if futures:
-            client.cancel(futures)
-        client.close()
+        client.cancel(futures)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +231,7 @@ def _progress(total: int, initial: int, name: str, enabled: bool):
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
               scheduler: str | None = None, progress: bool = True,
-              figures: bool = True) -> dict[str, Any]:
+              figures: bool = True, scheduler_timeout_s: float = 10.0) -> dict[str, Any]:
     """Run (or resume) ``spec`` into ``out_dir``; return a summary dict.
 
     ``workers``: local processes (1 = in this process). ``scheduler``: address of a running
@@ -240,7 +252,13 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
             points.append(p)
             ids.append(pid)
     columns = list(COLUMNS[spec.kind])
-    log = ResultsLog(out / "results.csv", columns)
+    client = _connect(scheduler, scheduler_timeout_s) if scheduler else None
+    try:
+        log = ResultsLog(out / "results.csv", columns)
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
     (out / "columns.md").write_text(columns_markdown(spec.kind))
     todo = [(p, i) for p, i in zip(points, ids, strict=False) if i not in log.rows]
     skipped = len(points) - len(todo)
@@ -249,8 +267,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
     stream: Iterator[tuple[int, dict]] = iter(())
     try:
         todo_points = [p for p, _ in todo]
-        if todo and scheduler:
-            stream = _dask(todo_points, [i for _, i in todo], scheduler)
+        if todo and client is not None:
+            stream = _dask(client, todo_points, [i for _, i in todo])
         elif todo and (workers == 1 or len(todo) == 1):
             stream = _serial(todo_points)
         elif todo:
@@ -269,6 +287,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
             close()
         bar.close()
         log.close()
+        if client is not None:
+            client.close()
     stale = log.finalize(ids)
     final = [log.rows[i] for i in ids]
     status_col = columns.index("status")
