@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .collectives.cost import program_time
 from .collectives.lowering import lower
 from .collectives.types import Algo
-from .plan import CollectiveOp, ComputeOp, Plan
+from .plan import ComputeOp, Plan
 from .specs import ClusterSpec
 
 
@@ -48,8 +48,12 @@ class AnalyticResult:
         return max(0.0, self.t_comm_s - self.t_comp_s) + self.t_sync_g_s + self.t_sync_p_s
 
 
-def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo) -> AnalyticResult:
+def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo, repeat: int = 1) -> AnalyticResult:
     """Closed-form step time of ``plan`` (milliseconds of wall time, no simpy).
+
+    ``repeat``: count every micro-step op that many times. Micro-steps are identical, so the
+    plan of s = 1 evaluated with ``repeat=s`` equals the plan of s micro-steps (tested); the
+    sweeps use that to stay within milliseconds per configuration.
 
     >>> from parosim.models import preset
     >>> from parosim.plan import build_plan
@@ -68,7 +72,6 @@ def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo) -> AnalyticResult:
             else:
                 comp += op.duration_s
             continue
-        assert isinstance(op, CollectiveOp)
         key = (op.op, op.scope, op.size_bytes)
         t = cache.get(key)
         if t is None:
@@ -80,5 +83,6 @@ def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo) -> AnalyticResult:
             sync_p += t
         else:
             comm += t
+    comp, comm = comp * repeat, comm * repeat
     step = max(comp, comm) + sync_g + opt + sync_p
     return AnalyticResult(step, comp, comm, sync_g, opt, sync_p)

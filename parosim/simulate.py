@@ -88,7 +88,8 @@ def memory_dict(strategy: Strategy, gpus: int, mem: MemoryBreakdown) -> dict:
             "recompute": mem.recompute}
 
 
-def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo) -> tuple[float, float]:
+def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo,
+                    repeat: int = 1) -> tuple[float, float]:
     """Bytes one GPU sends per step over intra-node and inter-node hops (average), from the
     lowered programs: a phase's per-rank bytes split by its share of node-crossing hops."""
     gpn = spec.gpus_per_node
@@ -102,20 +103,22 @@ def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo) -> tuple[float, f
         prog = progs.get(key)
         if prog is None:
             prog = progs[key] = lower(spec, op.op, op.scope, op.size_bytes, algo)
+        times = 1 if op.micro_step is None else repeat
         for ph in prog.phases:
             f = frac.get(ph.ringset)
             if f is None:
                 hops = list(ph.ringset.hops())
                 cross = sum(1 for a, b in hops if a // gpn != b // gpn)
                 f = frac[ph.ringset] = cross / len(hops) if hops else 0.0
-            inter += ph.bytes_per_rank * f
-            intra += ph.bytes_per_rank * (1 - f)
+            inter += times * ph.bytes_per_rank * f
+            intra += times * ph.bytes_per_rank * (1 - f)
     return intra, inter
 
 
-def hardware_flops(plan: Plan) -> float:
-    """FLOPs one GPU executes per step (recomputation included)."""
-    return sum(o.flops for o in plan.ops if isinstance(o, ComputeOp))
+def hardware_flops(plan: Plan, repeat: int = 1) -> float:
+    """FLOPs one GPU executes per step (recomputation included); micro-step ops x repeat."""
+    return sum(o.flops * (1 if o.micro_step is None else repeat)
+               for o in plan.ops if isinstance(o, ComputeOp))
 
 
 def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
@@ -138,7 +141,12 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     res = StepResult(strategy, algo, mode, cluster.gpus, mem)
     if not mem.fits:
         return res
-    plan = build_plan(model, strategy, cluster, training)
+    repeat = 1
+    if mode == "analytic":  # micro-steps are identical: evaluate one, count it s times
+        repeat = training.accum_steps
+        plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1))
+    else:
+        plan = build_plan(model, strategy, cluster, training)
     if mode == "engine":
         rep = replay(plan, cluster, algo, training.overlap_slowdown, trace=trace)
         step, exposed, compute = rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s
@@ -147,18 +155,18 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         b_inter = rep.gpu_egress.get("pcie", 0.0) / n - _pcie_switch_bytes(cluster, rep) / n
         res.events, res.records = rep.events, rep.records
     else:
-        an = evaluate(plan, cluster, algo)
+        an = evaluate(plan, cluster, algo, repeat)
         step, exposed = an.step_time_s, an.exposed_comm_s
         compute = an.t_comp_s + an.t_optimizer_s
-        b_intra, b_inter = _analytic_bytes(plan, cluster, algo)
+        b_intra, b_inter = _analytic_bytes(plan, cluster, algo, repeat)
     res.step_time_s = step
     res.exposed_comm_s = exposed
     res.compute_s = compute
-    res.tokens_per_s = plan.tokens_per_step / step
+    res.tokens_per_s = plan.tokens_per_step * repeat / step
     res.tokens_per_s_per_gpu = res.tokens_per_s / cluster.gpus
     res.samples_per_s = res.tokens_per_s / training.seq_len
-    res.tflops_per_gpu = hardware_flops(plan) / step / 1e12
-    res.mfu = plan.model_flops_per_step / (step * cluster.gpu.peak_flops)
+    res.tflops_per_gpu = hardware_flops(plan, repeat) / step / 1e12
+    res.mfu = plan.model_flops_per_step * repeat / (step * cluster.gpu.peak_flops)
     res.bytes_intra, res.bytes_inter = float(b_intra), float(b_inter)
     return res
 

@@ -187,3 +187,20 @@ def test_memory_command_reports_fit_and_max_micro_batch(capsys):
                                                  r["buffers_bytes"] + r["margin_bytes"])
         if r["fits"]:  # the default micro-batch of 4 fits, so the largest is at least 4
             assert r["max_micro_batch"] >= 4
+
+
+@pytest.mark.parametrize("strategy", ["NNN", "NIG", "IGG", "GGG", "ING"])
+def test_analytic_of_one_micro_step_repeated_equals_full_plan(strategy):
+    c = load_cluster("paper-a100-roce")
+    t = TrainingSpec(accum_steps=7, recompute=False)
+    full = evaluate(build_plan(preset("llama-7b"), strategy, c, t), c, Algo.HO_RING)
+    t1 = TrainingSpec(accum_steps=1, recompute=False)
+    one = evaluate(build_plan(preset("llama-7b"), strategy, c, t1), c, Algo.HO_RING, repeat=7)
+    assert one.step_time_s == pytest.approx(full.step_time_s, rel=1e-12)
+    a = simulate_step(preset("llama-7b"), c, strategy, t, mode="analytic")
+    if a.fits:
+        assert a.step_time_s == pytest.approx(full.step_time_s, rel=1e-12)
+        e = simulate_step(preset("llama-7b"), c, strategy, t, mode="engine")
+        assert a.bytes_inter == pytest.approx(e.bytes_inter, rel=1e-9)
+        assert a.tokens_per_s * a.step_time_s == pytest.approx(e.tokens_per_s * e.step_time_s)
+        assert a.mfu * a.step_time_s == pytest.approx(e.mfu * e.step_time_s)
