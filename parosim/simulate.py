@@ -224,3 +224,73 @@ def with_overrides(cluster: ClusterSpec, nic_bandwidth_Bps: float | None = None,
     if gpu_memory_bytes is not None:
         cluster = replace(cluster, gpu=replace(cluster.gpu, memory_bytes=gpu_memory_bytes))
     return cluster
+
+
+POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-roce",
+                  "nodes": None, "group_nodes": None, "strategy": "NIG", "algo": "ho-ring",
+                  "trainable_ratio": "full", "micro_batch": 4, "accum": 10, "seq_len": 512,
+                  "mode": "analytic", "nic_bandwidth": None, "intra_bandwidth": None,
+                  "gpu_memory": None, "recompute": None}
+
+RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
+                  "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu",
+                  "exposed_comm_s", "bytes_intra", "bytes_inter", "model_states_bytes",
+                  "activations_bytes", "buffers_bytes", "total_bytes", "capacity_bytes",
+                  "shortfall_bytes", "fits")
+
+
+def point_setup(point: dict):
+    """(model, cluster, training, strategy, algo, mode) from a sweep point (raises
+    :class:`InputError` on a bad value)."""
+    from .io import load_cluster, load_model
+    from .training import TrainingSpec, parse_trainable_ratio
+    from .units import parse_bandwidth, parse_size
+
+    p = {**POINT_DEFAULTS, **point}
+    cluster = load_cluster(p["cluster"], p["nodes"], p["group_nodes"])
+    cluster = with_overrides(
+        cluster,
+        parse_bandwidth(p["nic_bandwidth"], "nic_bandwidth") if p["nic_bandwidth"] else None,
+        parse_bandwidth(p["intra_bandwidth"], "intra_bandwidth")
+        if p["intra_bandwidth"] else None,
+        parse_size(p["gpu_memory"], "gpu_memory") if p["gpu_memory"] else None)
+    training = TrainingSpec(micro_batch=p["micro_batch"], accum_steps=p["accum"],
+                            seq_len=p["seq_len"],
+                            trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
+                            recompute=p["recompute"])
+    if p["mode"] not in MODES:
+        raise InputError(f"mode {p['mode']!r} is not known; expected one of "
+                         f"{', '.join(MODES)}")
+    return (load_model(p["model"]), cluster, training, parse_strategy(p["strategy"]),
+            parse_enum(Algo, p["algo"], "algo"), p["mode"])
+
+
+def run_point(point: dict) -> dict:
+    """A sweep point -> one flat result row (a pure function of the point).
+
+    Problems of the point itself (invalid strategy, group size that does not divide, ...)
+    become ``status: "error"`` with the reason; a configuration that does not fit becomes
+    ``status: "does-not-fit"`` with its memory columns. Columns are listed in
+    :data:`RESULT_COLUMNS` (units in their names; bytes and seconds).
+
+    >>> row = run_point({"strategy": "IIG", "mode": "analytic"})
+    >>> row["status"], row["gpus"], row["step_time_s"] > 0
+    ('ok', 32, True)
+    """
+    row = {**point, **{c: None for c in RESULT_COLUMNS}}
+    try:
+        model, cluster, training, strategy, algo, mode = point_setup(point)
+        r = simulate_step(model, cluster, strategy, training, algo, mode)
+    except InputError as e:
+        row.update(status="error", reason=str(e))
+        return row
+    d = r.to_dict()
+    mem = d.pop("memory")
+    for c in RESULT_COLUMNS:
+        if c in d:
+            row[c] = d[c]
+        elif c in mem:
+            row[c] = mem[c]
+    row["status"] = "ok" if r.fits else "does-not-fit"
+    row["reason"] = "" if r.fits else f"lacks {mem['shortfall_bytes']:.0f} bytes of memory"
+    return row
