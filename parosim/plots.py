@@ -190,13 +190,13 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax, ax2 = fig.subplots(1, 2)
     data = _lines(ax, df, x, metric, series)
-    for k, pts in enumerate(data.values()):
+    for k, (name, pts) in enumerate(data.items()):
         base = next(((px, py) for px, py in pts if py == py), None)
         eff = [(py / px) / (base[1] / base[0]) if base and py == py else math.nan
                for px, py in pts]
         ax2.plot([p[0] for p in pts], eff, marker="o", markersize=4,
-                 color=COLORS[k % len(COLORS)])
-    ax2.axhline(1.0, color="k", linestyle=":", linewidth=1, label="linear scaling")
+                 color=COLORS[k % len(COLORS)], label=name)
+    ideal = ax2.axhline(1.0, color="k", linestyle=":", linewidth=1, label="linear scaling")
     for a in (ax, ax2):
         _log_x(a, _values(df, x))
         a.set_xlabel(_label(x))
@@ -206,7 +206,7 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
     ax.set_title(title or f"{_label(metric)} vs {_label(x)}")
     ax2.set_title("scaling efficiency")
     ax.legend(fontsize=8, ncol=2)
-    ax2.legend(fontsize=8)
+    ax2.legend(handles=[ideal], fontsize=8)  # the series are named in the left legend
     return fig
 
 

@@ -275,8 +275,23 @@ def _figures(raw: Any, where: str) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec") -> SweepSpec:
-    """Build and validate a :class:`SweepSpec` from a parsed YAML mapping."""
+def _resolve(value: Any, base_dir: Path | None) -> Any:
+    """A ``.yaml`` path not found from here but found next to the spec: that one, written
+    relative to the current directory (so rows stay short and readable)."""
+    if base_dir is None or not isinstance(value, str) or not value.endswith((".yaml", ".yml")):
+        return value
+    if Path(value).exists() or not (base_dir / value).exists():
+        return value
+    return os.path.relpath(base_dir / value)
+
+
+def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec",
+                    base_dir: str | Path | None = None) -> SweepSpec:
+    """Build and validate a :class:`SweepSpec` from a parsed YAML mapping.
+
+    ``base_dir``: where relative ``cluster`` / ``model`` YAML paths may also be found (the
+    spec file's folder).
+    """
     check_keys(data, _TOP, where)
     kind = data.get("kind", "step")
     if kind not in KINDS:
@@ -296,9 +311,12 @@ def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec") -> SweepSpe
     both = sorted(set(grid_raw) & set(fixed))
     if both:
         raise InputError(f"{where}: key {both[0]!r} is in both grid and fixed; give it once")
-    grid = {str(k): _as_list(v, k, where) for k, v in grid_raw.items()}
+    base = Path(base_dir) if base_dir is not None else None
+    grid = {str(k): tuple(_resolve(v, base) for v in _as_list(v, k, where))
+            for k, v in grid_raw.items()}
     for k, v in fixed.items():
         _as_list(v, k, where)
+    fixed = {k: _resolve(v, base) for k, v in fixed.items()}
     validators = _validators(kind)
     validators["mode"](mode)
     values = [(k, v) for k, vs in grid.items() for v in vs] + list(fixed.items())
@@ -320,7 +338,8 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
     >>> load_sweep_spec("experiments/03_allgather_1gb/sweep.yaml").kind  # doctest: +SKIP
     'collective'
     """
-    return sweep_from_dict(read_yaml(path, "sweep spec"), where=f"sweep spec {str(path)!r}")
+    return sweep_from_dict(read_yaml(path, "sweep spec"), where=f"sweep spec {str(path)!r}",
+                           base_dir=Path(path).parent)
 
 
 def check_out_dir(out_dir: str | Path) -> Path:
