@@ -206,7 +206,23 @@ def _print_memory(res: dict) -> None:
               + ("" if r["fits"] else f"   (lacks {fmt_bytes(r['shortfall_bytes'])})"))
 
 
+def _cmd_sweep(a: argparse.Namespace) -> dict:
+    from .sweep import run_sweep_cli
+
+    if a.workers < 1:
+        raise InputError(f"--workers = {a.workers} must be a positive integer")
+    return run_sweep_cli(a.spec, a.out, a.workers, a.scheduler, progress=not a.no_progress)
+
+
+def _print_sweep(res: dict) -> None:
+    print(f"{res['name']}: {res['points']} points ({res['skipped']} resumed, {res['done']} run, "
+          f"{res['failed']} not ok) in {res['wall_s']:.1f} s -> {res['results']}")
+    for f in res.get("figures", []):
+        print(f"  figure: {f}")
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
+    "sweep": (_cmd_sweep, _print_sweep),
     "collective": (_cmd_collective, _print_collective),
     "simulate": (_cmd_simulate, _print_simulate),
     "compare": (_cmd_compare, _print_compare),
@@ -244,6 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
     _training_args(cmp_)
     _common_cluster(cmp_)
 
+    sw = sub.add_parser("sweep", help="a grid of configurations, parallel and resumable")
+    sw.add_argument("spec", help="sweep spec YAML (see experiments/)")
+    sw.add_argument("--out", required=True, help="output directory (results.csv, figures/)")
+    sw.add_argument("--workers", type=int, default=2, help="local worker processes")
+    sw.add_argument("--scheduler", default=None,
+                    help="address of a running dask.distributed scheduler (tcp://host:8786)")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sw.add_argument("--json", action="store_true", help="summary as JSON")
+
     m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
     _training_args(m)
@@ -261,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"parosim: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("parosim: interrupted", file=sys.stderr)
+        print("parosim: interrupted (a sweep resumes when run again)", file=sys.stderr)
         return 130
     if getattr(a, "json", False) or show is None:
         json.dump(res, sys.stdout, indent=2, sort_keys=False)

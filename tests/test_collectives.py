@@ -6,8 +6,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parosim.collectives import (Algo, Op, Scope, closed_form_time, lower, scope_rings,
-                                 simulate_collective, simulate_concurrent, simulate_program)
+from parosim.collectives import (
+    Algo,
+    Op,
+    Scope,
+    closed_form_time,
+    lower,
+    scope_rings,
+    simulate_collective,
+    simulate_concurrent,
+    simulate_program,
+)
 from parosim.collectives.cost import lane_schedule, phase_time, ring_alpha_beta
 from parosim.io import load_cluster
 from parosim.specs import ClusterSpec, LinkSpec, NetworkFabric, NetworkSpec, NICSpec
