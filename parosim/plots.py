@@ -16,9 +16,10 @@ keyword-only options so a sweep spec can name them: ``x``, ``metric``, ``hue``, 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,8 @@ def _log_x(ax, xs: Iterable[float]) -> None:
     from matplotlib.ticker import NullFormatter
 
     ticks = sorted({v for v in xs if v == v and v > 0})
-    ax.set_xscale("log", base=2)
-    if ticks:
+    if ticks:  # nothing positive to show (e.g. every point failed): keep a linear axis
+        ax.set_xscale("log", base=2)
         ax.set_xticks(ticks, [f"{v:g}" if v < 1e5 else f"{v:.3g}" for v in ticks])
         ax.xaxis.set_minor_formatter(NullFormatter())
 
@@ -154,7 +155,8 @@ def throughput_bars(df, *, x: str | None = None, metric: str | None = None,
     ax.set_ylabel(_label(metric))
     ax.set_ylim(0, ymax * 1.15)
     ax.set_title(title or f"{_label(metric)} per {_label(x)}")
-    ax.legend(fontsize=8, loc="upper left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left")
     return fig
 
 
@@ -280,7 +282,8 @@ def pareto_front(memory: list[float], throughput: list[float]) -> list[bool]:
     out = []
     for i, (m, t) in enumerate(zip(memory, throughput, strict=False)):
         dominated = any((m2 <= m and t2 >= t and (m2 < m or t2 > t))
-                        for j, (m2, t2) in enumerate(zip(memory, throughput, strict=False)) if j != i)
+                        for j, (m2, t2) in enumerate(zip(memory, throughput, strict=False))
+                        if j != i)
         out.append(not dominated)
     return out
 
@@ -387,21 +390,24 @@ def _slug(v: Any) -> str:
     return re.sub(r"[^A-Za-z0-9.=+-]+", "_", str(v)).strip("_")
 
 
-def sweep_figures(df, figures: Iterable[dict]) -> Iterator[tuple[str, Figure]]:
-    """``(file stem, Figure)`` for each figure entry of a sweep spec, one per ``by`` group."""
+def sweep_figures(df, figures: Iterable[dict]) -> Iterator[tuple[str, Callable[[], Figure]]]:
+    """``(file stem, draw)`` for each figure entry of a sweep spec, one per ``by`` group;
+    ``draw()`` makes the Figure (so one failing plot does not stop the others)."""
     for f in figures:
         fn = SWEEP_PLOTS[f["plot"]]
         by = [c for c in f.get("by", []) if c in df.columns]
         groups = df.groupby(by, sort=False, dropna=False) if by else [((), df)]
         for key, sub in groups:
             key = key if isinstance(key, tuple) else (key,)
-            suffix = "-".join(f"{c}={_slug(v)}" for c, v in zip(by, key, strict=False))
+            suffix = "-".join(f"{c}={_slug(v)}" for c, v in zip(by, key, strict=True))
             stem = f.get("file", f["plot"]) + (f"-{suffix}" if suffix else "")
             title = f.get("title")
             if title is None and suffix:
-                title = f"{f['plot']}: " + ", ".join(f"{c} {v}" for c, v in zip(by, key, strict=False))
-            yield stem, fn(sub.reset_index(drop=True), x=f.get("x"), metric=f.get("metric"),
-                           hue=f.get("hue"), title=title)
+                title = f"{f['plot']}: " + ", ".join(f"{c} {v}"
+                                                     for c, v in zip(by, key, strict=True))
+            yield stem, functools.partial(fn, sub.reset_index(drop=True), x=f.get("x"),
+                                          metric=f.get("metric"), hue=f.get("hue"),
+                                          title=title)
 
 
 def save_figure(fig: Figure, stem: str | Path, dpi: int = 120) -> list[str]:

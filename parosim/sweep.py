@@ -148,8 +148,8 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
         # Import the simulator once in the fork server; each worker then starts warm.
-        ctx.set_forkserver_preload(["parosim.sweep", "parosim.collectives", "parosim.io"]
-                                   + _STEP_MODULES)
+        # (not parosim.sweep itself: it may be __main__, which workers re-run under runpy)
+        ctx.set_forkserver_preload(["parosim.collectives", "parosim.io"] + _STEP_MODULES)
     else:
         ctx = multiprocessing.get_context("spawn")
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
@@ -320,8 +320,12 @@ def make_figures(spec: SweepSpec, out: Path) -> list[str]:
 
     df = read_results(out / "results.csv")
     paths = []
-    for stem, fig in sweep_figures(df, spec.figures):
-        paths += save_figure(fig, out / "figures" / stem)
+    for stem, draw in sweep_figures(df, spec.figures):
+        try:
+            paths += save_figure(draw(), out / "figures" / stem)
+        except Exception as e:  # noqa: BLE001 - the results are safe; say which plot failed
+            print(f"parosim: warning: figure {stem!r} of {spec.name!r} failed: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
     return paths
 
 

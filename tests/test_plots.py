@@ -189,7 +189,8 @@ def test_timeline_one_row_per_lane_one_bar_per_record():
 
 def test_sweep_figures_one_per_group_and_saved_as_png_and_svg(tmp_path):
     df = pd.concat([step_df().assign(model="llama-7b"), step_df().assign(model="llama-65b")])
-    figs = list(sweep_figures(df, [{"plot": "throughput", "by": ["model"]}]))
+    figs = [(stem, draw()) for stem, draw in
+            sweep_figures(df, [{"plot": "throughput", "by": ["model"]}])]
     assert [stem for stem, _ in figs] == ["throughput-model=llama-7b",
                                           "throughput-model=llama-65b"]
     assert "llama-65b" in figs[1][1].axes[0].get_title()

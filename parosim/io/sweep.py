@@ -74,6 +74,10 @@ _STEP_INPUTS: dict[str, str] = {
                      "the preset's",
     "intra_bandwidth": "override of the per-GPU intra-node bandwidth as given; empty = the "
                        "preset's",
+    "gpu_memory": "override of the GPU memory capacity as given (e.g. 40GB); empty = the "
+                  "preset's",
+    "recompute": "full activation recomputation: True, False, or empty = automatic (on when "
+                 "activations would not fit otherwise)",
 }
 _COMMON_OUTPUTS: dict[str, str] = {
     "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
@@ -95,6 +99,8 @@ _STEP_OUTPUTS: dict[str, str] = {
     "buffers_bytes": "gathered-layer, prefetch and communication buffers per GPU (bytes)",
     "total_bytes": "total memory per GPU incl. fragmentation margin (bytes)",
     "capacity_bytes": "GPU memory capacity (bytes)",
+    "shortfall_bytes": "memory missing to fit, total_bytes - capacity_bytes when positive "
+                       "(bytes)",
     "fits": "total_bytes <= capacity_bytes (True/False)",
 }
 _COLL_INPUTS: dict[str, str] = {
@@ -231,7 +237,15 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "trainable_ratio": _parse_ratio,
             "micro_batch": lambda v: positive_int(v, "micro_batch"),
             "accum": lambda v: positive_int(v, "accum"),
-            "seq_len": lambda v: positive_int(v, "seq_len")}
+            "seq_len": lambda v: positive_int(v, "seq_len"),
+            "gpu_memory": lambda v: parse_size(v, "gpu_memory"),
+            "recompute": _parse_bool}
+
+
+def _parse_bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise InputError(f"recompute = {v!r} must be true or false (leave it out for automatic)")
+    return v
 
 
 def _parse_model(v: Any) -> object:

@@ -1,0 +1,58 @@
+"""Benchmark of the sweep machinery (issue 4 acceptance): 14 strategies x 6 cluster sizes.
+
+LLaMA-7B, full training, the paper's cluster from 16 to 512 GPUs (2 to 64 nodes), HO-Ring,
+every PaRO strategy: 84 points. Engine mode with 2 local worker processes (target < 60 s on
+a 2-core machine) and analytic mode (target < 5 s). Prints the wall time of each, process
+start-up included; exits 1 if a target is missed.
+
+    python experiments/bench_sweep.py [--workers 2] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from parosim.io.sweep import SweepSpec
+from parosim.strategies import ALL_STRATEGIES
+from parosim.sweep import run_sweep
+
+TARGETS_S = {"engine": 60.0, "analytic": 5.0}
+
+
+def bench_spec(mode: str) -> SweepSpec:
+    return SweepSpec(
+        name=f"bench-{mode}", kind="step", mode=mode,
+        grid={"nodes": (2, 4, 8, 16, 32, 64),
+              "strategy": tuple(s.short for s in ALL_STRATEGIES)},
+        fixed={"model": "llama-7b", "cluster": "paper-a100-roce", "algo": "ho-ring",
+               "trainable_ratio": "full", "micro_batch": 4, "accum": 10, "seq_len": 512})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default=None, help="keep results here (default: a temp dir)")
+    a = ap.parse_args()
+    root = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="parosim-bench-"))
+    ok = True
+    for mode in ("engine", "analytic"):
+        out = root / mode
+        if (out / "results.csv").exists():
+            (out / "results.csv").unlink()  # a benchmark never resumes
+        t0 = time.perf_counter()
+        res = run_sweep(bench_spec(mode), out, workers=a.workers, progress=False)
+        wall = time.perf_counter() - t0
+        hit = wall < TARGETS_S[mode]
+        ok &= hit
+        print(f"{mode:>8}: {res['points']} points ({res['ok']} ok, {res['does_not_fit']} do "
+              f"not fit, {res['errors']} errors), {a.workers} workers: {wall:6.2f} s wall "
+              f"(target < {TARGETS_S[mode]:.0f} s: {'met' if hit else 'MISSED'})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
