@@ -42,6 +42,13 @@ from ..errors import InputError
 PREFIX = "psim"
 SUBNET = "10.213.0"  # only ever configured inside our own namespaces
 _counter = itertools.count()
+# TCP inside the emulated nodes behaves like a fabric that streams at link rate: no slow start
+# after each idle gap between ring steps, and little data parked in the node's own shaped queue
+# (the default TSQ limit of MBs per socket inflates the RTT of the reverse direction's ACKs by
+# ~100 ms at a few hundred Mbit/s, and the ramp-up then dominates).
+TCP_SYSCTLS = {"net.ipv4.tcp_slow_start_after_idle": os.environ.get("PAROSIM_EMU_SSAI", "0"),
+               "net.ipv4.tcp_limit_output_bytes": os.environ.get("PAROSIM_EMU_TSQ", "65536"),
+               "net.ipv4.tcp_congestion_control": os.environ.get("PAROSIM_EMU_CC", "cubic")}
 _NAME_RE = re.compile(rf"^{PREFIX}(\d+)x(\d+)-(n\d+|sw)$")
 
 
@@ -196,7 +203,7 @@ def _bits(rate_Bps: float) -> str:
 
 def _shape(ns: str, dev: str, rate_Bps: float, delay_s: float) -> None:
     """HTB at ``rate_Bps`` with a netem leaf adding ``delay_s`` on egress of ``dev``."""
-    burst = max(16 * 1024, int(rate_Bps / 250))  # ~4 ms worth, at least 16 KiB (GSO frames)
+    burst = int(os.environ.get("PAROSIM_EMU_BURST", "3200"))  # bytes; small: see docstring
     _tc(ns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10")
     _tc(ns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb",
         "rate", _bits(rate_Bps), "ceil", _bits(rate_Bps), "burst", str(burst),
@@ -283,6 +290,9 @@ class EmulatedCluster:
         _ip("netns", "add", name)
         self._created.append(name)
         _ip("-n", name, "link", "set", "lo", "up")
+        for key, value in TCP_SYSCTLS.items():  # per-namespace settings; the host's are untouched
+            _run(["ip", "netns", "exec", name, "sysctl", "-q", "-w", f"{key}={value}"],
+                 check=False)
 
     def _build(self) -> None:
         s = self.shaping

@@ -79,6 +79,14 @@ class TaskResult:
     backend: str
     mode: str
     spans: list[tuple[float, float] | None] = field(default_factory=list)  # median per item
+    cpu_s: list[float] = field(default_factory=list)  # per iteration, summed over ranks
+
+    @property
+    def cores_used(self) -> float:
+        """Median CPU seconds of all ranks per second of wall time (host load of the run)."""
+        if not self.cpu_s:
+            return float("nan")
+        return statistics.median(c / t for c, t in zip(self.cpu_s, self.times_s) if t > 0)
 
     @property
     def median_s(self) -> float:
@@ -110,8 +118,9 @@ def _groups(tasks: list[dict]) -> list[list]:
                       for ph in op["phases"]]
         for ph in phases:
             for ring in ph["rings"]:
-                if len(ring) > 1:
-                    seen.setdefault((ph["channel"], tuple(sorted(ring))), None)
+                if len(ring) > 1:  # one group per direction, see ring._pg
+                    for d in ("/up", "/down"):
+                        seen.setdefault((ph["channel"] + d, tuple(sorted(ring))), None)
     return [[c, list(m)] for c, m in seen]
 
 
@@ -240,5 +249,6 @@ def summarise(raw: dict, tasks: list[dict]) -> dict:
             spans.append((statistics.median(s for s, _ in its),
                           statistics.median(e for _, e in its)) if its else None)
         problems = [p for pr in per_rank for p in pr["problems"]]
-        res[tid] = TaskResult(tid, times, problems, raw["backend"], task["mode"], spans)
+        cpu = [sum(pr["records"][i].get("cpu_s", 0.0) for pr in per_rank) for i in range(n_it)]
+        res[tid] = TaskResult(tid, times, problems, raw["backend"], task["mode"], spans, cpu)
     return res

@@ -50,7 +50,12 @@ class Ctx:
         self.groups: dict[tuple[str, tuple[int, ...]], object] = {}
 
     def group(self, channel: str, ring: tuple[int, ...]):
-        return self.groups[channel, tuple(sorted(ring))]
+        """(up, down) process groups of a ring on a channel (see :func:`ring._pg`)."""
+        members = tuple(sorted(ring))
+        up = self.groups[channel + "/up", members]
+        if self.cuda:  # NCCL is full duplex on one communicator; batch the step on it
+            return up
+        return up, self.groups[channel + "/down", members]
 
     def sync(self) -> None:
         if self.cuda:
@@ -77,7 +82,7 @@ class PhaseRunner:
             self.buf = torch.zeros(numel, dtype=torch.float32, device=ctx.device)
             self.scratch = torch.empty(numel // len(self.ring) + 1, dtype=torch.float32,
                                        device=ctx.device)
-            self.group = ctx.group(phase["channel"], self.ring)
+            self.group = ctx.group(phase["channel"], self.ring) if k > 1 else None
 
     def fill(self) -> None:
         if self.ring is not None:
@@ -161,15 +166,15 @@ def run_collective(ctx: Ctx, task: dict) -> dict:
         spans: list = [None] * len(phases)
         errors: list[str] = []
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run_lanes(runners, phases, t0, spans, errors)
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         if errors:
             raise RuntimeError("; ".join(errors))
         if task.get("check") and it == 0:
             problems = [p for p in (r.check() for r in runners) if p]
         if it >= task["warmup"]:
-            records.append({"elapsed_s": elapsed, "spans": spans})
+            records.append({"elapsed_s": elapsed, "cpu_s": cpu, "spans": spans})
     return {"records": records, "problems": problems}
 
 

@@ -1,0 +1,171 @@
+"""Calibration: fit the cluster's α (latency) and β (1/bandwidth) per link class and the
+per-call overhead from short ring microbenchmarks on the target, and store them as a ClusterSpec.
+
+The simulator's cost of a ring phase is ``steps * alpha + bytes_per_rank / B`` plus
+``collective.call_overhead_s`` per collective (:mod:`parosim.collectives.cost`), where alpha and
+B depend on the link class the ring crosses: the intra-node link (``intra``) or the NIC
+(``nic``, shared by the rings that leave a node through it). That time is linear in
+
+    theta = (intra.latency_s, nic.latency_s, 1/intra.bandwidth_Bps, 1/nic.bandwidth_Bps,
+             collective.call_overhead_s)
+
+for single-scope rings, so ``T = F @ theta`` with a feature row F per microbenchmark, read off
+the simulator's own closed form by finite differences (the fit is thus consistent with whatever
+the cost model counts: steps, bytes, NIC sharing). theta is the non-negative least-squares
+solution minimising the *relative* error over the microbenchmarks: all-gather and all-reduce
+(k-1 and 2(k-1) steps, which separates per-step latency from per-call overhead) on the intra
+and inter scopes at a few sizes. ``collective.step_latency_s`` is left at 0: each class's latency
+absorbs the per-step software cost of the executor. PCIe is set to be no bottleneck (the
+emulated NIC *is* the node's network path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..collectives import Algo, Op, Scope, lower, program_time
+from ..errors import InputError
+from ..specs import ClusterSpec, GPUSpec, LinkSpec, NICSpec
+from .emulate import Shaping
+from .executor import Launch, collective_task, run_tasks
+
+MiB = 2**20
+CAL_SIZES = (64 * 1024, 1 * MiB, 8 * MiB)
+_NO_PCIE = LinkSpec(1e13, 0.0)  # "no bottleneck": the emulated NIC path is the whole path
+PARAMS = ("intra_latency_s", "nic_latency_s", "intra_s_per_B", "nic_s_per_B", "call_overhead_s")
+
+
+def emulated_spec(nodes: int, ranks_per_node: int, shaping: Shaping,
+                  name: str = "emulated") -> ClusterSpec:
+    """The nominal ClusterSpec of an emulated cluster (before calibration).
+
+    The node's loopback is shared by its ranks, so a rank's nominal intra bandwidth is
+    ``intra_rate / ranks_per_node``. One NIC per node on one switch.
+    """
+    return ClusterSpec(
+        name=name, nodes=nodes, gpus_per_node=ranks_per_node,
+        gpu=GPUSpec(model="cpu-rank (emulated)"),
+        intra=LinkSpec(shaping.intra_rate_Bps / ranks_per_node, shaping.intra_latency_s),
+        pcie=_NO_PCIE,
+        nic=NICSpec(per_node=1, bandwidth_Bps=shaping.nic_rate_Bps,
+                    latency_s=shaping.nic_latency_s),
+        notes=(f"emulated: {nodes} network namespaces x {ranks_per_node} ranks, NIC "
+               f"{shaping.nic_rate_Bps * 8 / 1e6:g} Mbit/s shaped with tc, loopback "
+               f"{shaping.intra_rate_Bps * 8 / 1e6:g} Mbit/s shared by a node's ranks"))
+
+
+def spec_with(base: ClusterSpec, theta) -> ClusterSpec:
+    """``base`` with the five calibrated parameters (see module docstring) set."""
+    a_i, a_n, s_i, s_n, call = (float(x) for x in theta)
+    return replace(base, intra=LinkSpec(1.0 / s_i, a_i), pcie=_NO_PCIE,
+                   nic=replace(base.nic, bandwidth_Bps=1.0 / s_n, latency_s=a_n),
+                   collective=replace(base.collective, step_latency_s=0.0,
+                                      call_overhead_s=call))
+
+
+def _theta0(base: ClusterSpec) -> np.ndarray:
+    return np.array([base.intra.latency_s, base.nic.latency_s, 1 / base.intra.bandwidth_Bps,
+                     1 / base.nic.bandwidth_Bps, base.collective.call_overhead_s])
+
+
+def features(base: ClusterSpec, program) -> np.ndarray:
+    """dT/dtheta of the closed-form time of ``program`` (exact: T is linear in theta)."""
+    th = _theta0(base)
+    scale = np.array([1e-4, 1e-4, th[2], th[3], 1e-4])
+    t0 = program_time(spec_with(base, th), program)
+    f = np.empty(len(th))
+    for j in range(len(th)):
+        d = th.copy()
+        d[j] += scale[j]
+        f[j] = (program_time(spec_with(base, d), program) - t0) / scale[j]
+    return f
+
+
+def nnls_relative(F: np.ndarray, t: np.ndarray, max_iter: int = 20) -> np.ndarray:
+    """theta >= 0 minimising sum(((F theta - t) / t)^2), by an active-set loop."""
+    A, b = F / t[:, None], np.ones(len(t))
+    free = np.ones(F.shape[1], dtype=bool)
+    free &= np.abs(F).sum(axis=0) > 0  # parameters no benchmark depends on stay 0
+    theta = np.zeros(F.shape[1])
+    for _ in range(max_iter):
+        theta[:] = 0.0
+        if not free.any():
+            break
+        sol, *_ = np.linalg.lstsq(A[:, free], b, rcond=None)
+        theta[free] = sol
+        neg = free & (theta < 0)
+        if not neg.any():
+            break
+        free[np.argmin(np.where(free, theta, np.inf))] = False
+    return np.clip(theta, 0.0, None)
+
+
+@dataclass
+class Calibration:
+    """A fitted cluster spec and the microbenchmarks it was fitted to."""
+
+    spec: ClusterSpec
+    theta: dict[str, float]
+    rows: list[dict] = field(default_factory=list)
+
+    @property
+    def fit_error_pct(self) -> float:
+        return max((abs(r["error_pct"]) for r in self.rows), default=0.0)
+
+
+def microbenchmarks(base: ClusterSpec, sizes=CAL_SIZES) -> list[tuple[str, object]]:
+    """(id, Program) of the calibration set: AG and AR rings on the intra and inter scopes."""
+    out = []
+    for scope, k in ((Scope.INTRA, base.group_size), (Scope.INTER, base.groups)):
+        if k < 2:
+            continue
+        for op in (Op.ALL_GATHER, Op.ALL_REDUCE):
+            for size in sizes:
+                out.append((f"cal/{scope.value}/{op.value}/{int(size)}",
+                            lower(base, op, scope, size, Algo.RING)))
+    return out
+
+
+def fit(base: ClusterSpec, programs: list[tuple[str, object]],
+        measured_s: dict[str, float], max_chunks: int | None = None) -> Calibration:
+    """Fit theta to measured times of the microbenchmark programs.
+
+    ``max_chunks`` (if given) caps HO-Ring's chunk count in the fitted spec.
+    """
+    if not programs:
+        raise InputError("calibration needs at least 2 ranks per node or 2 nodes")
+    F = np.array([features(base, p) for _, p in programs])
+    t = np.array([measured_s[i] for i, _ in programs])
+    theta = nnls_relative(F, t)
+    th0 = _theta0(base)
+    for j in (2, 3):  # an unidentifiable bandwidth keeps its nominal value
+        if theta[j] <= 0:
+            theta[j] = th0[j]
+    spec = spec_with(base, theta)
+    if max_chunks is not None:
+        spec = replace(spec, collective=replace(spec.collective, ho_ring_max_chunks=max_chunks))
+    spec = replace(spec, name=f"{base.name}-calibrated",
+                   notes=base.notes + "; calibrated from ring microbenchmarks "
+                   "(parosim.validate.calibrate)")
+    rows = []
+    for (pid, p), tm in zip(programs, t):
+        ts = program_time(spec, p)
+        rows.append({"what": "calibration", "id": pid, "op": p.op.value, "scope": p.scope.value,
+                     "size_bytes": p.size_bytes, "fitted_s": ts, "measured_s": float(tm),
+                     "error_pct": 100 * (ts - tm) / tm})
+    return Calibration(spec, dict(zip(PARAMS, map(float, theta))), rows)
+
+
+def calibrate(launch: Launch, base: ClusterSpec, sizes=CAL_SIZES, warmup: int = 1,
+              iters: int = 3, max_chunks: int | None = None) -> Calibration:
+    """Run the microbenchmarks on ``launch`` (explicit ring steps) and fit the spec.
+
+    >>> cal = calibrate(Launch(nodes=2, ranks_per_node=2, emulated=emu), base)  # doctest: +SKIP
+    >>> print(cluster_to_yaml(cal.spec))                                        # doctest: +SKIP
+    """
+    programs = microbenchmarks(base, sizes)
+    tasks = [collective_task(i, p, "explicit", warmup, iters) for i, p in programs]
+    res = run_tasks(launch, tasks)
+    return fit(base, programs, {i: r.median_s for i, r in res.items()}, max_chunks)

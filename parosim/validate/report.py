@@ -1,0 +1,118 @@
+"""Comparison of simulated and measured times: rows, summary, ordering check, plot.
+
+A row (JSON contract of ``parosim validate --json``, see DESIGN.md)::
+
+    {"what": "collective" | "step", "op", "algo", "strategy", "size_bytes",
+     "simulated_s", "measured_s", "error_pct", ...}
+
+``error_pct = 100 * (simulated - measured) / measured`` (positive: the simulator is slow).
+pandas and matplotlib are imported only by :func:`to_frame` and :func:`plot`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from itertools import combinations
+
+
+def error_pct(simulated_s: float, measured_s: float) -> float:
+    """Signed relative error of the simulation in percent of the measurement."""
+    return 100.0 * (simulated_s - measured_s) / measured_s
+
+
+def row(what: str, simulated_s: float, measured_s: float, *, op: str | None = None,
+        algo: str | None = None, strategy: str | None = None,
+        size_bytes: float | None = None, **extra) -> dict:
+    """One comparison row with its error.
+
+    >>> row("collective", 1.1, 1.0, op="all-gather", algo="ring")["error_pct"]
+    10.000000000000009
+    """
+    return {"what": what, "op": op, "algo": algo, "strategy": strategy,
+            "size_bytes": size_bytes, "simulated_s": simulated_s, "measured_s": measured_s,
+            "error_pct": error_pct(simulated_s, measured_s), **extra}
+
+
+def summary(rows: list[dict]) -> dict:
+    """``median_error_pct`` and ``max_error_pct`` (of absolute errors) over rows.
+
+    >>> summary([row("step", 1.1, 1.0), row("step", 0.8, 1.0), row("step", 1.0, 1.0)])
+    {'median_error_pct': 10.000000000000009, 'max_error_pct': 19.999999999999996, 'rows': 3}
+    """
+    errs = [abs(r["error_pct"]) for r in rows]
+    return {"median_error_pct": statistics.median(errs) if errs else 0.0,
+            "max_error_pct": max(errs, default=0.0), "rows": len(rows)}
+
+
+def ordering_mismatches(rows: list[dict], key=("what", "op", "size_bytes", "strategy"),
+                        by: str = "algo", margin: float = 0.10) -> list[str]:
+    """Pairs whose simulated order differs from their measured order.
+
+    Rows are grouped by ``key``; within a group every pair (e.g. ring vs ho-ring) whose
+    *simulated* times differ by more than ``margin`` (relative to the smaller) must be
+    measured in the same order. Returns one line per violation (empty: orders agree).
+
+    >>> a = row("collective", 1.0, 1.0, op="ag", algo="ring", size_bytes=1)
+    >>> b = row("collective", 2.0, 0.9, op="ag", algo="ho-ring", size_bytes=1)
+    >>> ordering_mismatches([a, b])
+    ['ag size 1: simulated ring < ho-ring by 100%, measured 1 s vs 0.9 s']
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in key), []).append(r)
+    bad = []
+    for g, rs in groups.items():
+        for a, b in combinations(rs, 2):
+            lo, hi = sorted((a, b), key=lambda r: r["simulated_s"])
+            if hi["simulated_s"] <= lo["simulated_s"] * (1 + margin):
+                continue
+            if not hi["measured_s"] > lo["measured_s"]:
+                label = " ".join(str(x) for x in (g[1] or g[0], g[3]) if x)
+                size = f" size {g[2]:g}" if g[2] else ""
+                bad.append(f"{label}{size}: simulated {lo[by]} < {hi[by]} by "
+                           f"{100 * (hi['simulated_s'] / lo['simulated_s'] - 1):.0f}%, "
+                           f"measured {lo['measured_s']:.3g} s vs {hi['measured_s']:.3g} s")
+    return bad
+
+
+def to_frame(rows: list[dict]):
+    """The rows as a pandas DataFrame (the edge of the harness)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def plot(df, title: str = "parosim validate: simulated vs measured"):
+    """Predicted vs measured (log-log), one marker per ``algo`` / ``what``, and y = x.
+
+    Takes a DataFrame with ``simulated_s``, ``measured_s`` (and optionally ``algo``, ``what``)
+    and returns a matplotlib Figure; the caller saves or shows it.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    label_col = "algo" if "algo" in df else None
+    groups = df.groupby(df[label_col].fillna(df.get("what", "row"))) if label_col else [
+        ("rows", df)]
+    for (name, g), marker in zip(groups, "os^Dvx+*"):
+        if "what" in g and (g["what"] == "step").all() and "strategy" in g:
+            name = f"step {name}"
+        ax.scatter(g["measured_s"], g["simulated_s"], marker=marker, label=str(name), alpha=0.8)
+    lo = float(min(df["measured_s"].min(), df["simulated_s"].min())) * 0.8
+    hi = float(max(df["measured_s"].max(), df["simulated_s"].max())) * 1.25
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="y = x")
+    ax.plot([lo, hi], [lo * 1.1, hi * 1.1], "k:", lw=0.8, label="±10%")
+    ax.plot([lo, hi], [lo / 1.1, hi / 1.1], "k:", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured time (s)")
+    ax.set_ylabel("simulated time (s)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
