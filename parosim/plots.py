@@ -204,9 +204,9 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
         a.set_xlabel(_label(x))
         a.grid(alpha=0.3)
     ax.set_ylabel(_label(metric))
-    ax2.set_ylabel("scaling efficiency (per-GPU throughput / smallest fitting scale)")
+    ax2.set_ylabel("scaling efficiency (1 = linear)")
     ax.set_title(title or f"{_label(metric)} vs {_label(x)}")
-    ax2.set_title("scaling efficiency")
+    ax2.set_title("per-GPU throughput / the same at the smallest scale")
     ax.legend(fontsize=8, ncol=2)
     ax2.legend(handles=[ideal], fontsize=8)  # the series are named in the left legend
     return fig
@@ -315,10 +315,15 @@ def memory_throughput(df, *, x: str | None = None, metric: str | None = None,
     if bad:
         ax.scatter([mem[i] for i in bad], [0.0] * len(bad), marker="x", color="#b00", s=40,
                    label="does not fit")
-    for i in idx + bad:
-        ax.annotate(names[i], (mem[i], thr[i] if thr[i] == thr[i] else 0.0),
-                    textcoords="offset points", xytext=(4, 4), fontsize=7,
-                    fontweight="bold" if i in on else "normal")
+    xr = (max(mem) - min(mem)) or 1.0
+    yr = max((v for v in thr if v == v), default=1.0) or 1.0
+    crowd: dict[tuple[int, int], int] = {}
+    for i in sorted(idx + bad, key=lambda i: (i not in on, mem[i])):
+        y = thr[i] if thr[i] == thr[i] else 0.0
+        cell = (round(mem[i] / xr * 12), round(y / yr * 25))  # stack labels of close points
+        k = crowd[cell] = crowd.get(cell, -1) + 1
+        ax.annotate(names[i], (mem[i], y), textcoords="offset points", xytext=(4, 4 + 9 * k),
+                    fontsize=7, fontweight="bold" if i in on else "normal")
     if "capacity_bytes" in df.columns and df["capacity_bytes"].notna().any():
         cap = float(df["capacity_bytes"].dropna().iloc[0]) * _SCALE.get(x, 1.0)
         ax.axvline(cap, color="k", linestyle="--", linewidth=1, label="GPU memory")
@@ -387,6 +392,8 @@ SWEEP_PLOTS = {
 
 
 def _slug(v: Any) -> str:
+    if isinstance(v, str) and v.endswith((".yaml", ".yml")):
+        v = Path(v).stem  # a spec file: its name
     return re.sub(r"[^A-Za-z0-9.=+-]+", "_", str(v)).strip("_")
 
 

@@ -223,7 +223,7 @@ def _dask(client, points: list[dict], ids: list[str]) -> Iterator[tuple[int, dic
 
 
 def _progress(total: int, initial: int, name: str, enabled: bool):
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc=name, unit="pt", disable=not enabled,
                 file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
