@@ -29,11 +29,16 @@ from ..collectives import Algo, Op, Scope, lower, program_time
 from ..errors import InputError
 from ..specs import ClusterSpec, GPUSpec, LinkSpec, NICSpec
 from .emulate import Shaping
-from .executor import Launch, collective_task, run_tasks
+from .executor import Launch, auto_iters, collective_task, run_tasks
 
 MiB = 2**20
 CAL_SIZES = (64 * 1024, 1 * MiB, 8 * MiB)
 _NO_PCIE = LinkSpec(1e13, 0.0)  # "no bottleneck": the emulated NIC path is the whole path
+# A rank's "GPU": compute ops sleep their simulated duration, so its speed only sets how long
+# compute takes next to the emulated network: 0.2 TFLOP/s makes the validation model's layers
+# take a few ms, like its collectives on a 300 Mbit/s NIC (a comm-bound regime, as in the paper).
+EMULATED_GPU = GPUSpec(model="cpu-rank (emulated)", memory_bytes=80 * 10**9, peak_flops=2e11,
+                       hbm_bandwidth_Bps=2.0e12)
 PARAMS = ("intra_latency_s", "nic_latency_s", "intra_s_per_B", "nic_s_per_B", "call_overhead_s")
 
 
@@ -46,7 +51,7 @@ def emulated_spec(nodes: int, ranks_per_node: int, shaping: Shaping,
     """
     return ClusterSpec(
         name=name, nodes=nodes, gpus_per_node=ranks_per_node,
-        gpu=GPUSpec(model="cpu-rank (emulated)"),
+        gpu=EMULATED_GPU,
         intra=LinkSpec(shaping.intra_rate_Bps / ranks_per_node, shaping.intra_latency_s),
         pcie=_NO_PCIE,
         nic=NICSpec(per_node=1, bandwidth_Bps=shaping.nic_rate_Bps,
@@ -116,34 +121,57 @@ class Calibration:
 
 
 def microbenchmarks(base: ClusterSpec, sizes=CAL_SIZES) -> list[tuple[str, object]]:
-    """(id, Program) of the calibration set: AG and AR rings on the intra and inter scopes."""
+    """(id, Program) of the calibration set: all-gather and all-reduce rings on the intra and
+    inter scopes at ``sizes``, and the flat global ring (its k-1 and 2(k-1) steps separate the
+    per-step latency from the per-call overhead) at the two smallest sizes."""
     out = []
-    for scope, k in ((Scope.INTRA, base.group_size), (Scope.INTER, base.groups)):
-        if k < 2:
+    scopes = [(Scope.INTRA, base.group_size, sizes), (Scope.INTER, base.groups, sizes),
+              (Scope.GLOBAL, base.gpus, sorted(sizes)[:2])]
+    for scope, k, ss in scopes:
+        if k < 2 or (scope is Scope.GLOBAL and (base.groups < 2 or base.group_size < 2)):
             continue
         for op in (Op.ALL_GATHER, Op.ALL_REDUCE):
-            for size in sizes:
+            for size in ss:
                 out.append((f"cal/{scope.value}/{op.value}/{int(size)}",
                             lower(base, op, scope, size, Algo.RING)))
     return out
 
 
+def _start(base: ClusterSpec) -> ClusterSpec:
+    """Starting point of the fit: the nominal spec with a NIC hop slower to start than an
+    intra-node hop (so the flat ring's linearisation picks the NIC's latency), as on hardware."""
+    a_i = max(base.intra.latency_s, 20e-6)
+    a_n = max(base.nic.latency_s, 2 * a_i)
+    return spec_with(base, [a_i, a_n, 1 / base.intra.bandwidth_Bps,
+                            1 / base.nic.bandwidth_Bps, base.collective.call_overhead_s])
+
+
 def fit(base: ClusterSpec, programs: list[tuple[str, object]],
-        measured_s: dict[str, float], max_chunks: int | None = None) -> Calibration:
+        measured_s: dict[str, float], max_chunks: int | None = None,
+        rounds: int = 4) -> Calibration:
     """Fit theta to measured times of the microbenchmark programs.
 
+    The flat ring's time has a max() over link classes, so the fit re-linearises at each new
+    estimate (Gauss-Newton on a piecewise-linear model; ``rounds`` at most).
     ``max_chunks`` (if given) caps HO-Ring's chunk count in the fitted spec.
     """
     if not programs:
         raise InputError("calibration needs at least 2 ranks per node or 2 nodes")
-    F = np.array([features(base, p) for _, p in programs])
     t = np.array([measured_s[i] for i, _ in programs])
-    theta = nnls_relative(F, t)
-    th0 = _theta0(base)
-    for j in (2, 3):  # an unidentifiable bandwidth keeps its nominal value
-        if theta[j] <= 0:
-            theta[j] = th0[j]
-    spec = spec_with(base, theta)
+    cur = _start(base)
+    th0 = _theta0(cur)
+    theta = th0
+    for _ in range(rounds):
+        F = np.array([features(cur, p) for _, p in programs])
+        new = nnls_relative(F, t)
+        for j in (2, 3):  # an unidentifiable bandwidth keeps its nominal value
+            if new[j] <= 0:
+                new[j] = th0[j]
+        done = np.allclose(new, theta, rtol=1e-6, atol=1e-12)
+        theta, cur = new, spec_with(base, new)
+        if done:
+            break
+    spec = cur
     if max_chunks is not None:
         spec = replace(spec, collective=replace(spec.collective, ho_ring_max_chunks=max_chunks))
     spec = replace(spec, name=f"{base.name}-calibrated",
@@ -159,13 +187,19 @@ def fit(base: ClusterSpec, programs: list[tuple[str, object]],
 
 
 def calibrate(launch: Launch, base: ClusterSpec, sizes=CAL_SIZES, warmup: int = 1,
-              iters: int = 3, max_chunks: int | None = None) -> Calibration:
+              iters: int | None = None, max_chunks: int | None = None) -> Calibration:
     """Run the microbenchmarks on ``launch`` (explicit ring steps) and fit the spec.
+
+    ``iters`` timed runs per benchmark (default: :func:`~.executor.auto_iters` of the nominal
+    prediction); each time is the median.
 
     >>> cal = calibrate(Launch(nodes=2, ranks_per_node=2, emulated=emu), base)  # doctest: +SKIP
     >>> print(cluster_to_yaml(cal.spec))                                        # doctest: +SKIP
     """
     programs = microbenchmarks(base, sizes)
-    tasks = [collective_task(i, p, "explicit", warmup, iters) for i, p in programs]
+    start = _start(base)
+    tasks = [collective_task(i, p, "explicit", warmup,
+                             iters or auto_iters(program_time(start, p)))
+             for i, p in programs]
     res = run_tasks(launch, tasks)
     return fit(base, programs, {i: r.median_s for i, r in res.items()}, max_chunks)

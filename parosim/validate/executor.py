@@ -51,6 +51,7 @@ class Launch:
     emulated: EmulatedCluster | None = None
     backend: str = "gloo"
     timeout_s: float = 300.0
+    nice: int = -10  # niceness change of the rank processes (negative needs root; best effort)
 
     def __post_init__(self) -> None:
         for name in ("nodes", "ranks_per_node"):
@@ -91,6 +92,18 @@ class TaskResult:
     @property
     def median_s(self) -> float:
         return statistics.median(self.times_s)
+
+
+def auto_iters(predicted_s: float, budget_s: float = 0.5, lo: int = 3, hi: int = 9) -> int:
+    """Timed iterations for a task predicted to take ``predicted_s``: as many as fit in
+    ``budget_s``, between ``lo`` and ``hi`` (short tasks are noisier and cheap to repeat).
+
+    >>> auto_iters(0.01), auto_iters(0.1), auto_iters(1.0)
+    (9, 5, 3)
+    """
+    if not predicted_s > 0:
+        return hi
+    return max(lo, min(hi, int(budget_s / predicted_s)))
 
 
 def program_phases(program, channel_prefix: str = "lane:") -> list[dict]:
@@ -153,7 +166,8 @@ def run_tasks(launch: Launch, tasks: list[dict], workdir: str | None = None) -> 
     try:
         out = tmp / "results.json"
         cfg = {"backend": launch.backend, "world": launch.world, "groups": _groups(tasks),
-               "tasks": tasks, "timeout_s": launch.timeout_s, "out": str(out)}
+               "tasks": tasks, "timeout_s": launch.timeout_s, "out": str(out),
+               "nice": launch.nice}
         (tmp / "config.json").write_text(json.dumps(cfg))
         procs = _start(launch, tmp)
         _wait(procs, launch.timeout_s, tmp)

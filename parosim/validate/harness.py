@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..collectives import Algo, Op, Scope, lower, program_time, simulate_program
 from ..specs import ClusterSpec
-from .executor import Launch, collective_task, run_tasks
+from .executor import Launch, auto_iters, collective_task, run_tasks
 from .report import row
 
 MiB = 2**20
@@ -26,13 +26,15 @@ DEFAULT_ALGOS = (Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING)
 
 def validate_collectives(launch: Launch, spec: ClusterSpec, ops=DEFAULT_OPS,
                          algos=DEFAULT_ALGOS, sizes=DEFAULT_SIZES, scope: Scope = Scope.GLOBAL,
-                         mode: str = "explicit", warmup: int = 1, iters: int = 3,
+                         mode: str = "explicit", warmup: int = 1, iters: int | None = None,
                          check: bool = False) -> list[dict]:
     """Measure every (op, algo, size) on ``launch`` and compare with the simulator on ``spec``.
 
-    Returns report rows (``what = "collective"``) with ``measured_by`` = ``explicit-ring``
-    (point-to-point ring steps) or ``backend-native`` (the backend's own collectives on the
-    rings' groups), plus ``closed_form_s``, ``chunks`` and the measured iteration times.
+    ``iters`` timed runs per collective (default :func:`~.executor.auto_iters` of the
+    prediction), after ``warmup`` untimed ones; the measured time is the median. Returns
+    rows (``what = "collective"``) with ``measured_by`` = ``explicit-ring`` (point-to-point
+    ring steps) or ``backend-native`` (the backend's own collectives on the rings' groups),
+    plus ``closed_form_s``, ``chunks`` and the measured iteration times.
     """
     items = []
     for op in ops:
@@ -41,7 +43,8 @@ def validate_collectives(launch: Launch, spec: ClusterSpec, ops=DEFAULT_OPS,
                 prog = lower(spec, op, scope, size, algo)
                 tid = f"{op.value}/{algo.value}/{int(size)}"
                 items.append((tid, op, algo, size, prog))
-    tasks = [collective_task(t, p, mode, warmup, iters, check) for t, _, _, _, p in items]
+    tasks = [collective_task(t, p, mode, warmup, iters or auto_iters(program_time(spec, p)),
+                             check) for t, _, _, _, p in items]
     res = run_tasks(launch, tasks)
     rows = []
     for tid, op, algo, size, prog in items:
@@ -52,5 +55,75 @@ def validate_collectives(launch: Launch, spec: ClusterSpec, ops=DEFAULT_OPS,
                         closed_form_s=program_time(spec, prog), chunks=prog.chunks,
                         measured_by="explicit-ring" if mode == "explicit" else "backend-native",
                         backend=r.backend, times_s=r.times_s, problems=r.problems,
+                        ranks=launch.world, nodes=launch.nodes))
+    return rows
+
+
+# -- step level: whole Plans -------------------------------------------------------------------
+
+def small_model():
+    """The validation model: 2 LLaMA-shaped layers, h = 256, vocab 2048 (units of 1-1.6 MB of
+    bf16 parameters, so one collective takes tens of ms on a 300 Mbit/s emulated NIC)."""
+    from ..models import ModelSpec
+
+    return ModelSpec("tiny-validate", layers=2, hidden=256, ffn_hidden=688, heads=4,
+                     vocab=2048)
+
+
+def small_training(accum_steps: int = 2):
+    """micro-batch 2, sequence 128, s = ``accum_steps``, no recomputation."""
+    from ..training import TrainingSpec
+
+    return TrainingSpec(micro_batch=2, accum_steps=accum_steps, seq_len=128, recompute=False)
+
+
+def plan_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "explicit",
+              warmup: int = 1, iters: int = 3) -> dict:
+    """A worker task executing every op of ``plan``: compute ops sleep their simulated
+    duration, collectives run the Programs lowered on ``spec`` by ``algo``; every stream and
+    lane has its own process groups (channel ``stream|lane``)."""
+    from ..plan import ComputeOp
+
+    from .executor import program_phases
+
+    ops = []
+    for op in plan.ops:
+        d = {"id": op.id, "name": op.name, "stream": op.stream, "deps": list(op.deps)}
+        if isinstance(op, ComputeOp):
+            d.update(kind="compute", duration_s=float(op.duration_s))
+        else:
+            prog = lower(spec, op.op, op.scope, op.size_bytes, algo)
+            d.update(kind="collective", phases=program_phases(prog, f"{op.stream}|"))
+        ops.append(d)
+    return {"id": task_id, "kind": "plan", "mode": mode, "warmup": warmup, "iters": iters,
+            "ops": ops}
+
+
+def validate_steps(launch: Launch, spec: ClusterSpec, strategies=("GGG", "IIG", "NIG"),
+                   algo: Algo = Algo.RING, model=None, training=None, mode: str = "explicit",
+                   warmup: int = 1, iters: int = 3) -> list[dict]:
+    """Run one global step of each strategy's Plan for real and compare with the replay.
+
+    Returns rows with ``what = "step"``, ``strategy``, ``algo``, ``simulated_s`` (the simpy
+    replay, :func:`parosim.replay.replay`) and ``measured_s`` (median step time).
+    """
+    from ..plan import build_plan
+    from ..replay import replay
+
+    model = model or small_model()
+    training = training or small_training()
+    plans = {s: build_plan(model, s, spec, training) for s in strategies}
+    tasks = [plan_task(f"step/{s}", p, spec, algo, mode, warmup, iters)
+             for s, p in plans.items()]
+    res = run_tasks(launch, tasks)
+    rows = []
+    for s, p in plans.items():
+        r = res[f"step/{s}"]
+        sim = replay(p, spec, algo).step_time_s
+        rows.append(row("step", sim, r.median_s, algo=algo.value, strategy=p.strategy.name,
+                        model=model.name,
+                        accum_steps=training.accum_steps, ops=len(p.ops),
+                        measured_by="explicit-ring" if mode == "explicit" else
+                        "backend-native", backend=r.backend, times_s=r.times_s,
                         ranks=launch.world, nodes=launch.nodes))
     return rows

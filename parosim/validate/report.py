@@ -37,11 +37,11 @@ def summary(rows: list[dict]) -> dict:
     """``median_error_pct`` and ``max_error_pct`` (of absolute errors) over rows.
 
     >>> summary([row("step", 1.1, 1.0), row("step", 0.8, 1.0), row("step", 1.0, 1.0)])
-    {'median_error_pct': 10.000000000000009, 'max_error_pct': 19.999999999999996, 'rows': 3}
+    {'median_error_pct': 10.000000000000009, 'max_error_pct': 19.999999999999996, 'n_rows': 3}
     """
     errs = [abs(r["error_pct"]) for r in rows]
     return {"median_error_pct": statistics.median(errs) if errs else 0.0,
-            "max_error_pct": max(errs, default=0.0), "rows": len(rows)}
+            "max_error_pct": max(errs, default=0.0), "n_rows": len(rows)}
 
 
 def ordering_mismatches(rows: list[dict], key=("what", "op", "size_bytes", "strategy"),
