@@ -306,6 +306,10 @@ class EmulatedCluster:
                 "netns", self.switch_ns)
             _ip("-n", self.switch_ns, "link", "set", port, "master", "br0")
             _ip("-n", self.switch_ns, "link", "set", port, "up")
+            gso = os.environ.get("PAROSIM_EMU_GSO", "16384")
+            if gso != "0":  # smaller super-packets: less store-and-forward delay per shaper
+                for n_, dev in ((ns, "eth0"), (self.switch_ns, port)):
+                    _ip("-n", n_, "link", "set", dev, "gso_max_size", gso, check=False)
             _ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _shape(ns, "eth0", s.nic_rate_Bps, s.nic_latency_s / 2)
