@@ -221,8 +221,21 @@ def _print_sweep(res: dict) -> None:
         print(f"  figure: {f}")
 
 
+def _cmd_validate(a: argparse.Namespace) -> dict:
+    from .validate.cli import run_validate
+
+    return run_validate(a)
+
+
+def _print_validate(res: dict) -> None:
+    from .validate.cli import format_table
+
+    print(format_table(res))
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
     "sweep": (_cmd_sweep, _print_sweep),
+    "validate": (_cmd_validate, _print_validate),
     "collective": (_cmd_collective, _print_collective),
     "simulate": (_cmd_simulate, _print_simulate),
     "compare": (_cmd_compare, _print_compare),
@@ -268,6 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="address of a running dask.distributed scheduler (tcp://host:8786)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.add_argument("--json", action="store_true", help="summary as JSON")
+
+    v = sub.add_parser("validate", help="run the same schedule on real torch.distributed "
+                       "ranks and report simulated vs measured")
+    from .validate.cli import add_arguments as _validate_args
+
+    _validate_args(v)
+    v.add_argument("--json", action="store_true", help="the result as JSON")
 
     m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
