@@ -14,8 +14,15 @@ from parosim.collectives import Algo, Op, Scope, lower, program_time
 from parosim.errors import InputError
 from parosim.specs import ClusterSpec
 from parosim.validate import emulate
-from parosim.validate.calibrate import (PARAMS, emulated_spec, features, fit, microbenchmarks,
-                                        nnls_relative, spec_with)
+from parosim.validate.calibrate import (
+    PARAMS,
+    emulated_spec,
+    features,
+    fit,
+    microbenchmarks,
+    nnls_relative,
+    spec_with,
+)
 from parosim.validate.cli import format_table, run_validate
 from parosim.validate.emulate import EmulationUnavailable, Shaping
 from parosim.validate.executor import Launch, collective_task, run_tasks
@@ -88,7 +95,7 @@ def test_fit_recovers_known_parameters():
     assert len(progs) == 16
     measured = {i: program_time(true_spec, p) for i, p in progs}
     cal = fit(base, progs, measured)
-    for name, want in zip(PARAMS, truth):
+    for name, want in zip(PARAMS, truth, strict=True):
         assert math.isclose(cal.theta[name], want, rel_tol=1e-6), name
     assert cal.fit_error_pct < 1e-6
     assert cal.spec.nic.bandwidth_Bps == pytest.approx(33e6)
@@ -160,3 +167,36 @@ def test_loopback_path_runs_without_namespaces(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"rows.csv", "result.json",
                                                      "calibrated.yaml", "validate.png"}
     assert "median |error|" in format_table(res)
+
+
+def test_torchrun_recipe_end_to_end(tmp_path):
+    """The real-cluster recipe (README): prepare, torchrun the worker, fit, torchrun, report -
+    here with torchrun --standalone on this host's loopback (gloo)."""
+    import subprocess
+    import sys
+
+    from parosim.validate import remote
+
+    yaml = tmp_path / "c.yaml"
+    yaml.write_text("name: cpu-2x2\ngpus_per_node: 2\nnodes: 2\n"
+                    "intra_node: {fabric: nvswitch, bandwidth: 1GB/s, latency: 50us}\n"
+                    "nic: {per_node: 1, bandwidth: 1GB/s, latency: 100us}\n")
+    out = tmp_path / "run"
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+
+    def torchrun(stage: str) -> None:
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "4", "-m", "parosim.validate.worker", "--config",
+                        str(out / f"{stage}.json"), "--out", str(out / f"{stage}.out.json")],
+                       check=True, env=env, timeout=240, capture_output=True)
+
+    assert remote.main(["prepare", "--cluster", str(yaml), "--out", str(out), "--sizes",
+                        "256KiB", "--algos", "ring,hierarchical", "--ops", "rs"]) == 0
+    torchrun("calibrate")
+    assert remote.main(["fit", str(out)]) == 0
+    torchrun("compare")
+    res = remote.report_stage(out)
+    assert [r["algo"] for r in res["rows"]] == ["ring", "hierarchical"]
+    assert all(r["measured_s"] > 0 for r in res["rows"])
+    assert (out / "calibrated.yaml").exists() and (out / "validate.png").exists()
+    assert remote.main(["report", str(tmp_path / "missing")]) == 2

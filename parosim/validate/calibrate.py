@@ -178,12 +178,12 @@ def fit(base: ClusterSpec, programs: list[tuple[str, object]],
                    notes=base.notes + "; calibrated from ring microbenchmarks "
                    "(parosim.validate.calibrate)")
     rows = []
-    for (pid, p), tm in zip(programs, t):
+    for (pid, p), tm in zip(programs, t, strict=True):
         ts = program_time(spec, p)
         rows.append({"what": "calibration", "id": pid, "op": p.op.value, "scope": p.scope.value,
                      "size_bytes": p.size_bytes, "fitted_s": ts, "measured_s": float(tm),
                      "error_pct": 100 * (ts - tm) / tm})
-    return Calibration(spec, dict(zip(PARAMS, map(float, theta))), rows)
+    return Calibration(spec, dict(zip(PARAMS, map(float, theta), strict=True)), rows)
 
 
 def calibrate(launch: Launch, base: ClusterSpec, sizes=CAL_SIZES, warmup: int = 1,

@@ -87,7 +87,8 @@ class TaskResult:
         """Median CPU seconds of all ranks per second of wall time (host load of the run)."""
         if not self.cpu_s:
             return float("nan")
-        return statistics.median(c / t for c, t in zip(self.cpu_s, self.times_s) if t > 0)
+        pairs = zip(self.cpu_s, self.times_s, strict=True)
+        return statistics.median(c / t for c, t in pairs if t > 0)
 
     @property
     def median_s(self) -> float:
@@ -137,6 +138,13 @@ def _groups(tasks: list[dict]) -> list[list]:
     return [[c, list(m)] for c, m in seen]
 
 
+def worker_config(tasks: list[dict], world: int, backend: str = "auto",
+                  timeout_s: float = 600.0, nice: int = 0) -> dict:
+    """The JSON config every rank reads (:mod:`parosim.validate.worker`)."""
+    return {"backend": backend, "world": world, "groups": _groups(tasks), "tasks": tasks,
+            "timeout_s": timeout_s, "nice": nice}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -165,9 +173,8 @@ def run_tasks(launch: Launch, tasks: list[dict], workdir: str | None = None) -> 
     tmp.mkdir(parents=True, exist_ok=True)
     try:
         out = tmp / "results.json"
-        cfg = {"backend": launch.backend, "world": launch.world, "groups": _groups(tasks),
-               "tasks": tasks, "timeout_s": launch.timeout_s, "out": str(out),
-               "nice": launch.nice}
+        cfg = worker_config(tasks, launch.world, launch.backend, launch.timeout_s, launch.nice)
+        cfg["out"] = str(out)
         (tmp / "config.json").write_text(json.dumps(cfg))
         procs = _start(launch, tmp)
         _wait(procs, launch.timeout_s, tmp)

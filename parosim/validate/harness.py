@@ -83,7 +83,6 @@ def plan_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "ex
     duration, collectives run the Programs lowered on ``spec`` by ``algo``; every stream and
     lane has its own process groups (channel ``stream|lane``)."""
     from ..plan import ComputeOp
-
     from .executor import program_phases
 
     ops = []

@@ -97,7 +97,7 @@ def plot(df, title: str = "parosim validate: simulated vs measured"):
     label_col = "algo" if "algo" in df else None
     groups = df.groupby(df[label_col].fillna(df.get("what", "row"))) if label_col else [
         ("rows", df)]
-    for (name, g), marker in zip(groups, "os^Dvx+*"):
+    for (name, g), marker in zip(groups, "os^Dvx+*", strict=False):
         if "what" in g and (g["what"] == "step").all() and "strategy" in g:
             name = f"step {name}"
         ax.scatter(g["measured_s"], g["simulated_s"], marker=marker, label=str(name), alpha=0.8)

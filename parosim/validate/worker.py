@@ -199,7 +199,7 @@ def run_plan(ctx: Ctx, task: dict) -> dict:
         dist.barrier()
         t0 = time.perf_counter()
 
-        def stream(idx: list[int]) -> None:
+        def stream(idx: list[int], done=done, spans=spans, errors=errors, t0=t0) -> None:
             for i in idx:
                 for d in ops[i]["deps"]:
                     while not done[index[d]].wait(1.0):
