@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING
 import simpy
 
 from .network import PS, Network, to_ps
+from .specs import CollectiveTuning
+
+NO_OVERHEAD = CollectiveTuning()  # wire costs only
 
 if TYPE_CHECKING:  # the collectives package imports this module
     from .collectives.types import Phase, Program
@@ -97,24 +100,32 @@ def check_finished(done: list[simpy.Event], name_of: Callable[[int], str],
         f"{name_of(first)!r} on lane {lane_of(first)!r}, which {why}")
 
 
-def run_phase(env: simpy.Environment, net: Network, phase: Phase, step_latency_s: float):
-    """Body of one phase: bandwidth part on the network, then the ring's step latencies."""
+def run_phase(env: simpy.Environment, net: Network, phase: Phase, tuning: CollectiveTuning):
+    """Body of one phase: bandwidth part on the network, then the ring's step latencies and
+    the phase's launch overhead."""
     if phase.steps == 0:
         return
     fs = net.flowset(phase.ringset)
     yield net.transfer(fs, phase.bytes_per_rank)
-    yield env.timeout(to_ps(phase.steps * (fs.alpha_s + step_latency_s)))
+    latency = to_ps(phase.steps * (fs.alpha_s + tuning.step_latency_s)
+                    + tuning.phase_overhead_s)
+    if tuning.serial_progress:  # one progress thread per rank: latency parts queue (FIFO)
+        with net.progress.request() as req:
+            yield req
+            yield env.timeout(latency)
+    else:
+        yield env.timeout(latency)
 
 
 def run_program(env: simpy.Environment, net: Network, program: Program,
-                step_latency_s: float = 0.0, call_overhead_s: float = 0.0,
+                tuning: CollectiveTuning = NO_OVERHEAD,
                 on_record: Callable[[Record], None] | None = None, prefix: str = ""):
     """A simpy process body running one lowered collective (call overhead first)."""
-    if call_overhead_s:
-        yield env.timeout(to_ps(call_overhead_s))
+    if tuning.call_overhead_s:
+        yield env.timeout(to_ps(tuning.call_overhead_s))
     ph = program.phases
     done = run_lanes(env, ph, lambda i: prefix + ph[i].lane, lambda i: ph[i].deps,
                      lambda i: prefix + ph[i].name,
-                     lambda i: run_phase(env, net, ph[i], step_latency_s), on_record)
+                     lambda i: run_phase(env, net, ph[i], tuning), on_record)
     if done:
         yield env.all_of(done)

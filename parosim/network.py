@@ -160,6 +160,15 @@ class Network:
         self._busy = np.zeros(0)
         self._load = np.zeros(0)
         self.updates = 0
+        self._progress: simpy.Resource | None = None
+
+    @property
+    def progress(self) -> simpy.Resource:
+        """Every rank's progress thread (``collective.serial_progress``); all ranks take part
+        in every phase, so one capacity-1 resource stands for each rank's own."""
+        if self._progress is None:
+            self._progress = simpy.Resource(self.env, capacity=1)
+        return self._progress
 
     # -- symmetry -------------------------------------------------------------------------
     def _representatives(self) -> dict[str, tuple[str, bool]]:

@@ -73,8 +73,7 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
             yield env.timeout(t)
         else:
             in_flight[0] += 1
-            yield from run_program(env, net, cache.get(op), spec.collective.step_latency_s,
-                                   spec.collective.call_overhead_s)
+            yield from run_program(env, net, cache.get(op), spec.collective)
             in_flight[0] -= 1
 
     def kind(i: int) -> str:

@@ -109,16 +109,25 @@ class CollectiveTuning:
 
     ``step_latency_s``: fixed cost per ring step (kernel/protocol overhead), on top of the
     path's wire latency. ``call_overhead_s``: fixed cost per collective call (launch, setup).
-    Both default to 0 (datasheet presets); :mod:`parosim.validate` fits them from measurements.
+    ``phase_overhead_s``: fixed cost per ring phase launched (a kernel launch per chunk in
+    NCCL, an op set-up in gloo); it is what makes many small HO-Ring chunks expensive.
+    All default to 0 (datasheet presets); :mod:`parosim.validate` fits them from measurements.
+
+    ``serial_progress``: the latency and launch parts of concurrent phases cannot overlap on a
+    rank, because one CPU thread drives all of them (gloo on CPU ranks: the emulated cluster).
+    False for NCCL on GPUs, whose concurrent kernels progress independently.
     """
 
     step_latency_s: float = 0.0
     call_overhead_s: float = 0.0
     ho_ring_max_chunks: int = 64
+    phase_overhead_s: float = 0.0
+    serial_progress: bool = False
 
     def __post_init__(self) -> None:
         _pos(self.step_latency_s, "collective.step_latency", allow_zero=True)
         _pos(self.call_overhead_s, "collective.call_overhead", allow_zero=True)
+        _pos(self.phase_overhead_s, "collective.phase_overhead", allow_zero=True)
         _require(isinstance(self.ho_ring_max_chunks, int) and self.ho_ring_max_chunks >= 1,
                  f"collective.ho_ring_max_chunks = {self.ho_ring_max_chunks!r} must be >= 1")
 

@@ -196,3 +196,68 @@ def test_never_faster_than_the_bandwidth_bound_and_monotone(size, nodes, algo, o
     t2 = simulate_collective(spec, op, Scope.GLOBAL, size * 2, algo).time_s
     assert t2 >= t
     assert math.isfinite(t)
+
+
+def test_phase_overhead_is_paid_per_phase_and_limits_ho_ring_chunks():
+    from dataclasses import replace
+
+    from parosim.specs import CollectiveTuning
+
+    base = load_cluster("paper-a100-roce", nodes=4)
+    slow = replace(base, collective=CollectiveTuning(phase_overhead_s=2e-3))
+    for algo in Algo:
+        p0 = lower(base, Op.ALL_REDUCE, Scope.GLOBAL, 64 * MiB, algo)
+        p1 = lower(slow, Op.ALL_REDUCE, Scope.GLOBAL, 64 * MiB, algo)
+        if algo is not Algo.HO_RING:  # same phases: the overhead is added once per phase
+            assert closed_form_time(slow, Op.ALL_REDUCE, Scope.GLOBAL, 64 * MiB, algo) == (
+                pytest.approx(closed_form_time(base, Op.ALL_REDUCE, Scope.GLOBAL, 64 * MiB,
+                                               algo) + 2e-3 * len(p0.phases)))
+        else:  # launch costs make fewer, larger chunks the better choice
+            assert p1.chunks < p0.chunks
+        r = simulate_program(slow, p1)
+        assert r.time_s == pytest.approx(r.closed_form_s, rel=0.01)
+
+
+def _tuned(spec, **kw):
+    from dataclasses import replace
+
+    return replace(spec, collective=replace(spec.collective, **kw))
+
+
+@pytest.mark.parametrize("serial", [False, True])
+@pytest.mark.parametrize("op", list(Op))
+def test_chosen_chunk_count_minimises_the_closed_form(op, serial):
+    from parosim.collectives.lowering import _hierarchical, best_chunks
+    from parosim.collectives.cost import program_time
+
+    spec = _tuned(load_cluster("paper-a100-roce", nodes=4), step_latency_s=50e-6,
+                  phase_overhead_s=100e-6, serial_progress=serial)
+    times = [program_time(spec, _hierarchical(spec, op, 8 * MiB, k, Algo.HO_RING))
+             for k in range(1, 65)]
+    k = best_chunks(spec, op, 8 * MiB)
+    assert times[k - 1] == pytest.approx(min(times), rel=1e-9)
+
+
+@pytest.mark.parametrize("op", list(Op))
+def test_serial_progress_engine(op):
+    """One progress thread per rank: single-lane programs are unchanged (closed form exact);
+    HO-Ring's overlapped latency parts queue, so it gets slower, never faster."""
+    base = _tuned(load_cluster("paper-a100-roce", nodes=4), step_latency_s=20e-6,
+                  phase_overhead_s=30e-6)
+    serial = _tuned(base, serial_progress=True)
+    for algo in (Algo.RING, Algo.HIERARCHICAL):
+        r = simulate_collective(serial, op, Scope.GLOBAL, 64 * MiB, algo)
+        assert r.time_s == pytest.approx(r.closed_form_s, rel=0.01)
+        assert r.time_s == pytest.approx(
+            simulate_collective(base, op, Scope.GLOBAL, 64 * MiB, algo).time_s, rel=1e-9)
+    from parosim.collectives.lowering import HORing
+
+    # 8 chunks of a small buffer: latency-bound lanes, whose latency parts now queue
+    prog = HORing().lower(base, op, Scope.GLOBAL, 4 * MiB, chunks=8)
+    free = simulate_program(base, prog).time_s
+    queued = simulate_program(serial, prog)
+    assert queued.time_s > 1.1 * free
+    assert queued.time_s >= queued.closed_form_s * (1 - 1e-9)  # the bound holds
+    big = lower(base, op, Scope.GLOBAL, 64 * MiB, Algo.HO_RING)  # bandwidth-bound: no loss
+    assert big.chunks > 1
+    assert simulate_program(serial, big).time_s >= simulate_program(base, big).time_s

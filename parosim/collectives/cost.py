@@ -2,7 +2,8 @@
 
 A phase (a ring collective on a set of rings) costs
 
-    T = steps * alpha + bytes_per_rank / B          (Thakur, Rabenseifner & Gropp 2005)
+    T = steps * alpha + bytes_per_rank / B + phase_overhead   (Thakur, Rabenseifner & Gropp
+                                                               2005, plus a launch cost)
 
 with steps = (k-1) for AG/RS and 2(k-1) for AR, bytes_per_rank = steps/k * buffer,
 alpha = the slowest hop's one-way latency + ``collective.step_latency_s``, and B the bandwidth
@@ -83,11 +84,12 @@ def ring_alpha_beta(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float]:
 
 
 def phase_time(spec: ClusterSpec, phase: Phase) -> float:
-    """Uncontended time of one phase: steps * alpha + bytes_per_rank / B."""
+    """Uncontended time of one phase: steps * alpha + bytes_per_rank / B + phase overhead."""
     if phase.steps == 0:
         return 0.0
     alpha, bw = ring_alpha_beta(spec, phase.ringset)
-    return phase.steps * alpha + phase.bytes_per_rank / bw
+    return (phase.steps * alpha + phase.bytes_per_rank / bw
+            + spec.collective.phase_overhead_s)
 
 
 def lane_schedule(program: Program, durations: list[float]) -> list[tuple[float, float]]:
@@ -103,8 +105,27 @@ def lane_schedule(program: Program, durations: list[float]) -> list[tuple[float,
     return times
 
 
+def latency_part(spec: ClusterSpec, phase: Phase) -> float:
+    """The part of :func:`phase_time` that is not bandwidth: steps x alpha + launch."""
+    if phase.steps == 0:
+        return 0.0
+    alpha, _ = ring_alpha_beta(spec, phase.ringset)
+    return phase.steps * alpha + spec.collective.phase_overhead_s
+
+
 def program_time(spec: ClusterSpec, program: Program) -> float:
-    """Closed-form time of a lowered collective (lane recurrence + call overhead)."""
+    """Closed-form time of a lowered collective (lane recurrence + call overhead).
+
+    With ``collective.serial_progress`` the latency parts of all phases share one progress
+    thread, so the time is also at least (the smallest bandwidth part, which comes first) +
+    (the sum of latency parts). For one lane (ring, hierarchical) the recurrence already
+    exceeds that bound and stays exact; for HO-Ring the max of the two is an estimate (the
+    engine is the reference).
+    """
     durations = [phase_time(spec, ph) for ph in program.phases]
     ends = [e for _, e in lane_schedule(program, durations)]
-    return max(ends, default=0.0) + spec.collective.call_overhead_s
+    t = max(ends, default=0.0)
+    if spec.collective.serial_progress and program.phases:
+        lat = [latency_part(spec, ph) for ph in program.phases]
+        t = max(t, sum(lat) + min(d - a for d, a in zip(durations, lat, strict=True)))
+    return t + spec.collective.call_overhead_s

@@ -132,18 +132,26 @@ def best_chunks(spec: ClusterSpec, op: Op, size: float) -> int:
     a_out, b_out = ring_alpha_beta(spec, scope_rings(spec, Scope.INTER))
     m, ng = spec.group_size, spec.groups
 
+    over = spec.collective.phase_overhead_s
+
     def ring(k: int, f: int, alpha: float, bw: float, buf: float) -> float:
-        return f * (k - 1) * alpha + f * (k - 1) / k * buf / bw
+        return f * (k - 1) * alpha + f * (k - 1) / k * buf / bw + over
 
     best_k, best_t = 1, float("inf")
     for k in range(1, spec.collective.ho_ring_max_chunks + 1):
         intra = ring(m, 1, a_in, b_in, size / k)
+        f = 2 if op is Op.ALL_REDUCE else 1
+        inter = ring(ng, f, a_out, b_out, size / (m * k))
         if op is Op.ALL_REDUCE:
-            inter = ring(ng, 2, a_out, b_out, size / (m * k))
             t = _ar_pipeline(k, intra, inter)
         else:
-            inter = ring(ng, 1, a_out, b_out, size / (m * k))
             t = intra + inter + (k - 1) * max(intra, inter)
+        if spec.collective.serial_progress:  # as in cost.program_time
+            lat_in = (m - 1) * a_in + over
+            lat_out = f * (ng - 1) * a_out + over
+            n_intra = 2 * k if op is Op.ALL_REDUCE else k
+            t = max(t, n_intra * lat_in + k * lat_out
+                    + min(intra - lat_in, inter - lat_out))
         if t < best_t * (1 - 1e-12):
             best_k, best_t = k, t
     return best_k

@@ -69,8 +69,7 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
     period = symmetry_period(spec) if symmetric else spec.nodes
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     records: list[Record] = []
-    proc = env.process(run_program(env, net, program, spec.collective.step_latency_s,
-                                   spec.collective.call_overhead_s,
+    proc = env.process(run_program(env, net, program, spec.collective,
                                    records.append if trace else None))
     env.run()
     if not proc.triggered:
@@ -114,8 +113,7 @@ def simulate_concurrent(spec: ClusterSpec, programs: list[Program],
     g = graph if graph is not None else cluster_graph(spec)
     env = CountingEnvironment()
     net = Network(env, g, spec.nodes, spec.nodes, spec.gpus_per_node)
-    procs = [env.process(run_program(env, net, p, spec.collective.step_latency_s,
-                                     spec.collective.call_overhead_s, prefix=f"c{i}/"))
+    procs = [env.process(run_program(env, net, p, spec.collective, prefix=f"c{i}/"))
              for i, p in enumerate(programs)]
     ends: dict[int, float] = {}
     for i, pr in enumerate(procs):

@@ -11,7 +11,7 @@ The YAML (units as strings, converted to SI here, once)::
     nic: {per_node: 1, bandwidth: 100Gbps, latency: 5us}
     network: {fabric: single-switch}   # or leaf-spine (nodes_per_leaf, oversubscription,
                                        # uplink_latency) or rail (oversubscription)
-    collective: {step_latency: 0us, call_overhead: 0us}                # optional
+    collective: {step_latency: 0us, call_overhead: 0us, phase_overhead: 0us}  # optional
     group_nodes: 1                                                     # optional
     sources: free text saying where the numbers come from
 """
@@ -73,7 +73,8 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
     nic = section(data, "nic", {"per_node", "bandwidth", "latency"}, where)
     net = section(data, "network", {"fabric", "nodes_per_leaf", "oversubscription",
                                     "uplink_latency"}, where)
-    coll = section(data, "collective", {"step_latency", "call_overhead", "ho_ring_max_chunks"},
+    coll = section(data, "collective", {"step_latency", "call_overhead", "phase_overhead",
+                                          "ho_ring_max_chunks", "serial_progress"},
                    where)
     if "bandwidth" not in intra:
         raise InputError(f"{where}: intra_node needs 'bandwidth' (per GPU, e.g. 2000Gbps)")
@@ -110,11 +111,21 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
             step_latency_s=parse_time(coll.get("step_latency", 0), "collective.step_latency"),
             call_overhead_s=parse_time(coll.get("call_overhead", 0),
                                        "collective.call_overhead"),
-            ho_ring_max_chunks=coll.get("ho_ring_max_chunks", 64)),
+            ho_ring_max_chunks=coll.get("ho_ring_max_chunks", 64),
+            phase_overhead_s=parse_time(coll.get("phase_overhead", 0),
+                                        "collective.phase_overhead"),
+            serial_progress=_flag(coll.get("serial_progress", False),
+                                  "collective.serial_progress")),
         group_nodes=positive_int(data.get("group_nodes", 1), "group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
     )
     return spec
+
+
+def _flag(v: Any, name: str) -> bool:
+    if not isinstance(v, bool):
+        raise InputError(f"{name} = {v!r} must be true or false")
+    return v
 
 
 def _nic_count(v: Any) -> int:
@@ -164,6 +175,8 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
                     "uplink_latency": f"{spec.network.uplink_latency_s!r}s"},
         "collective": {"step_latency": f"{spec.collective.step_latency_s!r}s",
                        "call_overhead": f"{spec.collective.call_overhead_s!r}s",
+                       "phase_overhead": f"{spec.collective.phase_overhead_s!r}s",
+                       "serial_progress": spec.collective.serial_progress,
                        "ho_ring_max_chunks": spec.collective.ho_ring_max_chunks},
         "group_nodes": spec.group_nodes,
         "sources": spec.notes,

@@ -7,14 +7,16 @@ B depend on the link class the ring crosses: the intra-node link (``intra``) or 
 (``nic``, shared by the rings that leave a node through it). That time is linear in
 
     theta = (intra.latency_s, nic.latency_s, 1/intra.bandwidth_Bps, 1/nic.bandwidth_Bps,
-             collective.call_overhead_s)
+             collective.call_overhead_s, collective.phase_overhead_s)
 
 for single-scope rings, so ``T = F @ theta`` with a feature row F per microbenchmark, read off
 the simulator's own closed form by finite differences (the fit is thus consistent with whatever
 the cost model counts: steps, bytes, NIC sharing). theta is the non-negative least-squares
 solution minimising the *relative* error over the microbenchmarks: all-gather and all-reduce
 (k-1 and 2(k-1) steps, which separates per-step latency from per-call overhead) on the intra
-and inter scopes at a few sizes. ``collective.step_latency_s`` is left at 0: each class's latency
+and inter scopes at a few sizes, and hierarchical (multi-phase) programs that separate the
+per-phase launch cost from the per-call one. ``collective.step_latency_s`` is left at 0: each
+class's latency
 absorbs the per-step software cost of the executor. PCIe is set to be no bottleneck (the
 emulated NIC *is* the node's network path).
 """
@@ -27,7 +29,7 @@ import numpy as np
 
 from ..collectives import Algo, Op, Scope, lower, program_time
 from ..errors import InputError
-from ..specs import ClusterSpec, GPUSpec, LinkSpec, NICSpec
+from ..specs import ClusterSpec, CollectiveTuning, GPUSpec, LinkSpec, NICSpec
 from .emulate import Shaping
 from .executor import Launch, auto_iters, collective_task, run_tasks
 
@@ -39,7 +41,8 @@ _NO_PCIE = LinkSpec(1e13, 0.0)  # "no bottleneck": the emulated NIC path is the 
 # take a few ms, like its collectives on a 300 Mbit/s NIC (a comm-bound regime, as in the paper).
 EMULATED_GPU = GPUSpec(model="cpu-rank (emulated)", memory_bytes=80 * 10**9, peak_flops=2e11,
                        hbm_bandwidth_Bps=2.0e12)
-PARAMS = ("intra_latency_s", "nic_latency_s", "intra_s_per_B", "nic_s_per_B", "call_overhead_s")
+PARAMS = ("intra_latency_s", "nic_latency_s", "intra_s_per_B", "nic_s_per_B", "call_overhead_s",
+          "phase_overhead_s")
 
 
 def emulated_spec(nodes: int, ranks_per_node: int, shaping: Shaping,
@@ -56,29 +59,32 @@ def emulated_spec(nodes: int, ranks_per_node: int, shaping: Shaping,
         pcie=_NO_PCIE,
         nic=NICSpec(per_node=1, bandwidth_Bps=shaping.nic_rate_Bps,
                     latency_s=shaping.nic_latency_s),
+        # gloo ranks on CPUs: one thread per rank drives every phase's steps
+        collective=CollectiveTuning(serial_progress=True),
         notes=(f"emulated: {nodes} network namespaces x {ranks_per_node} ranks, NIC "
                f"{shaping.nic_rate_Bps * 8 / 1e6:g} Mbit/s shaped with tc, loopback "
                f"{shaping.intra_rate_Bps * 8 / 1e6:g} Mbit/s shared by a node's ranks"))
 
 
 def spec_with(base: ClusterSpec, theta) -> ClusterSpec:
-    """``base`` with the five calibrated parameters (see module docstring) set."""
-    a_i, a_n, s_i, s_n, call = (float(x) for x in theta)
+    """``base`` with the six calibrated parameters (see module docstring) set."""
+    a_i, a_n, s_i, s_n, call, phase = (float(x) for x in theta)
     return replace(base, intra=LinkSpec(1.0 / s_i, a_i), pcie=_NO_PCIE,
                    nic=replace(base.nic, bandwidth_Bps=1.0 / s_n, latency_s=a_n),
                    collective=replace(base.collective, step_latency_s=0.0,
-                                      call_overhead_s=call))
+                                      call_overhead_s=call, phase_overhead_s=phase))
 
 
 def _theta0(base: ClusterSpec) -> np.ndarray:
     return np.array([base.intra.latency_s, base.nic.latency_s, 1 / base.intra.bandwidth_Bps,
-                     1 / base.nic.bandwidth_Bps, base.collective.call_overhead_s])
+                     1 / base.nic.bandwidth_Bps, base.collective.call_overhead_s,
+                     base.collective.phase_overhead_s])
 
 
 def features(base: ClusterSpec, program) -> np.ndarray:
     """dT/dtheta of the closed-form time of ``program`` (exact: T is linear in theta)."""
     th = _theta0(base)
-    scale = np.array([1e-4, 1e-4, th[2], th[3], 1e-4])
+    scale = np.array([1e-4, 1e-4, th[2], th[3], 1e-4, 1e-4])
     t0 = program_time(spec_with(base, th), program)
     f = np.empty(len(th))
     for j in range(len(th)):
@@ -134,6 +140,11 @@ def microbenchmarks(base: ClusterSpec, sizes=CAL_SIZES) -> list[tuple[str, objec
             for size in ss:
                 out.append((f"cal/{scope.value}/{op.value}/{int(size)}",
                             lower(base, op, scope, size, Algo.RING)))
+    if base.groups >= 2 and base.group_size >= 2:  # 2 and 3 phases per call
+        for op in (Op.ALL_GATHER, Op.ALL_REDUCE):
+            for size in sorted(sizes)[:2]:
+                out.append((f"cal/hierarchical/{op.value}/{int(size)}",
+                            lower(base, op, Scope.GLOBAL, size, Algo.HIERARCHICAL)))
     return out
 
 
@@ -143,7 +154,8 @@ def _start(base: ClusterSpec) -> ClusterSpec:
     a_i = max(base.intra.latency_s, 20e-6)
     a_n = max(base.nic.latency_s, 2 * a_i)
     return spec_with(base, [a_i, a_n, 1 / base.intra.bandwidth_Bps,
-                            1 / base.nic.bandwidth_Bps, base.collective.call_overhead_s])
+                            1 / base.nic.bandwidth_Bps, base.collective.call_overhead_s,
+                            base.collective.phase_overhead_s])
 
 
 def fit(base: ClusterSpec, programs: list[tuple[str, object]],

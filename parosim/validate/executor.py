@@ -95,12 +95,12 @@ class TaskResult:
         return statistics.median(self.times_s)
 
 
-def auto_iters(predicted_s: float, budget_s: float = 0.5, lo: int = 3, hi: int = 9) -> int:
+def auto_iters(predicted_s: float, budget_s: float = 1.0, lo: int = 5, hi: int = 9) -> int:
     """Timed iterations for a task predicted to take ``predicted_s``: as many as fit in
     ``budget_s``, between ``lo`` and ``hi`` (short tasks are noisier and cheap to repeat).
 
-    >>> auto_iters(0.01), auto_iters(0.1), auto_iters(1.0)
-    (9, 5, 3)
+    >>> auto_iters(0.01), auto_iters(0.15), auto_iters(1.0)
+    (9, 6, 5)
     """
     if not predicted_s > 0:
         return hi
