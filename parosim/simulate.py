@@ -18,10 +18,11 @@ memory breakdown; it is not simulated and its time metrics are ``None``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from .analytic import evaluate
 from .collectives.lowering import lower
-from .collectives.types import Algo, parse_enum
+from .collectives.types import Algo, RingSet, parse_enum
 from .compute import compute_seconds  # noqa: F401  (re-exported for notebooks)
 from .errors import InputError
 from .memory import MemoryBreakdown, memory_breakdown
@@ -88,12 +89,19 @@ def memory_dict(strategy: Strategy, gpus: int, mem: MemoryBreakdown) -> dict:
             "recompute": mem.recompute}
 
 
+@lru_cache(maxsize=256)
+def cross_node_fraction(ringset: RingSet, gpus_per_node: int) -> float:
+    """Share of a ring set's hops that leave their node (cached: O(n) to compute)."""
+    hops = list(ringset.hops())
+    if not hops:
+        return 0.0
+    return sum(1 for a, b in hops if a // gpus_per_node != b // gpus_per_node) / len(hops)
+
+
 def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo,
                     repeat: int = 1) -> tuple[float, float]:
     """Bytes one GPU sends per step over intra-node and inter-node hops (average), from the
     lowered programs: a phase's per-rank bytes split by its share of node-crossing hops."""
-    gpn = spec.gpus_per_node
-    frac: dict = {}
     intra = inter = 0.0
     progs: dict = {}
     for op in plan.ops:
@@ -105,11 +113,7 @@ def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo,
             prog = progs[key] = lower(spec, op.op, op.scope, op.size_bytes, algo)
         times = 1 if op.micro_step is None else repeat
         for ph in prog.phases:
-            f = frac.get(ph.ringset)
-            if f is None:
-                hops = list(ph.ringset.hops())
-                cross = sum(1 for a, b in hops if a // gpn != b // gpn)
-                f = frac[ph.ringset] = cross / len(hops) if hops else 0.0
+            f = cross_node_fraction(ph.ringset, spec.gpus_per_node)
             inter += times * ph.bytes_per_rank * f
             intra += times * ph.bytes_per_rank * (1 - f)
     return intra, inter
