@@ -308,11 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("parosim: interrupted (a sweep resumes when run again)", file=sys.stderr)
         return 130
-    if getattr(a, "json", False) or show is None:
-        json.dump(res, sys.stdout, indent=2, sort_keys=False)
-        sys.stdout.write("\n")
-    else:
-        show(res)
+    try:
+        if getattr(a, "json", False) or show is None:
+            json.dump(res, sys.stdout, indent=2, sort_keys=False)
+            sys.stdout.write("\n")
+        else:
+            show(res)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `parosim ... | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

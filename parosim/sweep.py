@@ -23,8 +23,6 @@ only a bad spec stops the sweep, before any work starts.
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import signal
 import sys
@@ -337,31 +335,10 @@ def run_sweep_cli(spec_path: str | Path, out_dir: str | Path, workers: int = 2,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m parosim.sweep SPEC --out DIR [--workers N] [--scheduler ADDR] [--json]``."""
-    p = argparse.ArgumentParser(prog="python -m parosim.sweep")
-    p.add_argument("spec")
-    p.add_argument("--out", required=True)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--scheduler", default=None)
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
-    a = p.parse_args(argv)
-    try:
-        res = run_sweep_cli(a.spec, a.out, a.workers, a.scheduler, not a.no_progress)
-    except InputError as e:
-        print(f"parosim: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("parosim: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
-    if a.json:
-        print(json.dumps(res, indent=2))
-    else:
-        print(f"{res['name']}: {res['points']} points ({res['skipped']} resumed, "
-              f"{res['done']} run, {res['failed']} not ok) in {res['wall_s']:.1f} s -> "
-              f"{res['results']}")
-    return 0
+    """``python -m parosim.sweep SPEC --out DIR ...``: the same as ``parosim sweep``."""
+    from .cli import main as cli_main
 
+    return cli_main(["sweep", *(sys.argv[1:] if argv is None else argv)])
 
 if __name__ == "__main__":
     sys.exit(main())

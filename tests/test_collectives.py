@@ -227,8 +227,8 @@ def _tuned(spec, **kw):
 @pytest.mark.parametrize("serial", [False, True])
 @pytest.mark.parametrize("op", list(Op))
 def test_chosen_chunk_count_minimises_the_closed_form(op, serial):
-    from parosim.collectives.lowering import _hierarchical, best_chunks
     from parosim.collectives.cost import program_time
+    from parosim.collectives.lowering import _hierarchical, best_chunks
 
     spec = _tuned(load_cluster("paper-a100-roce", nodes=4), step_latency_s=50e-6,
                   phase_overhead_s=100e-6, serial_progress=serial)
