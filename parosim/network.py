@@ -121,7 +121,8 @@ class LinkStats:
     bytes: dict[str, float] = field(default_factory=dict)
     busy_s: dict[str, float] = field(default_factory=dict)
     links: dict[str, int] = field(default_factory=dict)
-    gpu_egress: dict[str, float] = field(default_factory=dict)  # bytes GPUs sent, by class
+    # bytes GPUs sent: "inter" on links to a NIC, "intra" on links into the node's fabric
+    gpu_egress: dict[str, float] = field(default_factory=dict)
 
 
 class Network:
@@ -144,7 +145,7 @@ class Network:
         self._cap: list[float] = []
         self._class: list[str] = []
         self._orbit: list[int] = []
-        self._from_gpu: list[bool] = []
+        self._egress: list[str] = []  # "intra" / "inter" for links leaving a GPU, else ""
         self._flowsets: dict[RingSet, FlowSet] = {}
         # max-min rates depend only on which flow sets are active: cache them by that multiset
         self._fill_cache: dict[tuple[int, ...], tuple[list[float], np.ndarray]] = {}
@@ -201,7 +202,9 @@ class Network:
             self._cap.append(d["bandwidth_Bps"] / PS)
             self._class.append(d["link_class"])
             self._orbit.append(self.scale if (mu or mv) else 1)
-            self._from_gpu.append(self.graph.nodes[ru]["kind"] == "gpu")
+            kinds = self.graph.nodes[ru]["kind"], self.graph.nodes[rv]["kind"]
+            self._egress.append("" if kinds[0] != "gpu" else
+                                "inter" if kinds[1] == "nic" else "intra")
             grow = np.zeros(1)
             self._bytes = np.concatenate([self._bytes, grow])
             self._busy = np.concatenate([self._busy, grow])
@@ -362,8 +365,9 @@ class Network:
         for i, cls in enumerate(self._class):
             st.bytes[cls] = st.bytes.get(cls, 0.0) + self._bytes[i] * orbit[i]
             st.busy_s[cls] = max(st.busy_s.get(cls, 0.0), self._busy[i] / PS)
-            if self._from_gpu[i]:
-                st.gpu_egress[cls] = st.gpu_egress.get(cls, 0.0) + self._bytes[i] * orbit[i]
+            if self._egress[i]:
+                e = self._egress[i]
+                st.gpu_egress[e] = st.gpu_egress.get(e, 0.0) + self._bytes[i] * orbit[i]
         for _, _, cls in self.graph.edges(data="link_class"):
             st.links[cls] = st.links.get(cls, 0) + 1
         return st

@@ -155,8 +155,8 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         rep = replay(plan, cluster, algo, training.overlap_slowdown, trace=trace)
         step, exposed, compute = rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s
         n = cluster.gpus
-        b_intra = (rep.gpu_egress.get("nvlink", 0.0) + _pcie_switch_bytes(cluster, rep)) / n
-        b_inter = rep.gpu_egress.get("pcie", 0.0) / n - _pcie_switch_bytes(cluster, rep) / n
+        b_intra = rep.gpu_egress.get("intra", 0.0) / n
+        b_inter = rep.gpu_egress.get("inter", 0.0) / n
         res.events, res.records = rep.events, rep.records
     else:
         an = evaluate(plan, cluster, algo, repeat)
@@ -173,12 +173,6 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     res.mfu = plan.model_flops_per_step * repeat / (step * cluster.gpu.peak_flops)
     res.bytes_intra, res.bytes_inter = float(b_intra), float(b_inter)
     return res
-
-
-def _pcie_switch_bytes(cluster: ClusterSpec, rep) -> float:
-    """On a node without NVLink intra-node traffic also leaves the GPU on a PCIe link; the
-    engine cannot tell those bytes from NIC-bound ones by class alone, so none are moved."""
-    return 0.0
 
 
 def rank_key(r: StepResult) -> tuple:

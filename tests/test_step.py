@@ -204,3 +204,19 @@ def test_analytic_of_one_micro_step_repeated_equals_full_plan(strategy):
         assert a.bytes_inter == pytest.approx(e.bytes_inter, rel=1e-9)
         assert a.tokens_per_s * a.step_time_s == pytest.approx(e.tokens_per_s * e.step_time_s)
         assert a.mfu * a.step_time_s == pytest.approx(e.mfu * e.step_time_s)
+
+
+def test_bytes_split_on_a_node_without_nvlink():
+    """PCIe-switch nodes: intra and inter bytes are told apart by where the GPU's link goes."""
+    from dataclasses import replace
+
+    from parosim.specs import IntraFabric, LinkSpec
+
+    c = replace(load_cluster("paper-a100-roce"), intra_fabric=IntraFabric.PCIE_SWITCH,
+                intra=LinkSpec(32e9, 1e-6))
+    t = TrainingSpec(accum_steps=2)
+    e = simulate_step(preset("llama-7b"), c, "NIG", t)
+    a = simulate_step(preset("llama-7b"), c, "NIG", t, mode="analytic")
+    assert e.bytes_inter > 0 and e.bytes_intra > 0
+    assert e.bytes_inter == pytest.approx(a.bytes_inter, rel=1e-9)
+    assert e.bytes_intra == pytest.approx(a.bytes_intra, rel=1e-9)
