@@ -150,6 +150,7 @@ _HEADER = (f"{'strategy':<10}{'algo':<14}{'step s':>10}{'tokens/s':>12}{'TFLOPS'
 
 
 def _print_simulate(r: dict) -> None:
+    """One row; a configuration that does not fit shows its shortfall (and exits 2)."""
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}")
     print(_HEADER)
     print(_row(r))
@@ -317,6 +318,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # `parosim ... | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if a.command == "simulate" and res.get("fits") is False:
+        # the breakdown is printed above (nothing computed is lost); the step was not
+        # simulated, which the exit code says
+        from .units import fmt_bytes
+
+        mem = res["memory"]
+        print(f"parosim: error: {res['strategy']} does not fit: it needs "
+              f"{fmt_bytes(mem['total_bytes'])} per GPU and the GPU has "
+              f"{fmt_bytes(mem['capacity_bytes'])} (short by "
+              f"{fmt_bytes(mem['shortfall_bytes'])}); expected a configuration that fits, "
+              "see 'parosim memory'", file=sys.stderr)
+        return 2
     return 0
 
 

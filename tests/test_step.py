@@ -220,3 +220,13 @@ def test_bytes_split_on_a_node_without_nvlink():
     assert e.bytes_inter > 0 and e.bytes_intra > 0
     assert e.bytes_inter == pytest.approx(a.bytes_inter, rel=1e-9)
     assert e.bytes_intra == pytest.approx(a.bytes_intra, rel=1e-9)
+
+
+def test_simulate_of_a_configuration_that_does_not_fit(capsys):
+    """The breakdown is printed (nothing lost), one line says why, exit code 2."""
+    assert main(["simulate", "--strategy", "ddp", "--json"]) == 2
+    out = capsys.readouterr()
+    res = json.loads(out.out)
+    assert res["fits"] is False and res["step_time_s"] is None
+    assert res["memory"]["shortfall_bytes"] > 0
+    assert "PaRO-NNN does not fit" in out.err and out.err.count("\n") == 1
