@@ -29,7 +29,6 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +50,14 @@ from .io.sweep import (
 
 def apply_bandwidth_overrides(spec, point: dict[str, Any]):
     """The cluster with ``nic_bandwidth`` / ``intra_bandwidth`` of the point, if given."""
+    from .simulate import with_overrides
     from .units import parse_bandwidth
 
-    if point.get("nic_bandwidth") not in (None, ""):
-        bw = parse_bandwidth(point["nic_bandwidth"], "nic_bandwidth")
-        spec = replace(spec, nic=replace(spec.nic, bandwidth_Bps=bw))
-    if point.get("intra_bandwidth") not in (None, ""):
-        bw = parse_bandwidth(point["intra_bandwidth"], "intra_bandwidth")
-        spec = replace(spec, intra=replace(spec.intra, bandwidth_Bps=bw))
-    return spec
+    def bw(key: str) -> float | None:
+        v = point.get(key)
+        return None if v in (None, "") else parse_bandwidth(v, key)
+
+    return with_overrides(spec, bw("nic_bandwidth"), bw("intra_bandwidth"))
 
 
 def run_collective_point(point: dict[str, Any]) -> dict[str, Any]:
@@ -99,12 +97,6 @@ def run_collective_point(point: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _run_step_point(point: dict[str, Any]) -> dict[str, Any]:
-    from .simulate import run_point  # the step-level evaluator (lands with parosim.simulate)
-
-    return run_point(point)
-
-
 def evaluate(point: dict[str, Any]) -> dict[str, Any]:
     """The row of one point; never raises for a per-point problem (it becomes the row).
 
@@ -114,7 +106,9 @@ def evaluate(point: dict[str, Any]) -> dict[str, Any]:
     try:
         if point.get("kind", "step") == "collective":
             return run_collective_point(point)
-        return _run_step_point(point)
+        from .simulate import run_point
+
+        return run_point(point)
     except (KeyboardInterrupt, SystemExit):
         raise
     except ValueError as e:  # InputError is a ValueError
@@ -126,10 +120,6 @@ def evaluate(point: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Executors: each yields (index, row) as points finish.
 # ---------------------------------------------------------------------------------------------
-
-
-_STEP_MODULES = [m for m in ("parosim.simulate",)
-                 if __import__("importlib.util").util.find_spec(m) is not None]
 
 
 def _ignore_sigint() -> None:
@@ -147,7 +137,7 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
         ctx = multiprocessing.get_context("forkserver")
         # Import the simulator once in the fork server; each worker then starts warm.
         # (not parosim.sweep itself: it may be __main__, which workers re-run under runpy)
-        ctx.set_forkserver_preload(["parosim.collectives", "parosim.io"] + _STEP_MODULES)
+        ctx.set_forkserver_preload(["parosim.collectives", "parosim.io", "parosim.simulate"])
     else:
         ctx = multiprocessing.get_context("spawn")
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)

@@ -33,7 +33,7 @@ DEFAULTS = {
     "algos": "ring,hierarchical,ho-ring", "ops": "all-gather,reduce-scatter,all-reduce",
     "strategies": "", "step_algo": "ring", "accum_steps": 4, "mode": "explicit",
     "backend": "gloo", "iters": 0, "warmup": 1, "calibrate": True, "calibration": None,
-    "max_chunks": 4, "timeout": 600.0, "out": None, "json": False,
+    "max_chunks": 2, "timeout": 600.0, "out": None, "json": False,
 }
 MAX_RANKS = 64
 
@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", default=None,
                    help="cluster YAML from an earlier calibration (skips calibrating)")
     p.add_argument("--max-chunks", type=int, default=d["max_chunks"],
-                   help="cap on HO-Ring chunks in the calibrated spec (default 4: on CPU "
+                   help="cap on HO-Ring chunks in the calibrated spec (default 2: on CPU "
                    "ranks many concurrent chunk phases add scheduling noise that the "
                    "model does not capture; see parosim/validate/README.md)")
     p.add_argument("--timeout", type=float, default=d["timeout"],
