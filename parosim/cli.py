@@ -244,7 +244,9 @@ COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``command`` (the subcommand about to run, if known) skips building the
+    options of the others that would cost imports."""
     p = _Parser(prog="parosim", description="Simulate data-parallel LLM training with PaRO "
                 "strategies and Ring / hierarchical / HO-Ring collectives.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -285,9 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="run the same schedule on real torch.distributed "
                        "ranks and report simulated vs measured")
-    from .validate.cli import add_arguments as _validate_args
+    if command in (None, "validate"):  # its options import the harness: only when needed
+        from .validate.cli import add_arguments as _validate_args
 
-    _validate_args(v)
+        _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
 
     m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
@@ -298,8 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    first = next((x for x in args if not x.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
+    a = parser.parse_args(args)
     run, show = COMMANDS[a.command]
     try:
         res = run(a)

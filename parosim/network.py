@@ -33,13 +33,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 import simpy
 
 from .errors import InputError
 
 if TYPE_CHECKING:  # the collectives package imports this module
+    import networkx as nx
+
     from .collectives.types import RingSet
 
 PS = 10**12  # simulated time unit: picoseconds per second
@@ -100,8 +101,14 @@ class Router:
             def weight(u, v, d):  # no transit through a GPU other than the source
                 return None if (kind[u] == "gpu" and u != src) else 1
 
+            import networkx as nx
+
+            g = self.graph
+            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: search its networkx copy
+                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
+                                                                         g.to_networkx())
             try:
-                _, p = nx.bidirectional_dijkstra(self.graph, src, dst, weight=weight)
+                _, p = nx.bidirectional_dijkstra(g, src, dst, weight=weight)
             except nx.NetworkXNoPath:
                 raise InputError(f"no path from {src!r} to {dst!r} in the cluster graph; "
                                  "expected a connected topology") from None

@@ -56,7 +56,7 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
            trace: bool = False, graph=None) -> ReplayResult:
     """Run ``plan`` on the cluster with collective algorithm ``algo``."""
     env = CountingEnvironment()
-    g = graph if graph is not None else cluster_graph(spec)
+    g = graph if graph is not None else cluster_graph(spec, lite=True)
     # `nccl` may pick a tree, which is not translation-invariant: no symmetry reduction then
     period = spec.nodes if algo == Algo.NCCL else symmetry_period(spec)
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
