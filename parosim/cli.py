@@ -245,7 +245,20 @@ def _print_validate(res: dict) -> None:
     print(format_table(res))
 
 
+def _cmd_calibrate(a: argparse.Namespace) -> dict:
+    from .cli_calibrate import run
+
+    return run(a)
+
+
+def _print_calibrate(res: dict) -> None:
+    from .cli_calibrate import print_result
+
+    print_result(res)
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
+    "calibrate": (_cmd_calibrate, _print_calibrate),
     "sweep": (_cmd_sweep, _print_sweep),
     "validate": (_cmd_validate, _print_validate),
     "collective": (_cmd_collective, _print_collective),
@@ -307,6 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
+
+    cal = sub.add_parser("calibrate", help="fit a cluster to measurements (nccl-tests logs) "
+                         "and write a cluster YAML")
+    from .cli_calibrate import add_arguments as _calibrate_args
+
+    _calibrate_args(cal)
 
     m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
