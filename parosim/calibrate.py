@@ -236,14 +236,19 @@ def fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
     x = best.x
     jac = np.abs(best.jac).sum(axis=0) if best.jac is not None else np.zeros(len(ps))
     identified = {p.name: bool(j > 1e-6) for p, j in zip(ps, jac, strict=True)}
-    # a parameter with no effect at the optimum (e.g. the NIC on a one-node log, or a link
-    # that another one caps) keeps the value the search left it at, marked not identified
+    # a parameter with no effect at the optimum (the NIC on one-node logs, a link that another
+    # one caps) goes back to its base value when that leaves the fit unchanged; otherwise it
+    # keeps the value the search moved it to (e.g. out of the way of the link that binds)
     values = {p.name: float(math.exp(v)) for p, v in zip(ps, x, strict=True)}
-    for p in ps:
-        if not identified[p.name] and p.get(base) >= p.lo:
-            # no data moved it: keep the base value exactly (not exp(log(v)))
-            if abs(math.log(values[p.name]) - math.log(max(p.get(base), p.lo))) < 1e-6:
-                values[p.name] = float(p.get(base))
+    cost = float(np.sum(resid(x) ** 2))
+    for i, p in enumerate(ps):
+        if identified[p.name] or not p.get(base) > 0:
+            continue
+        x_try = x.copy()
+        x_try[i] = math.log(p.get(base))
+        if float(np.sum(resid(x_try) ** 2)) <= cost * (1 + 1e-12) + 1e-300:
+            x = x_try
+            values[p.name] = float(p.get(base))
     spec = apply(base, ps, [values[p.name] for p in ps])
     f = Fit(spec, names, values, identified, algo=algo.value, holdout=holdout,
             cost=float(best.cost))

@@ -285,6 +285,10 @@ def _nranks(path: str, op: str, rows, ranks: dict, meta) -> tuple[int, str]:
             nf = (n - 1) / n
             if abs(nf - f) <= 0.01 * nf:
                 found.append((n, "busbw/algbw"))
+            else:
+                raise InputError(f"nccl-tests log {path!r}: busbw/algbw = {r:.4f} is no "
+                                 f"{op} factor of a whole number of ranks; expected "
+                                 "busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n")
     if not found:
         raise InputError(f"nccl-tests log {path!r}: cannot tell the number of ranks (no "
                          "'#  Rank N ...' header and no row with algbw >= 1 GB/s)")
