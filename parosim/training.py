@@ -87,10 +87,12 @@ class TrainingSpec:
     ``compute_efficiency``: fraction of the GPU's peak FLOP/s that matmuls achieve; default
     0.5, the middle of the 40-60% MFU that dense training reaches (shared/HARDWARE.md).
 
-    ``overlap_slowdown`` (>= 1): factor the engine applies to compute time while
-    communication runs at the same time (NCCL kernels take SMs and HBM bandwidth from the
-    matmuls). Default 1.0, i.e. no contention: we have no measurement for the paper's cluster,
-    so the simulator stays an optimistic bound until :mod:`parosim.validate` fits it.
+    ``overlap_slowdown`` (>= 1): compute advances at 1/f of its speed while a collective
+    runs beside it (NCCL kernels take SMs and HBM bandwidth from the matmuls; exact fluid
+    model in the engine and the analytic mode). ``None`` (the default): the cluster YAML's
+    ``compute.overlap_slowdown`` if it sets one, else the runtime profile's default (1.0 for
+    the ideal runtime; the measured 1.189 for deepspeed / fsdp / paro, see
+    docs/runtimes.md). A number overrides both.
 
     >>> TrainingSpec(micro_batch=2).tokens_per_micro_step
     1024
@@ -102,7 +104,7 @@ class TrainingSpec:
     trainable_ratio: float = 1.0
     recompute: bool | None = None
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
-    overlap_slowdown: float = 1.0
+    overlap_slowdown: float | None = None
 
     def __post_init__(self) -> None:
         _pos_int(self.micro_batch, "micro_batch")
@@ -122,8 +124,8 @@ class TrainingSpec:
             raise InputError(f"compute_efficiency = {e!r} must be a fraction in (0, 1] of "
                              "peak FLOP/s")
         o = self.overlap_slowdown
-        if isinstance(o, bool) or not isinstance(o, (int, float)) or not (
-                math.isfinite(o) and o >= 1):
+        if o is not None and (isinstance(o, bool) or not isinstance(o, (int, float)) or not (
+                math.isfinite(o) and o >= 1)):
             raise InputError(f"overlap_slowdown = {o!r} must be a factor >= 1")
 
     @property

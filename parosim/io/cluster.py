@@ -12,6 +12,7 @@ The YAML (units as strings, converted to SI here, once)::
     network: {fabric: single-switch}   # or leaf-spine (nodes_per_leaf, oversubscription,
                                        # uplink_latency) or rail (oversubscription)
     collective: {step_latency: 0us, call_overhead: 0us, phase_overhead: 0us}  # optional
+    compute: {overlap_slowdown: 1.189}  # optional: compute slowdown beside collectives
     group_nodes: 1                                                     # optional
     sources: free text saying where the numbers come from
 """
@@ -39,7 +40,7 @@ from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .yamlspec import check_keys, number, positive_int, read_yaml, section
 
 _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
-        "collective", "group_nodes", "sources", "notes"}
+        "collective", "group_nodes", "sources", "notes", "compute"}
 
 
 def topologies_dir() -> Path:
@@ -76,6 +77,7 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
     coll = section(data, "collective", {"step_latency", "call_overhead", "phase_overhead",
                                           "ho_ring_max_chunks", "serial_progress"},
                    where)
+    comp = section(data, "compute", {"overlap_slowdown"}, where)
     if "bandwidth" not in intra:
         raise InputError(f"{where}: intra_node needs 'bandwidth' (per GPU, e.g. 2000Gbps)")
     nodes = data.get("nodes", 1)
@@ -118,6 +120,8 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
                                   "collective.serial_progress")),
         group_nodes=positive_int(data.get("group_nodes", 1), "group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
+        overlap_slowdown=(None if comp.get("overlap_slowdown") is None else
+                          number(comp["overlap_slowdown"], "compute.overlap_slowdown")),
     )
     return spec
 
@@ -181,6 +185,8 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
         "group_nodes": spec.group_nodes,
         "sources": spec.notes,
     }
+    if spec.overlap_slowdown is not None:
+        data["compute"] = {"overlap_slowdown": spec.overlap_slowdown}
     if spec.network.fabric is NetworkFabric.LEAF_SPINE:
         data["network"]["nodes_per_leaf"] = spec.network.nodes_per_leaf
     return yaml.safe_dump(data, sort_keys=False)
