@@ -145,7 +145,8 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     return MemoryBreakdown(
         model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
         margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
-        shortfall_bytes=max(0.0, total - cap), params_bytes=BYTES_PER_PARAM * psi / d_p + extra_params,
+        shortfall_bytes=max(0.0, total - cap),
+        params_bytes=BYTES_PER_PARAM * psi / d_p + extra_params,
         grads_bytes=BYTES_PER_GRAD * psi_t / d_g,
         optimizer_bytes=BYTES_PER_OPTIM_STATE * psi_t / d_os, recompute=recompute,
         shape_estimated=not model.has_shape)

@@ -29,9 +29,9 @@ from .memory import MemoryBreakdown, memory_breakdown
 from .models import ModelSpec
 from .plan import CollectiveOp, ComputeOp, Plan, build_plan
 from .replay import replay
+from .runtime import effective_overlap_slowdown
 from .specs import ClusterSpec
 from .strategies import ALL_STRATEGIES, Strategy, parse_strategy
-from .runtime import effective_overlap_slowdown
 from .training import TrainingSpec
 
 MODES = ("engine", "analytic")
