@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from .errors import InputError
+from .kernels import ComputeProfile
 
 
 class IntraFabric(str, enum.Enum):
@@ -155,6 +156,7 @@ class ClusterSpec:
     collective: CollectiveTuning = field(default_factory=CollectiveTuning)
     group_nodes: int = 1
     notes: str = ""
+    compute: ComputeProfile = field(default_factory=ComputeProfile)
 
     def __post_init__(self) -> None:
         for name in ("nodes", "gpus_per_node", "group_nodes"):

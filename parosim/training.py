@@ -92,6 +92,15 @@ class TrainingSpec:
     matmuls). Default 1.0, i.e. no contention: we have no measurement for the paper's cluster,
     so the simulator stays an optimistic bound until :mod:`parosim.validate` fits it.
 
+    ``compute_model``: ``"flat"`` or ``"kernel"`` (:mod:`parosim.kernels`); ``None`` (the
+    default) takes the cluster's ``compute.model`` (itself ``"flat"`` unless the cluster YAML
+    says otherwise).
+
+    ``attention``: ``"flash"`` (FlashAttention / PyTorch SDPA: the s x s scores are never
+    stored, the default of current PyTorch runtimes) or ``"eager"`` (scores materialised, as
+    Korthikanti et al. 2022 count them). It sets activation memory (:mod:`parosim.memory`)
+    and, under the kernel compute model, the attention kernels' time.
+
     >>> TrainingSpec(micro_batch=2).tokens_per_micro_step
     1024
     """
@@ -103,6 +112,8 @@ class TrainingSpec:
     recompute: bool | None = None
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
     overlap_slowdown: float = 1.0
+    compute_model: str | None = None
+    attention: str = "flash"
 
     def __post_init__(self) -> None:
         _pos_int(self.micro_batch, "micro_batch")
@@ -125,6 +136,12 @@ class TrainingSpec:
         if isinstance(o, bool) or not isinstance(o, (int, float)) or not (
                 math.isfinite(o) and o >= 1):
             raise InputError(f"overlap_slowdown = {o!r} must be a factor >= 1")
+        if self.compute_model not in (None, "flat", "kernel"):
+            raise InputError(f"compute_model = {self.compute_model!r} is not known; expected "
+                             "flat or kernel (or None: the cluster's)")
+        if self.attention not in ("flash", "eager"):
+            raise InputError(f"attention = {self.attention!r} is not known; expected flash or "
+                             "eager")
 
     @property
     def tokens_per_micro_step(self) -> int:
