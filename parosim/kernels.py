@@ -37,7 +37,7 @@ The fitted parameters and their held-out errors come from
 >>> p = ComputeProfile(model="kernel")
 >>> g = gemm_seconds(8192, 4096, 4096, 312e12, 2e12, p)
 >>> f"{2 * 8192 * 4096 * 4096 / g / 1e12:.0f} TFLOP/s"
-'249 TFLOP/s'
+'202 TFLOP/s'
 """
 
 from __future__ import annotations
@@ -148,9 +148,9 @@ def gemm_efficiency(m: float, n: float, k: float, p: ComputeProfile, sms: int = 
     """Fraction of peak a bf16 GEMM of output m x n and depth k reaches (module docstring).
 
     >>> p = ComputeProfile()
-    >>> round(gemm_efficiency(16384, 16384, 16384, p), 3), round(gemm_efficiency(64, 64, 64,
-    ...                                                                         p), 3)
-    (0.831, 0.023)
+    >>> round(gemm_efficiency(16384, 16384, 16384, p), 3), round(gemm_efficiency(1024, 1024,
+    ...                                                                         1024, p), 3)
+    (0.791, 0.13)
     """
     tiles_m, tiles_n = math.ceil(m / TILE_M), math.ceil(n / TILE_N)
     tiles = tiles_m * tiles_n * batch     # a batched GEMM's tiles share the waves
@@ -185,7 +185,7 @@ def layer_elementwise_bytes(model: ModelSpec, tokens: int) -> float:
 
     >>> from parosim.models import preset
     >>> layer_elementwise_bytes(preset("llama-7b"), 1) / (2 * 4096)
-    38.25
+    22.0625
     """
     h, f = model.hidden, model.ffn_hidden
     units = 2 * 2 + 2 * 3
@@ -224,7 +224,7 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
     >>> t = layer_times(preset("llama-7b"), 4, 512, 1.0, "flash", 312e12, 2e12,
     ...                 ComputeProfile(model="kernel"))
     >>> f"{t.forward_s * 1e3:.2f} ms fwd, {t.backward_s * 1e3:.2f} ms bwd"
-    '3.90 ms fwd, 7.72 ms bwd'
+    '4.50 ms fwd, 9.63 ms bwd'
     """
     if attention not in ATTENTION_KINDS:
         raise InputError(f"attention = {attention!r} is not known; expected one of "
