@@ -62,7 +62,8 @@ def _print_collective(res: dict) -> None:
 
 def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama-7b",
-                   help="llama-7b | llama-13b | llama-30b | llama-65b or a YAML path")
+                   help="a preset (llama-7b/13b/30b/65b, llama-2-7b/13b/70b, llama-3-8b/70b, "
+                        "gpt3-175b, mpt-125m ... mpt-70b) or a YAML path")
     p.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per micro-step")
     p.add_argument("--accum", type=int, default=10, help="accumulation micro-steps s")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
@@ -81,6 +82,11 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deepspeed-config", default=None, metavar="DS_CONFIG_JSON",
                    help="a DeepSpeed JSON config: stage, buckets, overlap_comm, micro-batch, "
                    "accumulation (implies --runtime deepspeed)")
+    p.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
+                   help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
+                        "(docs/compute.md); default: the cluster YAML's compute.model (flat)")
+    p.add_argument("--attention", default="flash", choices=["flash", "eager"],
+                   help="attention kernel: flash (no stored s x s scores, default) or eager")
     p.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 16GB")
     p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
     p.add_argument("--intra-bandwidth", default=None,
@@ -108,7 +114,8 @@ def _setup(a: argparse.Namespace):
         recompute={"auto": None, "on": True, "off": False}[a.recompute],
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
-        overlap_slowdown=a.overlap_slowdown)
+        overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
+        attention=a.attention)
     return model, cluster, training
 
 

@@ -81,11 +81,11 @@ from dataclasses import dataclass
 
 from .collectives.types import Algo, Op, Scope
 from .compute import (
-    compute_seconds,
     head_backward_flops,
     head_forward_flops,
     layer_backward_flops,
     layer_forward_flops,
+    op_seconds,
     optimizer_step_seconds,
     step_flops,
 )
@@ -265,6 +265,7 @@ def build_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
              ("head", "fwd"): head_forward_flops(model, training),
              ("head", "bwd"): head_backward_flops(model, training),
              ("embed", "fwd"): 0.0, ("embed", "bwd"): 0.0}
+    seconds = op_seconds(model, cluster, training)
     kinds = {("layer", "fwd"): "fwd", ("layer", "bwd"): "bwd", ("head", "fwd"): "head-fwd",
              ("head", "bwd"): "head-bwd", ("embed", "fwd"): "embed-fwd",
              ("embed", "bwd"): "embed-bwd"}
@@ -281,10 +282,10 @@ def build_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
                     u.layer, mb, COMM_PARAM, [done[-2] if len(done) >= 2 else None])
             if phase == "bwd" and recompute and u.kind == "layer":
                 b.compute(f"recompute {u.label} mb{mb}", "recompute", u.layer, mb, t_layer_f,
-                          compute_seconds(t_layer_f, cluster, training), [gather])
+                          seconds[("layer", "fwd")], [gather])
             f = flops[(u.kind, phase)]
             cid = b.compute(f"{phase} {u.label} mb{mb}", kinds[(u.kind, phase)], u.layer, mb,
-                            f, compute_seconds(f, cluster, training), [gather])
+                            f, seconds[(u.kind, phase)], [gather])
             done.append(cid)
             if phase == "bwd" and strategy.g is not Level.N:
                 b.collective(f"rs-grad {u.label} mb{mb}", Op.REDUCE_SCATTER,

@@ -49,11 +49,11 @@ from __future__ import annotations
 
 from .collectives.types import Algo, Op, Scope
 from .compute import (
-    compute_seconds,
     head_backward_flops,
     head_forward_flops,
     layer_backward_flops,
     layer_forward_flops,
+    op_seconds,
     step_flops,
 )
 from .models import ModelSpec
@@ -79,20 +79,32 @@ ELEMENT_BYTES = 2   # bf16/fp16 elements: bucket sizes in elements x 2 bytes
 
 
 def unit_tensor_sizes(model: ModelSpec, kind: str) -> list[int]:
-    """Parameter tensors (elements) of a unit, HuggingFace LlamaForCausalLM layout.
+    """Parameter tensors (elements) of a unit, HuggingFace layout: q, k, v, o projections
+    (k and v of width kv_dim under grouped-query attention), the MLP's matrices (SwiGLU gate,
+    up, down or GELU up, down), biases (one per projection) and the norms' weight (and bias
+    for LayerNorm); the embedding (plus learned positions) and the LM head with the final
+    norm.
 
     >>> from parosim.models import preset
     >>> m = preset("llama-7b")
-    >>> sum(unit_tensor_sizes(m, "layer")) == m.layer_params
+    >>> all(sum(unit_tensor_sizes(m, k)) == p for k, p in
+    ...     (("layer", m.layer_params), ("embed", m.embedding_params), ("head", m.head_params)))
     True
     """
     h, ffn = model.hidden, model.ffn_hidden
+    kv = getattr(model, "kv_dim", h)
+    norm = [h] * (2 if getattr(model, "norm", "rmsnorm") == "layernorm" else 1)
     if kind == "embed":
-        return [model.embedding_params]
+        pos = getattr(model, "pos_embedding", 0) * h
+        return [model.embedding_params - pos] + ([pos] if pos else [])
     if kind == "head":
-        return [model.head_params - h, h]       # LM head, final RMSNorm
-    sizes = [h * h] * 4 + [h * ffn] * 3 + [h, h]   # q k v o, gate up down, 2 RMSNorms
-    rest = model.layer_params - sum(sizes)         # any tensor a richer model adds
+        return ([model.head_params - sum(norm)] if model.head_params > sum(norm) else []) + norm
+    swiglu = getattr(model, "mlp", "swiglu") == "swiglu"
+    mats = [h * h, h * kv, h * kv, h * h] + [h * ffn] * (3 if swiglu else 2)
+    sizes = mats + norm * 2
+    if getattr(model, "bias", False):
+        sizes += [h, kv, kv, h] + ([ffn, ffn] if swiglu else [ffn]) + [h]
+    rest = model.layer_params - sum(sizes)          # anything a richer model adds
     return sizes + ([rest] if rest > 0 else [])
 
 
@@ -174,6 +186,7 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
     kinds = {("layer", "fwd"): "fwd", ("layer", "bwd"): "bwd", ("head", "fwd"): "head-fwd",
              ("head", "bwd"): "head-bwd", ("embed", "fwd"): "embed-fwd",
              ("embed", "bwd"): "embed-bwd"}
+    seconds = op_seconds(model, cluster, training)
     units = _units(model)
     gathered = {u.label: u.params - persistent_params(model, u.kind,
                                                       runtime.persistence_threshold)
@@ -221,11 +234,11 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
                     COMM_PARAM, [after])
             if phase == "bwd" and recompute and u.kind == "layer":
                 b.compute(f"recompute {u.label} mb{mb}", "recompute", u.layer, mb, t_layer_f,
-                          compute_seconds(t_layer_f, cluster, training), [gather, *block])
+                          seconds[("layer", "fwd")], [gather, *block])
                 block = []
             f = flops[(u.kind, phase)]
             cid = b.compute(f"{phase} {u.label} mb{mb}", kinds[(u.kind, phase)], u.layer, mb,
-                            f, compute_seconds(f, cluster, training), [gather, *block])
+                            f, seconds[(u.kind, phase)], [gather, *block])
             block = []
             done.append(cid)
             if phase != "bwd" or not reduces:

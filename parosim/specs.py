@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from .errors import InputError
+from .kernels import ComputeProfile
 
 
 class IntraFabric(str, enum.Enum):
@@ -155,6 +156,7 @@ class ClusterSpec:
     collective: CollectiveTuning = field(default_factory=CollectiveTuning)
     group_nodes: int = 1
     notes: str = ""
+    compute: ComputeProfile = field(default_factory=ComputeProfile)
     overlap_slowdown: float | None = None   # compute slowdown beside collectives; None = the
     #                                         runtime's default (parosim.runtime)
 

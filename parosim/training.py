@@ -94,6 +94,24 @@ class TrainingSpec:
     the ideal runtime; the measured 1.189 for deepspeed / fsdp / paro, see
     docs/runtimes.md). A number overrides both.
 
+    ``compute_model``: ``"flat"`` or ``"kernel"`` (:mod:`parosim.kernels`); ``None`` (the
+    default) takes the cluster's ``compute.model`` (itself ``"flat"`` unless the cluster YAML
+    says otherwise).
+
+    ``attention``: ``"flash"`` (FlashAttention / PyTorch SDPA: the s x s scores are never
+    stored, the default of current PyTorch runtimes) or ``"eager"`` (scores materialised, as
+    Korthikanti et al. 2022 count them). It sets activation memory (:mod:`parosim.memory`)
+    and, under the kernel compute model, the attention kernels' time.
+
+    ``memory_model``: ``"runtime"`` (default: activations as PyTorch runtimes keep them,
+    per ``attention``; logits and loss in the precision autocast keeps; fitted allocator
+    margin; see :mod:`parosim.memory`) or ``"korthikanti"`` (the earlier estimate:
+    Korthikanti et al. 2022 eq. 1 with materialised scores, fp32 logits, 10% + 1 GiB margin).
+    ``logit_bytes``: bytes per logit live at the loss under the runtime memory model: 10 for
+    PyTorch autocast + ``F.cross_entropy`` (bf16 logits, fp32 upcast, fp32 log-softmax), 2 for
+    a fused bf16 cross-entropy that writes its gradient in place (flash-attn's
+    ``CrossEntropyLoss``, llm-foundry's default ``loss_fn: fused_crossentropy``).
+
     >>> TrainingSpec(micro_batch=2).tokens_per_micro_step
     1024
     """
@@ -105,6 +123,10 @@ class TrainingSpec:
     recompute: bool | None = None
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
     overlap_slowdown: float | None = None
+    compute_model: str | None = None
+    attention: str = "flash"
+    memory_model: str = "runtime"
+    logit_bytes: int = 10
 
     def __post_init__(self) -> None:
         _pos_int(self.micro_batch, "micro_batch")
@@ -127,6 +149,19 @@ class TrainingSpec:
         if o is not None and (isinstance(o, bool) or not isinstance(o, (int, float)) or not (
                 math.isfinite(o) and o >= 1)):
             raise InputError(f"overlap_slowdown = {o!r} must be a factor >= 1")
+        if self.compute_model not in (None, "flat", "kernel"):
+            raise InputError(f"compute_model = {self.compute_model!r} is not known; expected "
+                             "flat or kernel (or None: the cluster's)")
+        if self.attention not in ("flash", "eager"):
+            raise InputError(f"attention = {self.attention!r} is not known; expected flash or "
+                             "eager")
+        if isinstance(self.logit_bytes, bool) or not isinstance(self.logit_bytes, int) or \
+                not 2 <= self.logit_bytes <= 16:
+            raise InputError(f"logit_bytes = {self.logit_bytes!r} must be an integer from 2 "
+                             "(fused bf16 cross-entropy) to 16")
+        if self.memory_model not in ("runtime", "korthikanti"):
+            raise InputError(f"memory_model = {self.memory_model!r} is not known; expected "
+                             "runtime or korthikanti")
 
     @property
     def tokens_per_micro_step(self) -> int:
