@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from .errors import InputError
+from .kernels import ComputeProfile
 
 
 class IntraFabric(str, enum.Enum):
@@ -236,8 +237,16 @@ class ClusterSpec:
     collective: CollectiveTuning = field(default_factory=CollectiveTuning)
     group_nodes: int = 1
     notes: str = ""
+    compute: ComputeProfile = field(default_factory=ComputeProfile)
+    overlap_slowdown: float | None = None   # compute slowdown beside collectives; None = the
+    #                                         runtime's default (parosim.runtime)
 
     def __post_init__(self) -> None:
+        o = self.overlap_slowdown
+        if o is not None:
+            _require(not isinstance(o, bool) and isinstance(o, (int, float))
+                     and math.isfinite(o) and o >= 1,
+                     f"compute.overlap_slowdown = {o!r} must be a factor >= 1")
         for name in ("nodes", "gpus_per_node", "group_nodes"):
             v = getattr(self, name)
             _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
