@@ -142,11 +142,25 @@ def _set_path(obj, attrs: list[str], value: float):
 
 
 def default_params(meas: list[Measurement]) -> list[str]:
-    """What the measurements can identify: intra-node link and per-call cost always; the NIC
-    when some measurement spans nodes; per-protocol costs of the NCCL model when it has them."""
+    """What the measurements can identify: the intra-node link and the per-call cost always;
+    the NIC when some measurement spans nodes; with the NCCL model (``collective.model:
+    nccl``) the base latency of every protocol and the bandwidth efficiency of LL and LL128,
+    for ring and (on several nodes, for all-reduce) tree. NCCL's per-hop protocol latencies
+    (``nvlink_latency`` ...) stay at NCCL's values: the links' own latencies absorb them."""
     names = ["intra_node.bandwidth", "intra_node.latency", "collective.call_overhead"]
-    if any(m.spec.nodes > 1 for m in meas):
+    multi = any(m.spec.nodes > 1 for m in meas)
+    if multi:
         names += ["nic.bandwidth", "nic.latency"]
+    tun = meas[0].spec.collective if meas else None
+    if tun is not None and getattr(tun, "model", "ideal") == "nccl":
+        algs = [a for a in tun.algorithms
+                if a == "ring" or (multi and any(m.op is Op.ALL_REDUCE for m in meas))]
+        for a in algs:
+            for p in tun.protocols:
+                names.append(f"collective.{a}_{p}.base_latency")
+            for p in tun.protocols:
+                if p != "simple":
+                    names.append(f"collective.{a}_{p}.bw_efficiency")
     return names
 
 
@@ -195,11 +209,14 @@ def apply(base: ClusterSpec, params: list[Param], values) -> ClusterSpec:
 
 def fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
         params: list[str] | None = None, held: list[Measurement] | None = None,
-        holdout: str = "none") -> Fit:
+        holdout: str = "none", starts: tuple[float, ...] = (0.0,),
+        max_nfev: int = 100) -> Fit:
     """Fit ``params`` (YAML names; default :func:`default_params`) of ``base`` to ``meas``.
 
     Every measurement's own ``spec`` gives its node count (and anything else that differs
-    per run); the fitted values are set on it. Deterministic: same inputs, same result.
+    per run); the fitted values are set on it. ``starts``: shifts of ln(parameters) from the
+    base values to start the search from (the best end wins: the cost is piecewise smooth);
+    ``max_nfev``: cost evaluations per start. Deterministic: same inputs, same result.
     """
     from scipy.optimize import least_squares
 
@@ -226,10 +243,10 @@ def fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
 
     best = None
     # a few deterministic starts: the base values, and every parameter scaled down / up
-    for shift in (0.0, -1.5, 1.5):
+    for shift in starts:
         xs = np.clip(x0 + shift, lo + 1e-9, hi - 1e-9)
         r = least_squares(resid, xs, bounds=(lo, hi), method="trf", x_scale=1.0,
-                          diff_step=1e-3, max_nfev=400 * len(ps))
+                          diff_step=1e-3, ftol=1e-6, xtol=1e-6, max_nfev=max_nfev)
         if best is None or r.cost < best.cost - 1e-12:
             best = r
     assert best is not None
