@@ -279,6 +279,30 @@ def fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
     return f
 
 
+def nnls_relative(F: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """theta >= 0 minimising sum(((F theta - t) / t)^2): for cost models linear in their
+    parameters (``parosim validate``'s alpha-beta microbenchmarks), with
+    ``scipy.optimize.lsq_linear`` (bounded linear least squares). Parameters no measurement
+    depends on stay 0.
+
+    >>> nnls_relative(np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([3.0, 5.0])).round(6)
+    array([1., 2.])
+    """
+    from scipy.optimize import lsq_linear
+
+    F = np.asarray(F, dtype=float)
+    t = np.asarray(t, dtype=float)
+    used = np.abs(F).sum(axis=0) > 0
+    theta = np.zeros(F.shape[1])
+    if used.any():
+        A = F[:, used] / t[:, None]
+        scale = np.abs(A).max(axis=0)  # columns of very different magnitude (s vs s/B)
+        r = lsq_linear(A / scale, np.ones(len(t)), bounds=(0.0, np.inf), method="bvls",
+                       tol=1e-14, lsmr_tol="auto")
+        theta[used] = r.x / scale
+    return np.clip(theta, 0.0, None)
+
+
 def split_holdout(meas: list[Measurement], how: str) -> tuple[list[Measurement],
                                                               list[Measurement]]:
     """(fit, held-out) by ``how``: ``none``; ``every-other`` (alternate sizes of each log,

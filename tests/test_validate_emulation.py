@@ -123,20 +123,14 @@ def test_timeout_tears_down_ranks():
             run_tasks(Launch(nodes=2, ranks_per_node=1, emulated=emu, timeout_s=4), [task])
 
 
-def _measure(opts: dict, check, attempts: int = 2):
-    """Run the harness and check the bounds; a timing measurement on a shared 2-core machine
-    is re-taken once if it misses (same bounds, both attempts reported on failure)."""
+def _measure(opts: dict, check):
+    """Run the harness once and check the bounds: no re-take (a miss is a failure; timings on
+    a busy shared machine are noisy, so the bounds leave room for that, not a second try)."""
     from parosim.validate.cli import run_validate
 
-    failures = []
-    for _ in range(attempts):
-        res = run_validate(opts)
-        try:
-            check(res)
-            return res
-        except AssertionError as e:
-            failures.append(str(e))
-    raise AssertionError("\n--- next attempt ---\n".join(failures))
+    res = run_validate(opts)
+    check(res)
+    return res
 
 
 def _check_collectives(res):
@@ -145,9 +139,16 @@ def _check_collectives(res):
     assert {r["measured_by"] for r in rows} == {"explicit-ring"}
     table = "\n".join(f"{r['op']} {r['algo']} {r['size_bytes']:.0f}: sim {r['simulated_s']:.4f}"
                       f" meas {r['measured_s']:.4f} err {r['error_pct']:+.1f}%" for r in rows)
-    s = res["collectives"]
+    # every evaluated collective is a program the calibration never ran (other sizes, the
+    # reduce-scatter op, HO-Ring): the bounds apply to held-out numbers
+    assert not any(r["seen_in_calibration"] for r in rows), table
+    s = res["held_out_collectives"]
+    assert s["n_rows"] == 27
     assert s["median_error_pct"] <= 10, table
     assert s["max_error_pct"] <= 20, table
+    # the uncalibrated (nominal spec) error is reported beside it, on the same rows
+    assert res["uncalibrated"]["n_rows"] == len(res["rows"])
+    assert all("error_nominal_pct" in r for r in rows)
     assert [m for m in res["ordering_mismatches"] if "step" not in m] == [], table
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..calibrate import nnls_relative  # noqa: F401  (the shared solver; re-exported)
 from ..collectives import Algo, Op, Scope, lower, program_time
 from ..errors import InputError
 from ..specs import ClusterSpec, CollectiveTuning, GPUSpec, LinkSpec, NICSpec
@@ -34,7 +35,9 @@ from .emulate import Shaping
 from .executor import Launch, auto_iters, collective_task, run_tasks
 
 MiB = 2**20
-CAL_SIZES = (64 * 1024, 1 * MiB, 8 * MiB)
+# calibration sizes differ from validate's default evaluation sizes (1, 4, 16 MiB), so no
+# evaluated collective is a program the fit saw (rows say so: ``seen_in_calibration``)
+CAL_SIZES = (64 * 1024, 512 * 1024, 8 * MiB)
 _NO_PCIE = LinkSpec(1e13, 0.0)  # "no bottleneck": the emulated NIC path is the whole path
 # A rank's "GPU": compute ops sleep their simulated duration, so its speed only sets how long
 # compute takes next to the emulated network: 0.2 TFLOP/s makes the validation model's layers
@@ -94,25 +97,6 @@ def features(base: ClusterSpec, program) -> np.ndarray:
     return f
 
 
-def nnls_relative(F: np.ndarray, t: np.ndarray, max_iter: int = 20) -> np.ndarray:
-    """theta >= 0 minimising sum(((F theta - t) / t)^2), by an active-set loop."""
-    A, b = F / t[:, None], np.ones(len(t))
-    free = np.ones(F.shape[1], dtype=bool)
-    free &= np.abs(F).sum(axis=0) > 0  # parameters no benchmark depends on stay 0
-    theta = np.zeros(F.shape[1])
-    for _ in range(max_iter):
-        theta[:] = 0.0
-        if not free.any():
-            break
-        sol, *_ = np.linalg.lstsq(A[:, free], b, rcond=None)
-        theta[free] = sol
-        neg = free & (theta < 0)
-        if not neg.any():
-            break
-        free[np.argmin(np.where(free, theta, np.inf))] = False
-    return np.clip(theta, 0.0, None)
-
-
 @dataclass
 class Calibration:
     """A fitted cluster spec and the microbenchmarks it was fitted to."""
@@ -120,6 +104,11 @@ class Calibration:
     spec: ClusterSpec
     theta: dict[str, float]
     rows: list[dict] = field(default_factory=list)
+
+    @property
+    def seen(self) -> set[tuple[str, str, str, int]]:
+        """(op, algo, scope, size) of every calibration program."""
+        return {(r["op"], r["algo"], r["scope"], int(r["size_bytes"])) for r in self.rows}
 
     @property
     def fit_error_pct(self) -> float:
@@ -192,7 +181,8 @@ def fit(base: ClusterSpec, programs: list[tuple[str, object]],
     rows = []
     for (pid, p), tm in zip(programs, t, strict=True):
         ts = program_time(spec, p)
-        rows.append({"what": "calibration", "id": pid, "op": p.op.value, "scope": p.scope.value,
+        rows.append({"what": "calibration", "id": pid, "op": p.op.value, "algo": p.algo.value,
+                     "scope": p.scope.value,
                      "size_bytes": p.size_bytes, "fitted_s": ts, "measured_s": float(tm),
                      "error_pct": 100 * (ts - tm) / tm})
     return Calibration(spec, dict(zip(PARAMS, map(float, theta), strict=True)), rows)

@@ -27,14 +27,18 @@ DEFAULT_ALGOS = (Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING)
 def validate_collectives(launch: Launch, spec: ClusterSpec, ops=DEFAULT_OPS,
                          algos=DEFAULT_ALGOS, sizes=DEFAULT_SIZES, scope: Scope = Scope.GLOBAL,
                          mode: str = "explicit", warmup: int = 1, iters: int | None = None,
-                         check: bool = False) -> list[dict]:
+                         check: bool = False, nominal: ClusterSpec | None = None,
+                         seen: set | None = None) -> list[dict]:
     """Measure every (op, algo, size) on ``launch`` and compare with the simulator on ``spec``.
 
     ``iters`` timed runs per collective (default :func:`~.executor.auto_iters` of the
     prediction), after ``warmup`` untimed ones; the measured time is the median. Returns
     rows (``what = "collective"``) with ``measured_by`` = ``explicit-ring`` (point-to-point
     ring steps) or ``backend-native`` (the backend's own collectives on the rings' groups),
-    plus ``closed_form_s``, ``chunks`` and the measured iteration times.
+    plus ``closed_form_s``, ``chunks`` and the measured iteration times. With ``nominal`` (the
+    uncalibrated spec) every row also has ``simulated_nominal_s`` and ``error_nominal_pct``:
+    the same program simulated with the nominal costs. ``seen``: (op, algo, scope, size) keys
+    of the calibration programs; rows say ``seen_in_calibration``.
     """
     items = []
     for op in ops:
@@ -50,7 +54,14 @@ def validate_collectives(launch: Launch, spec: ClusterSpec, ops=DEFAULT_OPS,
     for tid, op, algo, size, prog in items:
         r = res[tid]
         sim = simulate_program(spec, prog).time_s
-        rows.append(row("collective", sim, r.median_s, op=op.value, algo=algo.value,
+        extra = {}
+        if nominal is not None:
+            nom = simulate_program(nominal, prog).time_s
+            extra = {"simulated_nominal_s": nom,
+                     "error_nominal_pct": 100.0 * (nom - r.median_s) / r.median_s}
+        key = (op.value, algo.value, scope.value, int(size))
+        extra["seen_in_calibration"] = bool(seen) and key in seen
+        rows.append(row("collective", sim, r.median_s, op=op.value, algo=algo.value, **extra,
                         size_bytes=float(size), scope=scope.value,
                         closed_form_s=program_time(spec, prog), chunks=prog.chunks,
                         measured_by="explicit-ring" if mode == "explicit" else "backend-native",
@@ -100,7 +111,8 @@ def plan_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "ex
 
 def validate_steps(launch: Launch, spec: ClusterSpec, strategies=("GGG", "IIG", "NIG"),
                    algo: Algo = Algo.RING, model=None, training=None, mode: str = "explicit",
-                   warmup: int = 1, iters: int = 3) -> list[dict]:
+                   warmup: int = 1, iters: int = 3,
+                   nominal: ClusterSpec | None = None) -> list[dict]:
     """Run one global step of each strategy's Plan for real and compare with the replay.
 
     Returns rows with ``what = "step"``, ``strategy``, ``algo``, ``simulated_s`` (the simpy
@@ -119,7 +131,13 @@ def validate_steps(launch: Launch, spec: ClusterSpec, strategies=("GGG", "IIG", 
     for s, p in plans.items():
         r = res[f"step/{s}"]
         sim = replay(p, spec, algo).step_time_s
+        extra = {"seen_in_calibration": False}  # the fit sees single collectives only
+        if nominal is not None:
+            nom = replay(p, nominal, algo).step_time_s
+            extra.update(simulated_nominal_s=nom,
+                         error_nominal_pct=100.0 * (nom - r.median_s) / r.median_s)
         rows.append(row("step", sim, r.median_s, algo=algo.value, strategy=p.strategy.name,
+                        **extra,
                         model=model.name,
                         accum_steps=training.accum_steps, ops=len(p.ops),
                         measured_by="explicit-ring" if mode == "explicit" else
