@@ -22,6 +22,7 @@ EXPECTED = {
     "azure-ndmv4-msccl-all_gather.txt": ("all-gather", 8, 1, 21, (1073741824, 2663.8)),
     "azure-ndmv4-msccl-all_reduce.txt": ("all-reduce", 8, 1, 21, (1073741824, 4028.7)),
     "azure-ndmv4-superbench-all_reduce.txt": ("all-reduce", 8, 1, 31, (8589934592, 63790.19)),
+    "azure-ndv4-superbench-all_reduce.txt": ("all-reduce", 8, 1, 31, (8589934592, 65263.02)),
     "gcp-a3mega-h100-2node-all_reduce.txt": ("all-reduce", 16, 2, 31, (8589934592, 47535)),
     "oci-a100-2node-all_reduce.txt": ("all-reduce", 16, 2, 31, (8589934592, 67689)),
 }
