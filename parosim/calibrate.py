@@ -200,6 +200,22 @@ def _rows(spec_of: Callable[[Measurement], ClusterSpec], meas: list[Measurement]
     return out
 
 
+class _HashOnce(ClusterSpec):
+    """A ClusterSpec that computes its (deep) hash once: the cost model's caches are keyed by
+    the spec, and a fit evaluates thousands of specs, each for every measured size."""
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = ClusterSpec.__hash__(self)
+            self.__dict__["_hash"] = h
+        return h
+
+
+def _hash_once(spec: ClusterSpec) -> ClusterSpec:
+    return _HashOnce(**{f.name: getattr(spec, f.name) for f in fields(ClusterSpec) if f.init})
+
+
 def apply(base: ClusterSpec, params: list[Param], values) -> ClusterSpec:
     s = base
     for p, v in zip(params, values, strict=True):
@@ -231,14 +247,19 @@ def fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
     hi = np.log([p.hi for p in ps])
     x0 = np.clip(np.log([max(p.get(base), p.lo) for p in ps]), lo + 1e-9, hi - 1e-9)
 
-    def spec_at(x, s0):
-        return apply(s0, ps, np.exp(x))
+    groups: dict[ClusterSpec, list[int]] = {}
+    for i, m in enumerate(meas):
+        groups.setdefault(m.spec, []).append(i)
 
     def resid(x):
         out = np.empty(len(meas))
-        for i, m in enumerate(meas):
-            sim = closed_form_time(spec_at(x, m.spec), m.op, m.scope, m.size_bytes, algo)
-            out[i] = math.log(sim / m.measured_s)
+        vals = np.exp(x)
+        for s0, idx in groups.items():
+            spec = _hash_once(apply(s0, ps, vals))  # one spec per run and point, hashed once
+            for i in idx:
+                m = meas[i]
+                sim = closed_form_time(spec, m.op, m.scope, m.size_bytes, algo)
+                out[i] = math.log(sim / m.measured_s)
         return out
 
     best = None
