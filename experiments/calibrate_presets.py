@@ -53,8 +53,8 @@ PRESETS = {
                              "azure-ndmv4-msccl-all_reduce.txt",
                              "azure-ndmv4-msccl-all_gather.txt"]},
 }
-STARTS = (0.0,)   # the search starts at the nominal values (one start: minutes, not hours)
-MAX_NFEV = 100
+STARTS = (0.0, -1.0, 1.0)  # deterministic starts: nominal values, all / e, all x e
+MAX_NFEV = 200
 
 
 def _rel(p: Path) -> str:

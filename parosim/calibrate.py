@@ -144,9 +144,10 @@ def _set_path(obj, attrs: list[str], value: float):
 def default_params(meas: list[Measurement]) -> list[str]:
     """What the measurements can identify: the intra-node link and the per-call cost always;
     the NIC when some measurement spans nodes; with the NCCL model (``collective.model:
-    nccl``) the base latency of every protocol and the bandwidth efficiency of LL and LL128,
-    for ring and (on several nodes, for all-reduce) tree. NCCL's per-hop protocol latencies
-    (``nvlink_latency`` ...) stay at NCCL's values: the links' own latencies absorb them."""
+    nccl``) every protocol's base latency and per-hop latency over the node's link
+    (``nvlink_latency``, or ``pcie_latency`` on a PCIe-switch node) and, on several nodes,
+    over the network (``net_latency``), and the bandwidth efficiency of LL and LL128; for
+    ring and (on several nodes, for all-reduce) tree. Caps stay at NCCL's values."""
     names = ["intra_node.bandwidth", "intra_node.latency", "collective.call_overhead"]
     multi = any(m.spec.nodes > 1 for m in meas)
     if multi:
@@ -155,9 +156,16 @@ def default_params(meas: list[Measurement]) -> list[str]:
     if tun is not None and getattr(tun, "model", "ideal") == "nccl":
         algs = [a for a in tun.algorithms
                 if a == "ring" or (multi and any(m.op is Op.ALL_REDUCE for m in meas))]
+        spec0 = meas[0].spec
+        hop = ("pcie_latency" if getattr(spec0.intra_fabric, "value", "") == "pcie-switch"
+               else "nvlink_latency")
         for a in algs:
             for p in tun.protocols:
                 names.append(f"collective.{a}_{p}.base_latency")
+                if spec0.gpus_per_node > 1:
+                    names.append(f"collective.{a}_{p}.{hop}")
+                if multi:
+                    names.append(f"collective.{a}_{p}.net_latency")
             for p in tun.protocols:
                 if p != "simple":
                     names.append(f"collective.{a}_{p}.bw_efficiency")
