@@ -234,6 +234,89 @@ def _print_validate(res: dict) -> None:
     print(format_table(res))
 
 
+def _cmd_run(a: argparse.Namespace) -> dict:
+    from .run import (
+        LLAMA3_GPU_MTBF_S,
+        LLAMA3_NODE_MTBF_S,
+        best_interval,
+        parse_count,
+        run_from_step,
+        run_report,
+        simulate_run,
+    )
+    from .simulate import simulate_step
+    from .units import parse_time
+
+    if a.replications < 1:
+        raise InputError(f"--replications = {a.replications} must be a positive integer")
+    if a.seed < 0:
+        raise InputError(f"--seed = {a.seed} must be a non-negative integer")
+    tokens = parse_count(a.tokens, "--tokens")
+    mtbf = {}
+    for flag, val, default in (("--gpu-mtbf", a.gpu_mtbf, LLAMA3_GPU_MTBF_S),
+                               ("--node-mtbf", a.node_mtbf, LLAMA3_NODE_MTBF_S)):
+        if val is None:
+            mtbf[flag] = default
+        elif str(val).strip().lower() in ("none", "inf", "never"):
+            mtbf[flag] = None
+        else:
+            mtbf[flag] = parse_time(val, flag, allow_zero=False)
+    if mtbf["--gpu-mtbf"] is None and mtbf["--node-mtbf"] is None:
+        raise InputError("--gpu-mtbf and --node-mtbf are both 'none'; expected at least one "
+                         "failure rate (e.g. --gpu-mtbf 50000h)")
+    ckpt = parse_time(a.checkpoint_time, "--checkpoint-time")
+    restart = parse_time(a.restart_time, "--restart-time")
+    model, cluster, training = _setup(a)
+    algo = _algos(a.algo)
+    if len(algo) != 1:
+        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
+                         "ho-ring")
+    r = simulate_step(model, cluster, a.strategy, training, algo[0], a.mode)
+    if not r.fits:
+        raise InputError(f"{r.strategy.name} does not fit in GPU memory (short by "
+                         f"{r.memory.shortfall_bytes:.0f} bytes per GPU); expected a "
+                         "configuration that fits, see 'parosim memory'")
+    tps = training.tokens_per_gpu_step * cluster.gpus
+    spec = run_from_step(r.step_time_s, tps, tokens, cluster.gpus, cluster.nodes, ckpt,
+                         restart, mtbf["--gpu-mtbf"], mtbf["--node-mtbf"])
+    search = best_interval(spec, a.replications, a.seed, a.search_points)
+    fixed = None
+    if a.checkpoint_interval is not None:
+        tau = parse_time(a.checkpoint_interval, "--checkpoint-interval", allow_zero=False)
+        k = max(1, min(spec.steps, round(tau / spec.step_time_s)))
+        fixed = simulate_run(spec, k, a.replications, a.seed)
+    out = run_report(search, tokens, tps, fixed)
+    out.update(model=model.name, cluster=cluster.name, strategy=r.strategy.name,
+               algo=r.algo.value, mode=a.mode, seed=a.seed)
+    return out
+
+
+def _print_run(r: dict) -> None:
+    def dur(s: float) -> str:
+        return f"{s / 86400:.2f} days" if s >= 86400 else f"{s / 3600:.2f} h"
+
+    print(f"{r['model']} {r['strategy']} ({r['algo']}) on {r['cluster']}, {r['gpus']} GPUs: "
+          f"{r['tokens']:.3g} tokens in {r['steps']} steps of {r['step_time_s']:.3f} s")
+    print(f"job MTBF {r['job_mtbf_s'] / 3600:.2f} h, checkpoint {r['checkpoint_s']:g} s, "
+          f"restart {r['restart_s']:g} s, {r['replications']} replications, seed {r['seed']}")
+    print(f"best checkpoint interval  {r['best_checkpoint_interval_s']:.0f} s "
+          f"(Young {r['young_interval_s']:.0f} s, Daly {r['daly_interval_s']:.0f} s)")
+    print(f"goodput                   {r['goodput']:.4f} (Daly {r['daly_goodput']:.4f})")
+    print(f"wall clock                {dur(r['wall_clock_s'])} (p90 "
+          f"{dur(r['wall_clock_p90_s'])}; without failures {dur(r['useful_s'])})")
+    print(f"failures                  {r['failures']:.1f} ({r['failures_gpu']:.1f} GPU, "
+          f"{r['failures_node']:.1f} node)")
+    print(f"lost work                 {dur(r['lost_work_s'])}; restarts "
+          f"{dur(r['restart_s_total'])}; checkpoint writes {dur(r['checkpoint_s_total'])}")
+    if r["failures_simulated"] < 200:
+        print(f"note: only {r['failures_simulated']:.0f} failures were simulated in all; the "
+              "best interval is uncertain (raise --replications)")
+    if "at_interval" in r:
+        f = r["at_interval"]
+        print(f"at interval {f['interval_s']:.0f} s: goodput {f['goodput']:.4f}, wall clock "
+              f"{dur(f['wall_clock_s'])}")
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
     "sweep": (_cmd_sweep, _print_sweep),
     "validate": (_cmd_validate, _print_validate),
@@ -241,6 +324,7 @@ COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
     "simulate": (_cmd_simulate, _print_simulate),
     "compare": (_cmd_compare, _print_compare),
     "memory": (_cmd_memory, _print_memory),
+    "run": (_cmd_run, _print_run),
 }
 
 
@@ -289,6 +373,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
+
+    rn = sub.add_parser("run", help="a whole training run with failures: goodput, wall clock, "
+                        "best checkpoint interval (Monte-Carlo, see docs/runs-and-jobs.md)")
+    rn.add_argument("--strategy", default="NIG", help="e.g. NIG, PaRO-NIG, zero3, ddp")
+    rn.add_argument("--algo", "--collective", dest="algo", default="ho-ring",
+                    help="ring | hierarchical | ho-ring")
+    rn.add_argument("--mode", default="engine", choices=["engine", "analytic"],
+                    help="how the one step is simulated")
+    rn.add_argument("--tokens", default="10B", help="run length in tokens, e.g. 1.4T, 300B")
+    rn.add_argument("--gpu-mtbf", default=None, help="mean time between failures of one GPU, "
+                    "e.g. 50000h, or none (default 86316h: LLaMA 3 405B run)")
+    rn.add_argument("--node-mtbf", default=None, help="of one node (host, NIC, cables), or "
+                    "none (default 15342h: LLaMA 3 405B run)")
+    rn.add_argument("--checkpoint-time", default="60s",
+                    help="blocking checkpoint write time (default 60s, an assumption)")
+    rn.add_argument("--checkpoint-interval", default=None,
+                    help="also report this interval (compute time between checkpoints)")
+    rn.add_argument("--restart-time", default="10min",
+                    help="time to restart after a failure (default 10min, an assumption)")
+    rn.add_argument("--replications", type=int, default=100, help="Monte-Carlo replications")
+    rn.add_argument("--search-points", type=int, default=17,
+                    help="checkpoint intervals searched (Young's / 4 to x 4)")
+    rn.add_argument("--seed", type=int, default=0, help="seed of the failure times")
+    _training_args(rn)
+    _common_cluster(rn)
 
     m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
