@@ -111,10 +111,55 @@ def _algos(text: str):
     return list(Algo) if text == "all" else [parse_enum(Algo, text, "--algo")]
 
 
+# flags that a jobs file sets per job or for the whole cluster (--jobs refuses them)
+_JOB_FLAGS = ("strategy", "algo", "mode", "model", "micro_batch", "accum", "seq_len",
+              "trainable_ratio", "recompute", "efficiency", "overlap_slowdown", "gpu_memory",
+              "nic_bandwidth", "intra_bandwidth", "cluster", "nodes", "group_nodes")
+
+
+def _cmd_jobs(a: argparse.Namespace) -> dict:
+    from .io.jobs import load_jobs
+    from .io.trace import write_chrome_trace
+    from .jobs import run_jobs
+
+    defaults = build_parser().parse_args(["simulate"])
+    for f in _JOB_FLAGS:
+        if getattr(a, f) != getattr(defaults, f):
+            raise InputError(f"--{f.replace('_', '-')} cannot be combined with --jobs; "
+                             "expected it in the jobs file (per job, or at its top level)")
+    cluster, jobs, steps = load_jobs(a.jobs)
+    r = run_jobs(cluster, jobs, steps, trace=bool(a.trace))
+    out = r.to_dict()
+    if a.trace:
+        out["trace"] = str(write_chrome_trace(a.trace, r.records, f"{len(jobs)} jobs"))
+    return out
+
+
+def _print_jobs(r: dict) -> None:
+    from .units import fmt_bytes
+
+    print(f"{len(r['jobs'])} jobs on {r['cluster']} ({r['gpus']} GPUs), step times over "
+          f"{r['steps_measured']} steps, all starting together")
+    print(f"{'job':<10}{'model':<12}{'strategy':<10}{'algo':<14}{'GPUs':>6}{'alone s':>11}"
+          f"{'shared s':>11}{'slowdown':>10}")
+    for j in r["jobs"]:
+        print(f"{j['name']:<10}{j['model']:<12}{j['strategy']:<10}{j['algo']:<14}"
+              f"{j['gpus']:>6}{j['step_time_alone_s']:>11.3f}{j['step_time_shared_s']:>11.3f}"
+              f"{j['slowdown']:>10.3f}")
+    print("busiest links (shared run):")
+    for ln in r["busiest_links"]:
+        print(f"  {ln['link']:<26}{ln['link_class']:<8}{ln['utilization']:>7.1%} busy, "
+              f"{fmt_bytes(ln['bytes'])}, jobs {', '.join(ln['jobs']) or '-'}")
+    if r.get("trace"):
+        print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
+
+
 def _cmd_simulate(a: argparse.Namespace) -> dict:
     from .io.trace import write_chrome_trace
     from .simulate import simulate_step
 
+    if getattr(a, "jobs", None):
+        return _cmd_jobs(a)
     model, cluster, training = _setup(a)
     algo = _algos(a.algo)
     if len(algo) != 1:
@@ -151,6 +196,8 @@ _HEADER = (f"{'strategy':<10}{'algo':<14}{'step s':>10}{'tokens/s':>12}{'TFLOPS'
 
 def _print_simulate(r: dict) -> None:
     """One row; a configuration that does not fit shows its shortfall (and exits 2)."""
+    if "jobs" in r:
+        return _print_jobs(r)
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}")
     print(_HEADER)
     print(_row(r))
@@ -346,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ring | hierarchical | ho-ring")
     s.add_argument("--mode", default="engine", choices=["engine", "analytic"])
     s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto)")
+    s.add_argument("--jobs", default=None, help="a YAML of several jobs on one cluster: each "
+                   "job's step alone and shared (see docs/runs-and-jobs.md)")
     _training_args(s)
     _common_cluster(s)
 
