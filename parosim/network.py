@@ -218,6 +218,21 @@ class Network:
         self.record_links = False
         self._segments: list[tuple[int, np.ndarray]] = []
 
+    def reset(self, env: simpy.Environment) -> None:
+        """Start again on a new environment (another repeat of a step), keeping the routes,
+        flow sets and cached max-min rates, which depend only on the graph."""
+        self.env = env
+        self._key = ()
+        self._key_time = {}
+        self._active, self._pending = [], []
+        self._seq = self._last = self._gen = 0
+        self._update_scheduled = False
+        k = len(self._cap)
+        self._bytes, self._busy, self._load = np.zeros(k), np.zeros(k), np.zeros(k)
+        self.updates = 0
+        self._progress = None
+        self._segments = []
+
     @property
     def progress(self) -> simpy.Resource:
         """Every rank's progress thread (``collective.serial_progress``); all ranks take part
