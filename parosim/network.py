@@ -453,14 +453,15 @@ class Network:
         return names
 
     def hot_links(self, span_s: float, top: int = 5) -> list[dict]:
-        """The ``top`` links by bytes carried: ``link`` ("u->v"; with a symmetry reduction
+        """The ``top`` links by utilisation (bytes / capacity): ``link`` ("u->v"; with a symmetry reduction
         the representative of an orbit of ``orbit`` equal links), ``link_class``,
         ``capacity_GBps``, ``bytes``, ``busy_s`` (time with any traffic) and
         ``utilization`` (bytes / (capacity x ``span_s``), in [0, 1])."""
         self._advance()
         self._fold_key_time()
         names = self.link_names()
-        order = sorted(range(len(names)), key=lambda i: (-self._bytes[i], names[i]))[:top]
+        order = sorted(range(len(names)),
+                       key=lambda i: (-self._bytes[i] / self._cap[i], names[i]))[:top]
         out = []
         for i in order:
             if self._bytes[i] <= 0:

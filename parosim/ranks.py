@@ -315,3 +315,33 @@ def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 
         times.append(res.step_time_s)
         crit.append(res.critical_rank)
     return StepDistribution(np.array(times), crit, res)
+
+
+def hetero_step(res, plan: Plan, spec: ClusterSpec, algo: Algo, training, repeats: int,
+                seed: int, jitter_cv: float, trace: bool, record_links: bool):
+    """The per-rank branch of :func:`parosim.simulate.simulate_step`: fills ``res.extra``,
+    ``res.events`` and ``res.records``; returns (mean step, exposed comm, compute busy,
+    intra bytes per GPU, inter bytes per GPU) of the last repeat's traffic."""
+    if training.overlap_slowdown != 1.0:
+        raise InputError(f"--overlap-slowdown {training.overlap_slowdown} with per-rank "
+                         "timelines (GPU overrides, jitter, repeats) is not modelled; "
+                         "expected 1")
+    dist = step_distribution(plan, spec, algo, repeats, seed, jitter_cv, trace, record_links)
+    last = dist.last
+    summ = dist.summary()
+    step = summ["step_time_s"]
+    res.events, res.records = last.events, last.records
+    res.extra = {k: v for k, v in summ.items() if k != "step_time_s"}
+    res.extra.update(
+        seed=seed, jitter_cv=jitter_cv, step_times_s=dist.step_times_s.tolist(),
+        critical_path_compute_s=last.critical_path_compute_s,
+        critical_path_comm_s=last.critical_path_comm_s,
+        compute_busy_min_s=float(last.compute_busy_s.min()),
+        compute_busy_max_s=float(last.compute_busy_s.max()),
+        symmetry_period_nodes=last.symmetry_period_nodes, hot_links=last.hot_links)
+    if record_links:
+        res.extra["link_timeline"] = [{"time_s": t, "utilization": u}
+                                      for t, u in last.link_timeline]
+    n = spec.gpus
+    return (step, last.exposed_comm_s, float(last.compute_busy_s.max()),
+            last.gpu_egress.get("intra", 0.0) / n, last.gpu_egress.get("inter", 0.0) / n)

@@ -35,6 +35,8 @@ class ReplayResult:
     link_busy_s: dict[str, float] = field(default_factory=dict)
     gpu_egress: dict[str, float] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
+    hot_links: list[dict] = field(default_factory=list)   # Network.hot_links
+    symmetry_period_nodes: int = 0   # the reduction the engine proved and used (nodes)
 
 
 class ProgramCache:
@@ -89,4 +91,4 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     step = env.now / PS
     compute = busy[0] / PS
     return ReplayResult(step, compute, max(0.0, step - compute), env.events, st.bytes,
-                        st.busy_s, st.gpu_egress, records)
+                        st.busy_s, st.gpu_egress, records, net.hot_links(step), net.period)

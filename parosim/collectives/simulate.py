@@ -33,6 +33,8 @@ class CollectiveResult:
     link_bytes: dict[str, float] = field(default_factory=dict)
     link_busy_s: dict[str, float] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
+    symmetry_period_nodes: int = 0     # the reduction the engine proved and used
+    hot_links: list[dict] = field(default_factory=list)   # Network.hot_links
 
     @property
     def algbw_GBps(self) -> float:
@@ -52,6 +54,8 @@ class CollectiveResult:
             "links": {cls: {"bytes": self.link_bytes.get(cls, 0.0),
                             "busy_s": self.link_busy_s.get(cls, 0.0)}
                       for cls in sorted(self.link_bytes)},
+            "symmetry_period_nodes": self.symmetry_period_nodes,
+            "hot_links": self.hot_links,
         }
 
 
@@ -83,7 +87,8 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
     return CollectiveResult(program.op, program.algo, program.scope, spec.gpus, program.gpus,
                             program.size_bytes, env.now / PS,
                             program_time(spec, program) if spec.closed_form_exact else None,
-                            program.chunks, env.events, st.bytes, st.busy_s, records)
+                            program.chunks, env.events, st.bytes, st.busy_s, records,
+                            net.period, net.hot_links(env.now / PS))
 
 
 def simulate_collective(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float,
