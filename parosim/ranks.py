@@ -63,7 +63,7 @@ def jitter_factors(rng: np.random.Generator, cv: float, shape: tuple[int, int]) 
     """Lognormal factors of mean 1 and coefficient of variation ``cv`` (ones if cv = 0).
 
     >>> f = jitter_factors(np.random.default_rng(0), 0.1, (2000, 50))
-    >>> abs(f.mean() - 1) < 0.002, abs(f.std() / f.mean() - 0.1) < 0.002
+    >>> bool(abs(f.mean() - 1) < 0.002), bool(abs(f.std() / f.mean() - 0.1) < 0.002)
     (True, True)
     """
     if cv <= 0:
