@@ -65,11 +65,66 @@ class Router:
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
         self._kind = dict(graph.nodes(data="kind"))
-        self._cache: dict[tuple[str, str], list[str]] = {}
+        self._cache: dict[tuple, list] = {}
+        self._exits: dict[str, tuple[str, str] | None] = {}
+        self._switches = None  # switch-only subgraph (False: fast path not applicable)
+
+    def _exit(self, gpu: str) -> tuple[str, str] | None:
+        """(its NIC, the NIC's switch) when a GPU can leave its node only through one NIC
+        (its other neighbours are hubs that lead only to GPUs); else None."""
+        hit = self._exits.get(gpu)
+        if hit is not None or gpu in self._exits:
+            return hit
+        g, kind = self.graph, self._kind
+        out = None
+        nics = [v for v in g.successors(gpu) if kind[v] == "nic"]
+        hubs_ok = all(kind[v] == "gpu" for h in g.successors(gpu) if kind[h] != "nic"
+                      for v in g.successors(h)) and all(
+            kind[h] in ("nvswitch", "pcie_switch") for h in g.successors(gpu)
+            if kind[h] != "nic")
+        if len(nics) == 1 and hubs_ok and g.has_edge(nics[0], gpu):
+            sws = [v for v in g.successors(nics[0]) if kind[v] == "switch"]
+            if len(sws) == 1 and g.has_edge(sws[0], nics[0]):
+                out = (nics[0], sws[0])
+        self._exits[gpu] = out
+        return out
+
+    def _fast_path(self, src: str, dst: str) -> list[str] | None:
+        """Between GPUs of different nodes of a builder-shaped graph (every NIC on at most
+        one switch): GPU, NIC, the shortest switch-only path, NIC, GPU. The same path as the
+        search on the whole graph where the path is unique, without scanning the thousands
+        of NICs on a switch."""
+        if self._switches is None:
+            g, kind = self.graph, self._kind
+            single = all(sum(1 for v in g.successors(n) if kind[v] == "switch") <= 1
+                         for n in g if kind[n] == "nic")
+            self._switches = g.subgraph([n for n in g if kind[n] == "switch"]) if single \
+                else False
+        if self._switches is False:
+            return None
+        nodes = self.graph.nodes
+        if nodes[src].get("node") == nodes[dst].get("node"):
+            return None
+        a, b = self._exit(src), self._exit(dst)
+        if a is None or b is None:
+            return None
+        key = ("sw", a[1], b[1])
+        sp = self._cache.get(key)
+        if sp is None:
+            try:
+                sp = nx.bidirectional_shortest_path(self._switches, a[1], b[1])
+            except nx.NetworkXNoPath:
+                return None
+            self._cache[key] = sp
+        return [src, a[0], *sp, b[0], dst]
 
     def path(self, src: str, dst: str) -> list[str]:
         key = (src, dst)
         p = self._cache.get(key)
+        if p is None and self._kind.get(src) == "gpu" and self._kind.get(dst) == "gpu":
+            p = self._fast_path(src, dst)
+            if p is not None:
+                self._cache[key] = p
         if p is None:
             kind = self._kind
 
