@@ -139,12 +139,12 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
                          "ho-ring")
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
-    per_rank = (cluster.compute_heterogeneous or a.repeats > 1
+    per_rank = (cluster.compute_heterogeneous
                 or (a.jitter_cv if a.jitter_cv is not None else cluster.jitter_cv) > 0)
     links = bool(a.link_timeline or (a.trace and per_rank))
-    if links and not per_rank:
-        raise InputError("--link-timeline needs per-rank timelines (GPU overrides, "
-                         "--jitter-cv > 0 or --repeats > 1)")
+    if a.link_timeline and a.mode != "engine":
+        raise InputError("--link-timeline needs --mode engine (the analytic mode has no "
+                         "timeline)")
     r = simulate_step(model, cluster, a.strategy, training, algo[0], a.mode,
                       trace=bool(a.trace), repeats=a.repeats, seed=a.seed,
                       jitter_cv=a.jitter_cv, record_links=links)
@@ -188,7 +188,7 @@ def _print_simulate(r: dict) -> None:
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}")
     print(_HEADER)
     print(_row(r))
-    if r.get("repeats", 1) > 1 or r.get("critical_rank") is not None:
+    if r.get("critical_rank") is not None:
         print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
               f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
               f"p90 {r['step_time_p90_s']:.4f} s, p99 {r['step_time_p99_s']:.4f} s; "

@@ -324,7 +324,7 @@ def hetero_step(res, plan: Plan, spec: ClusterSpec, algo: Algo, training, repeat
     intra bytes per GPU, inter bytes per GPU) of the last repeat's traffic."""
     if training.overlap_slowdown != 1.0:
         raise InputError(f"--overlap-slowdown {training.overlap_slowdown} with per-rank "
-                         "timelines (GPU overrides, jitter, repeats) is not modelled; "
+                         "timelines (GPU overrides or compute jitter) is not modelled; "
                          "expected 1")
     dist = step_distribution(plan, spec, algo, repeats, seed, jitter_cv, trace, record_links)
     last = dist.last

@@ -152,11 +152,15 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
     model.require_shape("a step simulation")
     cv = cluster.jitter_cv if jitter_cv is None else jitter_cv
-    per_rank = cluster.compute_heterogeneous or cv > 0 or repeats != 1
+    per_rank = cluster.compute_heterogeneous or cv > 0
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"--repeats = {repeats!r} must be a positive integer")
     if mode == "analytic" and (per_rank or not cluster.closed_form_exact):
+        why = ("GPU overrides" if cluster.compute_heterogeneous else "compute jitter"
+               if cv > 0 else "link overrides" if cluster.network_heterogeneous
+               else "ECMP hashing")
         raise InputError(f"mode analytic assumes identical ranks and links, but cluster "
-                         f"{cluster.name!r} has overrides, ECMP hashing, jitter or repeats; "
-                         "expected --mode engine")
+                         f"{cluster.name!r} has {why}; expected --mode engine")
     mem = memory_breakdown(model, strategy, cluster, training)
     res = StepResult(strategy, algo, mode, cluster.gpus, mem)
     if not mem.fits:
@@ -173,21 +177,29 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         step, exposed, compute, b_intra, b_inter = hetero_step(
             res, plan, cluster, algo, training, repeats, seed, cv, trace, record_links)
     elif mode == "engine":
-        rep = replay(plan, cluster, algo, training.overlap_slowdown, trace=trace)
+        rep = replay(plan, cluster, algo, training.overlap_slowdown, trace=trace,
+                     record_links=record_links)
         step, exposed, compute = rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s
         n = cluster.gpus
         b_intra = rep.gpu_egress.get("intra", 0.0) / n
         b_inter = rep.gpu_egress.get("inter", 0.0) / n
         res.events, res.records = rep.events, rep.records
         res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
-                     "step_time_p99_s": step, "repeats": 1, "seed": seed, "jitter_cv": 0.0,
+                     "step_time_p99_s": step, "repeats": repeats, "seed": seed,
+                     "jitter_cv": 0.0,
                      "critical_rank": None, "symmetry_period_nodes":
                      rep.symmetry_period_nodes, "hot_links": rep.hot_links}
+        if record_links:
+            res.extra["link_timeline"] = [{"time_s": t, "utilization": u}
+                                          for t, u in rep.link_timeline]
     else:
         an = evaluate(plan, cluster, algo, repeat)
         step, exposed = an.step_time_s, an.exposed_comm_s
         compute = an.t_comp_s + an.t_optimizer_s
         b_intra, b_inter = _analytic_bytes(plan, cluster, algo, repeat)
+        res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
+                     "step_time_p99_s": step, "repeats": repeats, "seed": seed,
+                     "jitter_cv": 0.0, "critical_rank": None}
     res.step_time_s = step
     res.exposed_comm_s = exposed
     res.compute_s = compute
