@@ -34,6 +34,8 @@ def _cmd_collective(a: argparse.Namespace) -> dict:
     from .units import parse_size
 
     spec = load_cluster(a.cluster, a.nodes, a.group_nodes)
+    if a.seed is not None:  # the ECMP hash seed (a leaf-spine fabric with ecmp: hash)
+        spec = _seeded(spec, a.seed)
     op = parse_enum(Op, a.op, "--op")
     scope = parse_enum(Scope, a.scope, "--scope")
     algos = list(Algo) if a.algo == "all" else [parse_enum(Algo, a.algo, "--algo")]
@@ -114,7 +116,8 @@ def _algos(text: str):
 # flags that a jobs file sets per job or for the whole cluster (--jobs refuses them)
 _JOB_FLAGS = ("strategy", "algo", "mode", "model", "micro_batch", "accum", "seq_len",
               "trainable_ratio", "recompute", "efficiency", "overlap_slowdown", "gpu_memory",
-              "nic_bandwidth", "intra_bandwidth", "cluster", "nodes", "group_nodes")
+              "nic_bandwidth", "intra_bandwidth", "cluster", "nodes", "group_nodes",
+              "repeats", "jitter_cv", "plot", "link_timeline")
 
 
 def _cmd_jobs(a: argparse.Namespace) -> dict:
@@ -128,7 +131,7 @@ def _cmd_jobs(a: argparse.Namespace) -> dict:
             raise InputError(f"--{f.replace('_', '-')} cannot be combined with --jobs; "
                              "expected it in the jobs file (per job, or at its top level)")
     cluster, jobs, steps = load_jobs(a.jobs)
-    r = run_jobs(cluster, jobs, steps, trace=bool(a.trace))
+    r = run_jobs(_seeded(cluster, a.seed), jobs, steps, trace=bool(a.trace))
     out = r.to_dict()
     if a.trace:
         out["trace"] = str(write_chrome_trace(a.trace, r.records, f"{len(jobs)} jobs"))
@@ -154,26 +157,58 @@ def _print_jobs(r: dict) -> None:
         print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
 
 
+def _seeded(spec, seed: int):
+    from dataclasses import replace
+
+    if seed < 0:
+        raise InputError(f"--seed = {seed} must be a non-negative integer")
+    if spec.network.ecmp == "hash":
+        spec = replace(spec, network=replace(spec.network, ecmp_seed=seed))
+    return spec
+
+
 def _cmd_simulate(a: argparse.Namespace) -> dict:
-    from .io.trace import write_chrome_trace
+    from .io.trace import write_chrome_trace, write_link_timeline
     from .simulate import simulate_step
 
     if getattr(a, "jobs", None):
         return _cmd_jobs(a)
     model, cluster, training = _setup(a)
+    cluster = _seeded(cluster, a.seed)
+    if a.jitter_cv is not None and not a.jitter_cv >= 0:
+        raise InputError(f"--jitter-cv = {a.jitter_cv} must be a non-negative number")
+    if a.repeats < 1:
+        raise InputError(f"--repeats = {a.repeats} must be a positive integer")
     algo = _algos(a.algo)
     if len(algo) != 1:
         raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
                          "ho-ring")
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
+    per_rank = (cluster.compute_heterogeneous
+                or (a.jitter_cv if a.jitter_cv is not None else cluster.jitter_cv) > 0)
+    links = bool(a.link_timeline or (a.trace and per_rank))
+    if a.link_timeline and a.mode != "engine":
+        raise InputError("--link-timeline needs --mode engine (the analytic mode has no "
+                         "timeline)")
     r = simulate_step(model, cluster, a.strategy, training, algo[0], a.mode,
-                      trace=bool(a.trace))
+                      trace=bool(a.trace), repeats=a.repeats, seed=a.seed,
+                      jitter_cv=a.jitter_cv, record_links=links)
     out = r.to_dict()
     out.update(model=model.name, cluster=cluster.name)
+    timeline = [(d["time_s"], d["utilization"]) for d in out.pop("link_timeline", [])]
     if a.trace and r.fits:
         out["trace"] = str(write_chrome_trace(a.trace, r.records,
-                                              f"{r.strategy.name} {model.name}"))
+                                              f"{r.strategy.name} {model.name}",
+                                              timeline or None))
+    if a.link_timeline and r.fits:
+        out["link_timeline"] = str(write_link_timeline(a.link_timeline, timeline))
+    if a.plot and r.fits:
+        from .plots_hetero import plot_step_distribution
+
+        out["plot"] = str(plot_step_distribution(
+            out.get("step_times_s", [r.step_time_s]), a.plot,
+            f"{model.name} {r.strategy.name} on {cluster.name} ({cluster.gpus} GPUs)"))
     return out
 
 
@@ -201,6 +236,17 @@ def _print_simulate(r: dict) -> None:
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}")
     print(_HEADER)
     print(_row(r))
+    if r.get("critical_rank") is not None:
+        print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
+              f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
+              f"p90 {r['step_time_p90_s']:.4f} s, p99 {r['step_time_p99_s']:.4f} s; "
+              f"critical rank {r['critical_rank']} ({r['critical_rank_share']:.0%} of steps)")
+    hot = r.get("hot_links") or []
+    if hot and r.get("critical_rank") is not None:
+        print("hottest links: " + ", ".join(f"{h['link']} {h['utilization']:.0%}"
+                                            for h in hot[:3]))
+    if r.get("plot"):
+        print(f"step-time distribution plotted to {r['plot']}")
     if r.get("trace"):
         print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
 
@@ -385,6 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="full buffer as nccl-tests counts it (AG output, RS input, AR buffer)")
     c.add_argument("--scope", default="global", help="global | intra | inter")
     c.add_argument("--algo", default="ho-ring", help="ring | hierarchical | ho-ring | all")
+    c.add_argument("--seed", type=int, default=None,
+                   help="ECMP hash seed (leaf-spine with ecmp: hash; default the cluster's)")
     _common_cluster(c)
 
     s = sub.add_parser("simulate", help="simulate one training step of one strategy")
@@ -392,7 +440,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--algo", "--collective", dest="algo", default="ho-ring",
                    help="ring | hierarchical | ho-ring")
     s.add_argument("--mode", default="engine", choices=["engine", "analytic"])
-    s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto)")
+    s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto); per "
+                   "rank and with link-utilisation counters for per-rank runs")
+    s.add_argument("--seed", type=int, default=0,
+                   help="seed of the jitter draws and of ECMP hashing (default 0)")
+    s.add_argument("--repeats", type=int, default=1,
+                   help="steps to simulate (jitter): report mean, p50, p90, p99")
+    s.add_argument("--jitter-cv", type=float, default=None,
+                   help="lognormal compute jitter per op and rank, coefficient of variation "
+                   "(default: the cluster's jitter.cv, else 0)")
+    s.add_argument("--plot", default=None, help="write a PNG of the step-time distribution")
+    s.add_argument("--link-timeline", default=None,
+                   help="write per-link utilisation over time (CSV) of the hottest links")
     s.add_argument("--jobs", default=None, help="a YAML of several jobs on one cluster: each "
                    "job's step alone and shared (see docs/runs-and-jobs.md)")
     _training_args(s)
