@@ -79,7 +79,7 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
     nodes = tuple(nodes)
     if not nodes:
         raise InputError(f"job {name!r}: nodes is empty; expected a list of node indices")
-    spec = replace(cluster, nodes=len(nodes), group_nodes=group_nodes)
+    spec = job_view(cluster, name, nodes, group_nodes)
     model.require_shape("a step simulation")
     mem = memory_breakdown(model, strategy, spec, training)
     if not mem.fits:
@@ -88,6 +88,30 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
                          "bytes per GPU); expected a configuration that fits")
     plan = build_plan(model, strategy, spec, training)
     return Job(name, nodes, plan, spec, algo, strategy, model.name, training.overlap_slowdown)
+
+
+def job_view(cluster: ClusterSpec, name: str, nodes: tuple[int, ...],
+             group_nodes: int = 1) -> ClusterSpec:
+    """The job's own homogeneous view of the cluster (``len(nodes)`` nodes), for its Plan and
+    its collectives' lowering. Overrides of links and NICs act on the shared graph, which is
+    built from the whole cluster; an override of a GPU's speed, type or memory on one of the
+    job's nodes, or compute jitter, would change the job's own compute, which a multi-job run
+    does not model: refused (one line), never ignored."""
+    gpn = cluster.gpus_per_node
+    mine = set(nodes)
+    for k, o in enumerate(cluster.overrides):
+        if not (o.touches_compute or o.memory_bytes is not None):
+            continue
+        hit = (set(o.nodes) | {cluster.rank_of(g) // gpn for g in o.gpus}) & mine
+        if hit:
+            raise InputError(f"job {name!r}: overrides[{k}] changes the GPUs of node "
+                             f"{min(hit)} (speed, type or memory), which several-job runs do "
+                             "not model; expected overrides of links and NICs only")
+    if cluster.jitter_cv:
+        raise InputError(f"jitter.cv = {cluster.jitter_cv} is not modelled across several "
+                         "jobs; expected a cluster without compute jitter")
+    return replace(cluster, nodes=len(nodes), group_nodes=group_nodes, overrides=(),
+                   jitter_cv=0.0)
 
 
 def check_placement(cluster: ClusterSpec, jobs: list[Job]) -> None:

@@ -152,3 +152,40 @@ def test_cli_jobs_refuses_per_job_flags(jobs_file, capsys):
     rc = main(["simulate", "--jobs", jobs_file(JOBS), "--strategy", "IIG"])
     err = capsys.readouterr().err
     assert rc == 2 and "--strategy cannot be combined with --jobs" in err
+
+
+HETERO = """name: h
+gpus_per_node: 2
+nodes: 4
+intra_node: {fabric: nvswitch, bandwidth: 2000Gbps, latency: 2us}
+nic: {per_node: 1, bandwidth: 100Gbps, latency: 5us}
+network: {fabric: single-switch}
+overrides:
+  - {nodes: [3], nic: {bandwidth: 25Gbps}}
+"""
+
+
+def test_link_overrides_act_on_the_shared_graph(tmp_path, jobs_file, capsys):
+    # node 3's NIC at 25 Gbps: the job on nodes 2, 3 is slower than the one on 0, 1, alone
+    # and shared (a single non-blocking switch: still no slowdown)
+    c = tmp_path / "h.yaml"
+    c.write_text(HETERO)
+    text = (f"cluster: {c}\njobs:\n"
+            "  - {name: a, strategy: GGG, accum: 1, nodes: [0, 1]}\n"
+            "  - {name: b, strategy: GGG, accum: 1, nodes: [2, 3]}\n")
+    assert main(["simulate", "--jobs", jobs_file(text), "--json"]) == 0
+    a, b = json.loads(capsys.readouterr().out)["jobs"]
+    assert b["step_time_alone_s"] > 1.2 * a["step_time_alone_s"]
+    assert a["slowdown"] == pytest.approx(1.0, rel=1e-9)
+    assert b["slowdown"] == pytest.approx(1.0, rel=1e-9)
+
+
+def test_gpu_overrides_on_a_job_are_refused(tmp_path, jobs_file, capsys):
+    c = tmp_path / "h.yaml"
+    c.write_text(HETERO + "  - {gpus: [n2/gpu1], speed: 0.8}\n")
+    text = (f"cluster: {c}\njobs:\n"
+            "  - {name: a, strategy: GGG, accum: 1, nodes: [0, 1]}\n"
+            "  - {name: b, strategy: GGG, accum: 1, nodes: [2, 3]}\n")
+    assert main(["simulate", "--jobs", jobs_file(text)]) == 2
+    err = capsys.readouterr().err
+    assert "job 'b': overrides[1] changes the GPUs of node 2" in err and err.count("\n") == 1
