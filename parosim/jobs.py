@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .collectives.lowering import lower
-from .collectives.types import Algo, Phase, Program, RingSet, parse_enum
+from .collectives.types import Algo, Program, RingSet, parse_enum
 from .engine import CountingEnvironment, Record, run_lanes, run_program
 from .errors import InputError
 from .memory import memory_breakdown
@@ -64,6 +64,7 @@ class Job:
     strategy: Strategy
     model: str
     overlap_slowdown: float = 1.0
+    runtime: str = "ideal"
 
     @property
     def gpus(self) -> int:
@@ -72,8 +73,13 @@ class Job:
 
 def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
              nodes, training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
-             group_nodes: int = 1) -> Job:
-    """Build a job's Plan for its own nodes; raises :class:`InputError` if it does not fit."""
+             group_nodes: int = 1, runtime=None) -> Job:
+    """Build a job's Plan for its own nodes (as :func:`parosim.simulate.simulate_step` does:
+    a runtime profile, if given, shapes the Plan and may fix each call's algorithm); raises
+    :class:`InputError` if it does not fit."""
+    from .runtime import effective_overlap_slowdown
+    from .simulate import _runtime
+
     strategy = parse_strategy(strategy)
     algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, f"job {name!r}: algo")
     nodes = tuple(nodes)
@@ -81,13 +87,19 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
         raise InputError(f"job {name!r}: nodes is empty; expected a list of node indices")
     spec = job_view(cluster, name, nodes, group_nodes)
     model.require_shape("a step simulation")
-    mem = memory_breakdown(model, strategy, spec, training)
+    rt = _runtime(runtime)
+    rt.require(strategy.short)
+    if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
+        algo = Algo.RING
+    slow = effective_overlap_slowdown(training.overlap_slowdown,
+                                      getattr(cluster, "overlap_slowdown", None), rt)
+    mem = memory_breakdown(model, strategy, spec, training, rt)
     if not mem.fits:
         raise InputError(f"job {name!r}: {strategy.name} of {model.name} on {spec.gpus} GPUs "
                          f"does not fit in GPU memory (short by {mem.shortfall_bytes:.0f} "
                          "bytes per GPU); expected a configuration that fits")
-    plan = build_plan(model, strategy, spec, training)
-    return Job(name, nodes, plan, spec, algo, strategy, model.name, training.overlap_slowdown)
+    plan = build_plan(model, strategy, spec, training, rt)
+    return Job(name, nodes, plan, spec, algo, strategy, model.name, slow, rt.name)
 
 
 def job_view(cluster: ClusterSpec, name: str, nodes: tuple[int, ...],
@@ -152,20 +164,26 @@ class _JobPrograms:
         self._rs: dict[RingSet, RingSet] = {}
 
     def ringset(self, rs: RingSet) -> RingSet:
+        """The same rings (or NCCL tree hops) on cluster ranks."""
         out = self._rs.get(rs)
         if out is None:
             g = self._to_global
-            out = self._rs[rs] = RingSet(tuple(tuple(int(g[r]) for r in ring)
-                                               for ring in rs.rings), rs.label)
+            if hasattr(rs, "hop_list"):  # an NCCL tree (HopSet)
+                out = replace(rs, hop_list=tuple((int(g[a]), int(g[b]))
+                                                 for a, b in rs.hop_list))
+            else:
+                out = replace(rs, rings=tuple(tuple(int(g[r]) for r in ring)
+                                              for ring in rs.rings))
+            self._rs[rs] = out
         return out
 
     def get(self, op: CollectiveOp) -> Program:
-        key = (op.op, op.scope, op.size_bytes)
+        algo = getattr(op, "algo", None) or self.job.algo   # a runtime may fix it per call
+        key = (op.op, op.scope, op.size_bytes, algo)
         p = self._c.get(key)
         if p is None:
-            p = lower(self.job.spec, op.op, op.scope, op.size_bytes, self.job.algo)
-            phases = tuple(Phase(ph.name, ph.op, self.ringset(ph.ringset), ph.buffer_bytes,
-                                 ph.lane, ph.deps) for ph in p.phases)
+            p = lower(self.job.spec, op.op, op.scope, op.size_bytes, algo)
+            phases = tuple(replace(ph, ringset=self.ringset(ph.ringset)) for ph in p.phases)
             p = self._c[key] = replace(p, phases=phases)
         return p
 
@@ -186,6 +204,7 @@ class JobResult:
     tokens_per_step: int
     step_time_alone_s: float
     step_time_shared_s: float
+    runtime: str = "ideal"
 
     @property
     def slowdown(self) -> float:
@@ -193,7 +212,8 @@ class JobResult:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "model": self.model, "strategy": self.strategy,
-                "algo": self.algo, "nodes": list(self.nodes), "gpus": self.gpus,
+                "algo": self.algo, "runtime": self.runtime, "nodes": list(self.nodes),
+                "gpus": self.gpus,
                 "step_time_alone_s": self.step_time_alone_s,
                 "step_time_shared_s": self.step_time_shared_s, "slowdown": self.slowdown,
                 "tokens_per_s_alone": self.tokens_per_step / self.step_time_alone_s,
@@ -231,17 +251,49 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
         job, cache = jobs[ji], progs[ji]
         ops = job.plan.ops
         tuning = job.spec.collective
+        slow = job.overlap_slowdown
         in_flight = [0]
+        wake: list = []   # change events of this job's compute ops running now
+
+        def flip(delta: int) -> None:
+            was = in_flight[0] > 0
+            in_flight[0] += delta
+            if slow != 1.0 and was != (in_flight[0] > 0):
+                for ev in wake:
+                    if not ev.triggered:
+                        ev.succeed()
+
+        def compute(op: ComputeOp):
+            # the fluid overlap slowdown of parosim.replay: compute runs at 1/slow of its
+            # speed while a collective of the SAME job is in flight (its own GPUs)
+            work = to_ps(op.duration_s)
+            if slow == 1.0:
+                yield env.timeout(work)
+                return
+            left = float(work)
+            while left > 0:
+                f = slow if in_flight[0] else 1.0
+                dt = int(round(left * f))
+                if dt <= 0:
+                    break
+                change = env.event()
+                wake.append(change)
+                t0 = env.now
+                timer = env.timeout(dt)
+                yield timer | change
+                wake.remove(change)
+                if timer.processed or env.now - t0 >= dt:
+                    break
+                left -= (env.now - t0) / f
 
         def body(i: int):
             op = ops[i]
             if isinstance(op, ComputeOp):
-                d = op.duration_s * (job.overlap_slowdown if in_flight[0] else 1.0)
-                yield env.timeout(to_ps(d))
+                yield from compute(op)
             else:
-                in_flight[0] += 1
+                flip(+1)
                 yield from run_program(env, net, cache.get(op), tuning)
-                in_flight[0] -= 1
+                flip(-1)
 
         it = 0
         while not all_done.triggered:
@@ -265,25 +317,19 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
 
 def _link_usage(net: Network, progs: list[_JobPrograms], duration_ps: int, top: int
                 ) -> list[dict]:
-    """The ``top`` busiest directed links by utilization over the shared run."""
-    net.link_stats()  # folds the time-weighted loads into the per-link byte counters
-    names = {i: k for k, i in net._link_idx.items()}
-    users: dict[int, set[str]] = {}
+    """The ``top`` busiest directed links by utilization over the shared run
+    (:meth:`Network.hot_links`), each with the jobs whose flows use it."""
+    rows = net.hot_links(duration_ps / PS, top)
+    names = net.link_names()
+    users: dict[str, set[str]] = {}
     for p in progs:
         for rs in p.ringsets():
             for li in net.flowset(rs).links:
-                users.setdefault(int(li), set()).add(p.job.name)
-    rows = []
-    for i, (u, v) in names.items():
-        cap = net._cap[i] * PS  # bytes per second
-        b = float(net._bytes[i])
-        util = b / (cap * duration_ps / PS) if duration_ps else 0.0
-        rows.append({"link": f"{u}->{v}", "link_class": net._class[i],
-                     "capacity_Bps": cap, "bytes": b, "utilization": util,
-                     "busy_s": float(net._busy[i]) / PS,
-                     "jobs": sorted(users.get(i, ()))})
-    rows.sort(key=lambda r: (-r["utilization"], r["link"]))
-    return rows[:top]
+                users.setdefault(names[int(li)], set()).add(p.job.name)
+    for r in rows:
+        r.pop("orbit", None)  # no symmetry reduction here: every orbit is one link
+        r["jobs"] = sorted(users.get(r["link"], ()))
+    return rows
 
 
 def run_jobs(cluster: ClusterSpec, jobs: list[Job], steps: int = 2, trace: bool = False,
@@ -296,7 +342,7 @@ def run_jobs(cluster: ClusterSpec, jobs: list[Job], steps: int = 2, trace: bool 
     alone = [_simulate(cluster, graph, [j], 1, False)[0][0] for j in jobs]
     shared, dur, net, progs, events, records = _simulate(cluster, graph, jobs, steps, trace)
     res = [JobResult(j.name, j.model, j.strategy.name, j.algo.value, j.nodes, j.gpus,
-                     j.plan.tokens_per_step, a / PS, s / PS)
+                     j.plan.tokens_per_step, a / PS, s / PS, j.runtime)
            for j, a, s in zip(jobs, alone, shared, strict=True)]
     return JobsResult(cluster.name, cluster.gpus, steps, res,
                       _link_usage(net, progs, dur, top_links), dur / PS, events, records)

@@ -317,13 +317,14 @@ def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 
     return StepDistribution(np.array(times), crit, res)
 
 
-def hetero_step(res, plan: Plan, spec: ClusterSpec, algo: Algo, training, repeats: int,
-                seed: int, jitter_cv: float, trace: bool, record_links: bool):
+def hetero_step(res, plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float,
+                repeats: int, seed: int, jitter_cv: float, trace: bool, record_links: bool):
     """The per-rank branch of :func:`parosim.simulate.simulate_step`: fills ``res.extra``,
     ``res.events`` and ``res.records``; returns (mean step, exposed comm, compute busy,
     intra bytes per GPU, inter bytes per GPU) of the last repeat's traffic."""
-    if training.overlap_slowdown != 1.0:
-        raise InputError(f"--overlap-slowdown {training.overlap_slowdown} with per-rank "
+    if overlap_slowdown != 1.0:
+        raise InputError(f"an overlap slowdown of {overlap_slowdown} (--overlap-slowdown, the "
+                         "cluster's compute.overlap_slowdown or the runtime's) with per-rank "
                          "timelines (GPU overrides or compute jitter) is not modelled; "
                          "expected 1")
     dist = step_distribution(plan, spec, algo, repeats, seed, jitter_cv, trace, record_links)

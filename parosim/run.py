@@ -76,6 +76,9 @@ class RunSpec:
     nodes: int
     gpu_mtbf_s: float | None = None    # mean time between failures of ONE GPU
     node_mtbf_s: float | None = None   # of ONE node (host, NIC, cables, ...)
+    # simulated step times (jitter, stragglers): steps are drawn from them; () = every step
+    # takes step_time_s
+    step_times_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.step_time_s > 0 and math.isfinite(self.step_time_s)):
@@ -90,6 +93,8 @@ class RunSpec:
             v = getattr(self, name)
             if v is not None and not (v > 0 and math.isfinite(v)):
                 raise InputError(f"{name} = {v!r} must be a positive number of seconds")
+        if any(not (t > 0 and math.isfinite(t)) for t in self.step_times_s):
+            raise InputError("step_times_s must hold positive step times")
         if self.gpu_mtbf_s is None and self.node_mtbf_s is None:
             raise InputError("no failure rate given; expected a GPU MTBF, a node MTBF or both")
 
@@ -191,10 +196,32 @@ def expected_wall_clock(spec: RunSpec, interval_steps: int) -> float:
 
 
 # -- the simulation -----------------------------------------------------------------------
-def _one_run(spec: RunSpec, k: int, rng: np.random.Generator) -> tuple:
+# a segment of more steps than this takes n x mean + sqrt(n) x std x N(0, 1) (the central
+# limit theorem) instead of n draws from the simulated step times
+_CLT_STEPS = 64
+
+
+def _segment_sampler(spec: RunSpec, rng: np.random.Generator | None):
+    """n -> the duration of n steps: n x step time, or a draw from the step distribution."""
+    if not spec.step_times_s or rng is None:
+        t = spec.step_time_s
+        return lambda n: n * t
+    samples = np.asarray(spec.step_times_s, dtype=float)
+    mu, sd = float(samples.mean()), float(samples.std())
+
+    def draw(n: int) -> float:
+        if n <= _CLT_STEPS:
+            return float(rng.choice(samples, size=n).sum())
+        return max(0.0, n * mu + math.sqrt(n) * sd * float(rng.standard_normal()))
+
+    return draw
+
+
+def _one_run(spec: RunSpec, k: int, rng: np.random.Generator,
+             step_rng: np.random.Generator | None = None) -> tuple:
     """One replication: (wall, lost, restart, checkpoint, failures, gpu failures)."""
     env = simpy.Environment()
-    seg_full = k * spec.step_time_s
+    segment = _segment_sampler(spec, step_rng)
     c, r = spec.checkpoint_s, spec.restart_s
     rate = spec.gpu_rate + spec.node_rate
     p_gpu = spec.gpu_rate / rate
@@ -204,7 +231,7 @@ def _one_run(spec: RunSpec, k: int, rng: np.random.Generator) -> tuple:
         done = 0
         while done < spec.steps:
             n = min(k, spec.steps - done)
-            seg = seg_full if n == k else n * spec.step_time_s
+            seg = segment(n)
             start = env.now
             try:
                 yield env.timeout(seg + c)  # n steps, then the checkpoint write
@@ -253,7 +280,11 @@ def simulate_run(spec: RunSpec, interval_steps: int, replications: int = 20,
         raise InputError(f"checkpoint interval of {interval_steps} steps must be at least 1")
     if replications < 1:
         raise InputError(f"--replications = {replications} must be a positive integer")
-    rows = np.array([_one_run(spec, interval_steps, np.random.default_rng(s))
+    # failures from the replication's own seed; step draws (if any) from its first child,
+    # so the failure times stay the same whatever the step distribution
+    rows = np.array([_one_run(spec, interval_steps, np.random.default_rng(s),
+                              np.random.default_rng(s.spawn(1)[0]) if spec.step_times_s
+                              else None)
                      for s in _seeds(seed, replications)], dtype=float)
     wall = rows[:, 0]
     mean = rows.mean(axis=0)
@@ -339,13 +370,14 @@ LLAMA3_NODE_MTBF_S = 2048 * LLAMA3_HOURS / 173 * 3600.0   # 15,342 h per node
 
 def run_from_step(step, tokens_per_step: int, tokens: int, gpus: int, nodes: int,
                   checkpoint_s: float, restart_s: float, gpu_mtbf_s: float | None,
-                  node_mtbf_s: float | None) -> RunSpec:
-    """A :class:`RunSpec` from a simulated step (``step_time_s`` of a ``StepResult``):
+                  node_mtbf_s: float | None, step_times_s=()) -> RunSpec:
+    """A :class:`RunSpec` from a simulated step (``step_time_s`` of a ``StepResult``, the
+    mean when several steps were simulated; their times in ``step_times_s``):
     ceil(tokens / tokens per step) steps."""
     steps = -(-tokens // tokens_per_step)
     return RunSpec(step_time_s=step, steps=steps, checkpoint_s=checkpoint_s,
                    restart_s=restart_s, gpus=gpus, nodes=nodes, gpu_mtbf_s=gpu_mtbf_s,
-                   node_mtbf_s=node_mtbf_s)
+                   node_mtbf_s=node_mtbf_s, step_times_s=tuple(float(t) for t in step_times_s))
 
 
 # -- inputs -------------------------------------------------------------------------------
@@ -398,6 +430,8 @@ def run_report(search: RunSearch, tokens: int, tokens_per_step: int,
         "failures_node": best.failures_node,
         "tokens": tokens, "tokens_per_step": tokens_per_step, "steps": spec.steps,
         "step_time_s": spec.step_time_s, "useful_s": spec.useful_s,
+        "step_time_samples": len(spec.step_times_s),
+        "step_time_std_s": float(np.std(spec.step_times_s)) if spec.step_times_s else 0.0,
         "gpus": spec.gpus, "nodes": spec.nodes,
         "gpu_mtbf_s": spec.gpu_mtbf_s, "node_mtbf_s": spec.node_mtbf_s,
         "job_mtbf_s": m, "checkpoint_s": spec.checkpoint_s, "restart_s": spec.restart_s,

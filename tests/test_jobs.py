@@ -189,3 +189,18 @@ def test_gpu_overrides_on_a_job_are_refused(tmp_path, jobs_file, capsys):
     assert main(["simulate", "--jobs", jobs_file(text)]) == 2
     err = capsys.readouterr().err
     assert "job 'b': overrides[1] changes the GPUs of node 2" in err and err.count("\n") == 1
+
+
+def test_a_job_with_a_runtime_profile(jobs_file, capsys):
+    # a runtime profile shapes the job's Plan as in `simulate --runtime`: alone, the job on
+    # nodes 0, 1 takes what simulate takes on a 2-node cluster
+    text = ("cluster: paper-a100-roce\nnodes: 4\njobs:\n"
+            "  - {name: a, strategy: GGG, runtime: deepspeed, accum: 1, nodes: [0, 1]}\n"
+            "  - {name: b, strategy: GGG, accum: 1, nodes: [2, 3]}\n")
+    assert main(["simulate", "--jobs", jobs_file(text), "--json"]) == 0
+    a, b = json.loads(capsys.readouterr().out)["jobs"]
+    assert a["runtime"] == "deepspeed" and b["runtime"] == "ideal"
+    ref = simulate_step(preset("llama-7b"), load_cluster("paper-a100-roce", nodes=2), "GGG",
+                        TrainingSpec(accum_steps=1), runtime="deepspeed").step_time_s
+    assert a["step_time_alone_s"] == pytest.approx(ref, rel=1e-6)
+    assert a["step_time_alone_s"] != pytest.approx(b["step_time_alone_s"], rel=1e-3)

@@ -133,3 +133,28 @@ def test_cli_run_bad_inputs(argv, needle, capsys):
     assert rc == 2
     assert needle in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_step_time_distribution():
+    # identical samples: segments of > 64 steps take n x mean exactly, so the run is the
+    # deterministic one bit for bit (the failure times come from the same stream)
+    base = spec_for(36.0, failures=20)
+    same = RunSpec(**{**base.__dict__, "step_times_s": (1.0,) * 8})
+    a = simulate_run(base, 300, replications=3, seed=5)
+    b = simulate_run(same, 300, replications=3, seed=5)
+    assert a.wall_clock_samples_s == b.wall_clock_samples_s
+    # a spread of step times with the same mean: the same goodput within 1 %, short segments
+    # (drawn step by step) and long ones (central limit) alike
+    spread = RunSpec(**{**base.__dict__, "step_times_s": (0.8, 1.0, 1.2)})
+    for k in (40, 300):
+        d = simulate_run(base, k, replications=20, seed=5)
+        s = simulate_run(spread, k, replications=20, seed=5)
+        assert s.goodput == pytest.approx(d.goodput, rel=0.01)
+        assert s.wall_clock_samples_s != d.wall_clock_samples_s
+
+
+def test_cli_run_draws_from_the_jittered_step(capsys):
+    rc = main(["run", "--mode", "engine", "--accum", "1", "--repeats", "4", "--jitter-cv",
+               "0.1", "--seed", "3", "--replications", "4", "--tokens", "2B", "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert rc == 0 and r["step_time_samples"] == 4 and r["step_time_std_s"] > 0

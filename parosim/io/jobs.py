@@ -15,7 +15,8 @@
 
 A job takes every per-job field of ``parosim simulate`` (defaults as there): ``model``,
 ``strategy``, ``algo``, ``micro_batch``, ``accum``, ``seq_len``, ``trainable_ratio``,
-``recompute`` (auto / on / off), ``efficiency``, ``overlap_slowdown``, ``group_nodes``;
+``recompute`` (auto / on / off), ``efficiency``, ``overlap_slowdown``, ``group_nodes``,
+``runtime`` (ideal / deepspeed / fsdp / paro / a YAML path), ``compute_model``, ``attention``;
 ``name`` and ``nodes`` (cluster node indices, in the job's rank order) are required. Fields of
 the whole cluster (``cluster``, ``nodes`` count, bandwidths, GPU memory) go at the top.
 """
@@ -31,10 +32,12 @@ from .yamlspec import check_keys, read_yaml
 TOP_KEYS = {"cluster", "nodes", "steps", "jobs", "nic_bandwidth", "intra_bandwidth",
             "gpu_memory"}
 JOB_KEYS = {"name", "nodes", "model", "strategy", "algo", "micro_batch", "accum", "seq_len",
-            "trainable_ratio", "recompute", "efficiency", "overlap_slowdown", "group_nodes"}
-JOB_DEFAULTS = {"model": "llama-7b", "strategy": "NIG", "algo": "ho-ring", "micro_batch": 4,
+            "trainable_ratio", "recompute", "efficiency", "overlap_slowdown", "group_nodes",
+            "runtime", "compute_model", "attention"}
+JOB_DEFAULTS = {"model": "llama-7b", "strategy": "NIG", "algo": None, "micro_batch": 4,
                 "accum": 10, "seq_len": 512, "trainable_ratio": "full", "recompute": "auto",
-                "efficiency": None, "overlap_slowdown": 1.0, "group_nodes": 1}
+                "efficiency": None, "overlap_slowdown": None, "group_nodes": 1,
+                "runtime": None, "compute_model": None, "attention": "flash"}
 
 
 def _int(v: Any, where: str, low: int = 1) -> int:
@@ -51,6 +54,7 @@ def load_jobs(path: str | Path):
     from ..units import parse_bandwidth, parse_size
     from .cluster import load_cluster
     from .model import load_model
+    from .runtime import load_runtime
 
     where = f"jobs file {str(path)!r}"
     data = read_yaml(path, "jobs")
@@ -99,8 +103,14 @@ def load_jobs(path: str | Path):
             trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
             recompute=recompute,
             compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY if eff is None else eff,
-            overlap_slowdown=p["overlap_slowdown"])
+            overlap_slowdown=p["overlap_slowdown"], compute_model=p["compute_model"],
+            attention=p["attention"])
+        rt = load_runtime(p["runtime"] or "ideal")
+        if rt.collective_algo is not None and p["algo"] is not None:
+            raise InputError(f"{jw}: algo {p['algo']} cannot apply: runtime {rt.name} fixes "
+                             f"each collective's algorithm ({rt.collective_algo}); expected "
+                             "no algo, or runtime ideal")
         jobs.append(make_job(str(p["name"]), load_model(p["model"]), p["strategy"], cluster,
-                             nd, training, p["algo"],
-                             _int(p["group_nodes"], f"{jw}: group_nodes")))
+                             nd, training, p["algo"] or "ho-ring",
+                             _int(p["group_nodes"], f"{jw}: group_nodes"), rt))
     return cluster, jobs, steps
