@@ -126,6 +126,9 @@ def test_cli_run_json(capsys):
     (["--search-points", "2"], "--search-points = 2 must be at least 3"),
     (["--checkpoint-interval", "0s"], "--checkpoint-interval '0s' must be positive"),
     (["--seed", "-1"], "--seed = -1 must be a non-negative integer"),
+    # never a hang: a run that cannot finish, or a search too large to simulate, is refused
+    (["--gpu-mtbf", "1s"], "failures are too frequent for the run to finish"),
+    (["--tokens", "1e15"], "the Monte-Carlo would simulate about"),
 ])
 def test_cli_run_bad_inputs(argv, needle, capsys):
     rc = main(["run", "--mode", "analytic", "--replications", "2", *argv])
