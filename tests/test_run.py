@@ -128,7 +128,7 @@ def test_cli_run_json(capsys):
     (["--seed", "-1"], "--seed = -1 must be a non-negative integer"),
     # never a hang: a run that cannot finish, or a search too large to simulate, is refused
     (["--gpu-mtbf", "1s"], "failures are too frequent for the run to finish"),
-    (["--tokens", "1e15"], "the Monte-Carlo would simulate about"),
+    (["--tokens", "1e17"], "the Monte-Carlo would simulate about"),
 ])
 def test_cli_run_bad_inputs(argv, needle, capsys):
     rc = main(["run", "--mode", "analytic", "--replications", "2", *argv])
