@@ -335,8 +335,8 @@ def _link_usage(net: Network, progs: list[_JobPrograms], duration_ps: int, top: 
 def run_jobs(cluster: ClusterSpec, jobs: list[Job], steps: int = 2, trace: bool = False,
              top_links: int = 5) -> JobsResult:
     """Each job alone, then all together on one network; see the module docstring."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InputError(f"steps = {steps!r} must be a positive integer")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100:
+        raise InputError(f"steps = {steps!r} must be an integer in 1..100")
     check_placement(cluster, jobs)
     graph = cluster_graph(cluster)
     alone = [_simulate(cluster, graph, [j], 1, False)[0][0] for j in jobs]

@@ -139,6 +139,7 @@ def test_cli_jobs_json(jobs_file, capsys, tmp_path):
     (JOBS.replace("strategy: GGG", "strategy: NNN"), "does not fit in GPU memory"),
     ("cluster: paper-a100-roce\njobs: []\n", "'jobs' must be a non-empty list"),
     ("jobs: [{name: a, nodes: [0]}]\n", "missing required key 'cluster'"),
+    (JOBS.replace("nodes: 4\n", "nodes: 4\nsteps: 1000\n"), "steps = 1000 must be an integer"),
 ])
 def test_cli_jobs_bad_inputs(text, needle, jobs_file, capsys):
     rc = main(["simulate", "--jobs", jobs_file(text)])
