@@ -248,7 +248,20 @@ def _print_validate(res: dict) -> None:
     print(format_table(res))
 
 
+def _cmd_calibrate(a: argparse.Namespace) -> dict:
+    from .calibrate_steps import run_steps
+
+    return run_steps(a)
+
+
+def _print_calibrate(res: dict) -> None:
+    from .calibrate_steps import print_steps
+
+    print_steps(res)
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
+    "calibrate": (_cmd_calibrate, _print_calibrate),
     "sweep": (_cmd_sweep, _print_sweep),
     "validate": (_cmd_validate, _print_validate),
     "collective": (_cmd_collective, _print_collective),
@@ -303,6 +316,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
+
+    cal = sub.add_parser("calibrate", help="fit a cluster's compute efficiency to measured "
+                         "step times and write a cluster YAML")
+    from .calibrate_steps import add_steps_argument
+
+    cal_mode = cal.add_mutually_exclusive_group(required=True)
+    add_steps_argument(cal_mode)
+    cal.add_argument("--cluster", required=True,
+                     help="the base cluster (preset name or YAML path): its network is kept, "
+                          "the fitted compute parameters replace its values")
+    cal.add_argument("-o", "--output", required=True, help="the calibrated cluster YAML")
+    cal.add_argument("--holdout", default="none", help="none | every-other")
+    cal.add_argument("--mode", default="analytic", choices=["analytic", "engine"],
+                     help="how each measured step is simulated")
+    cal.add_argument("--name", default=None, help="name of the calibrated cluster")
+    cal.add_argument("--json", action="store_true", help="the result as JSON")
 
     m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
