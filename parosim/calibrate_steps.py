@@ -17,16 +17,19 @@ column              required  meaning
 ``attention``       no        eager | flash (default flash)
 ``algo``            no        collective algorithm (default ring, i.e. NCCL's ring)
 ``group_nodes``     no        PaRO group size in nodes (default 1)
+``runtime``         no        ideal | deepspeed | fsdp | paro | a runtime YAML (default ideal)
 ==================  ========  ==============================================================
 
 What is fitted: the kernel compute model (:mod:`parosim.kernels`) of the base cluster, scaled
 by one factor ``k`` applied to ``gemm_ceiling``, ``attention_efficiency`` and
 ``hbm_efficiency`` (each capped at 1), with :func:`scipy.optimize.least_squares` on
 log(simulated / measured step time). One factor, because a handful of measured steps cannot
-identify more. Communication is simulated with the base cluster's network as given (fit
-that first with ``--nccl-tests``). The overlap interference factor is not fitted here: the
-cluster YAML has no overlap field on this branch (it belongs to the runtime-profile work);
-measured steps with heavy overlap therefore fold their slowdown into ``k``.
+identify more. With three or more fitted rows the overlap interference factor (the cluster
+YAML's ``compute.overlap_slowdown``: compute runs 1/f as fast while a collective runs beside
+it, :mod:`parosim.runtime`) is fitted too, in [1, 3]; it is reported as identified only if
+some fitted step overlaps compute with communication (else it stays at its starting value,
+the base cluster's or 1). Communication is simulated with the base cluster's network as given
+(fit that first with ``--nccl-tests``).
 
 ``--holdout every-other`` keeps rows 2, 4, ... out of the fit and reports the error on them.
 The written YAML is the base cluster with ``compute: {model: kernel, ...}`` replaced and a
@@ -44,7 +47,7 @@ from pathlib import Path
 from .errors import InputError
 
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
-OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes")
+OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime")
 HOLDOUTS = ("none", "every-other")
 
 
@@ -65,6 +68,7 @@ class StepRun:
     attention: str = "flash"
     algo: str = "ring"
     group_nodes: int = 1
+    runtime: str = "ideal"
 
 
 def _int(text: str, col: str, where: str) -> int:
@@ -109,8 +113,8 @@ def read_steps(path: str | Path) -> list[StepRun]:
         if not (math.isfinite(t) and t > 0):
             raise InputError(f"{where}: step_time_s = {row['step_time_s']!r} must be a "
                              "positive number of seconds")
-        kw = {c: row[c] for c in ("trainable_ratio", "recompute", "attention", "algo")
-              if row.get(c)}
+        kw = {c: row[c] for c in ("trainable_ratio", "recompute", "attention", "algo",
+                                  "runtime") if row.get(c)}
         if row.get("group_nodes"):
             kw["group_nodes"] = _int(row["group_nodes"], "group_nodes", where)
         if kw.get("recompute", "auto") not in ("on", "off", "auto"):
@@ -152,13 +156,17 @@ def _setup(run: StepRun, base):
     return model, cluster, training
 
 
-def simulate_run(run: StepRun, base, profile, mode: str = "analytic") -> float:
-    """Simulated seconds of ``run`` on ``base`` with compute ``profile`` (memory not
-    enforced: the run was measured, so it fitted)."""
+def simulate_run(run: StepRun, base, profile, mode: str = "analytic",
+                 overlap: float | None = None) -> float:
+    """Simulated seconds of ``run`` on ``base`` with compute ``profile`` and overlap factor
+    ``overlap`` (None: the cluster's, else the runtime's). Memory is not enforced: the run
+    was measured, so it fitted."""
     from .analytic import evaluate
     from .collectives import Algo, parse_enum
     from .plan import build_plan
     from .replay import replay
+    from .runtime import effective_overlap_slowdown
+    from .simulate import _runtime
     from .strategies import parse_strategy
 
     model, cluster, training = _setup(run, base)
@@ -166,13 +174,19 @@ def simulate_run(run: StepRun, base, profile, mode: str = "analytic") -> float:
     try:
         strategy = parse_strategy(run.strategy)
         algo = parse_enum(Algo, run.algo, "algo")
+        rt = _runtime(run.runtime)
+        rt.require(strategy.short)
     except InputError as e:
         raise InputError(f"--steps line {run.line}: {e}") from None
+    if rt.collective_algo is not None:
+        algo = Algo.RING
+    slow = effective_overlap_slowdown(
+        None, overlap if overlap is not None else getattr(cluster, "overlap_slowdown", None), rt)
     if mode == "engine":
-        plan = build_plan(model, strategy, cluster, training)
-        return replay(plan, cluster, algo, training.overlap_slowdown).step_time_s
-    plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1))
-    return evaluate(plan, cluster, algo, training.accum_steps).step_time_s
+        plan = build_plan(model, strategy, cluster, training, rt)
+        return replay(plan, cluster, algo, slow).step_time_s
+    plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1), rt)
+    return evaluate(plan, cluster, algo, training.accum_steps, slow).step_time_s
 
 
 def _stats(errs: list[float]) -> dict:
@@ -197,23 +211,34 @@ def fit_steps(runs: list[StepRun], base, holdout: str = "none", mode: str = "ana
     if not fit_runs:
         raise InputError("--steps: no row left to fit; give more rows or --holdout none")
     profile0 = replace(base.compute, model="kernel")
+    fit_overlap = len(fit_runs) >= 3
+    f0 = float(getattr(base, "overlap_slowdown", None) or 1.0)
 
     def resid(x):
         prof = _scaled(profile0, float(x[0]))
-        return np.array([math.log(simulate_run(r, base, prof, mode) / r.step_time_s)
+        f = float(x[1]) if fit_overlap else None
+        return np.array([math.log(simulate_run(r, base, prof, mode, f) / r.step_time_s)
                          for r in fit_runs])
 
-    res = least_squares(resid, [1.0], bounds=([0.05], [5.0]), diff_step=1e-3)
+    if fit_overlap:
+        res = least_squares(resid, [1.0, f0], bounds=([0.05, 1.0], [5.0, 3.0]),
+                            diff_step=1e-3)
+        identified = bool(np.any(np.abs(res.jac[:, 1]) > 1e-9))
+    else:
+        res = least_squares(resid, [1.0], bounds=([0.05], [5.0]), diff_step=1e-3)
+        identified = False
     k = float(res.x[0])
+    overlap = float(res.x[1]) if fit_overlap and identified else None
     prof = _scaled(profile0, k)
     rows = []
     for what, group in (("fit", fit_runs), ("held-out", held)):
         for r in group:
-            sim = simulate_run(r, base, prof, mode)
+            sim = simulate_run(r, base, prof, mode, overlap)
             rows.append({"what": what, "line": r.line, "model": r.model,
                          "strategy": r.strategy, "nodes": r.nodes, "measured_s": r.step_time_s,
                          "simulated_s": sim, "error_pct": (sim / r.step_time_s - 1) * 100})
-    return {"scale": k, "profile": prof,
+    return {"scale": k, "profile": prof, "overlap_slowdown": overlap,
+            "overlap_fitted": fit_overlap, "overlap_identified": identified,
             "fit": _stats([x["error_pct"] / 100 for x in rows if x["what"] == "fit"]),
             "held_out": _stats([x["error_pct"] / 100 for x in rows
                                 if x["what"] == "held-out"]),
@@ -242,6 +267,13 @@ def run_steps(a: argparse.Namespace) -> dict:
         f"fitted by parosim calibrate --steps {Path(a.steps).name}: scale {f['scale']:.4f} "
         f"on the base cluster's kernel parameters"))
     spec = replace(base, name=name, compute=prof)
+    if f["overlap_slowdown"] is not None:
+        spec = replace(spec, overlap_slowdown=f["overlap_slowdown"])
+    ov = (f"overlap_slowdown {f['overlap_slowdown']:.4f} (fitted)"
+          if f["overlap_slowdown"] is not None else
+          "overlap_slowdown not fitted (" + ("no fitted step overlaps compute with "
+                                             "communication" if f["overlap_fitted"] else
+                                             "fewer than 3 fitted steps") + ")")
 
     def pct(s):
         return "-" if s["median_abs_error_pct"] is None else f"{s['median_abs_error_pct']:.1f}"
@@ -249,8 +281,7 @@ def run_steps(a: argparse.Namespace) -> dict:
             f"by parosim calibrate --steps.\n# compute: kernel model scaled by "
             f"{f['scale']:.4f}; fit |error| median {pct(f['fit'])} % over {f['fit']['n']} "
             f"steps; held-out ({holdout}) median {pct(f['held_out'])} % over "
-            f"{f['held_out']['n']} steps.\n# Overlap interference is not fitted (no overlap "
-            "field in this cluster format).\n")
+            f"{f['held_out']['n']} steps.\n# {ov}.\n")
     out = Path(a.output)
     try:
         if not out.parent.exists():
@@ -261,6 +292,7 @@ def run_steps(a: argparse.Namespace) -> dict:
     c = spec.compute
     return {"mode": "steps", "output": str(out), "cluster": name, "base": base.name,
             "holdout": holdout, "scale": f["scale"],
+            "overlap_slowdown": f["overlap_slowdown"],
             "params": {"gemm_ceiling": c.gemm_ceiling,
                        "attention_efficiency": c.attention_efficiency,
                        "hbm_efficiency": c.hbm_efficiency},
@@ -271,6 +303,10 @@ def print_steps(res: dict) -> None:
     """Human-readable result of :func:`run_steps`."""
     print(f"calibrated {res['cluster']} from {res['base']}: compute scale {res['scale']:.4f} "
           f"-> " + ", ".join(f"{k} {v:.3f}" for k, v in res["params"].items()))
+    o = res.get("overlap_slowdown")
+    print(f"  overlap_slowdown: {o:.4f} (fitted)" if o is not None else
+          "  overlap_slowdown: not fitted (needs >= 3 fitted steps that overlap compute and "
+          "communication)")
     for what, s in (("fit", res["fit"]), ("held-out", res["held_out"])):
         if s["n"]:
             print(f"  {what}: median |error| {s['median_abs_error_pct']:.1f} %, worst "

@@ -200,7 +200,7 @@ def buffer_bytes(model: ModelSpec, strategy: Strategy, trainable_ratio: float) -
 
 
 def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
-               training: TrainingSpec, recompute: bool) -> MemoryBreakdown:
+               training: TrainingSpec, recompute: bool, runtime=None) -> MemoryBreakdown:
     n, m = cluster.gpus, cluster.group_size
     psi, psi_t = model.params, model.params * training.trainable_ratio
     d_p, d_g, d_os = strategy.divisors(n, m)
@@ -209,6 +209,12 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     acts = activation_bytes(shaped, training.micro_batch, training.seq_len, recompute,
                             training.attention, training.memory_model, training.logit_bytes)
     bufs = buffer_bytes(shaped, strategy, training.trainable_ratio)
+    extra_params = 0.0
+    if runtime is not None and not runtime.is_ideal:  # parosim.runtime_plan: the framework's
+        from .runtime_plan import runtime_memory_terms  # persistence and buffers
+
+        extra_params, bufs = runtime_memory_terms(shaped, strategy, cluster, training, runtime)
+        states += extra_params
     frac = (FRAGMENTATION_FRACTION if training.memory_model == "runtime" else MARGIN_FRACTION)
     margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
     total = states + acts + bufs + margin
@@ -216,14 +222,15 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     return MemoryBreakdown(
         model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
         margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
-        shortfall_bytes=max(0.0, total - cap), params_bytes=BYTES_PER_PARAM * psi / d_p,
+        shortfall_bytes=max(0.0, total - cap),
+        params_bytes=BYTES_PER_PARAM * psi / d_p + extra_params,
         grads_bytes=BYTES_PER_GRAD * psi_t / d_g,
         optimizer_bytes=BYTES_PER_OPTIM_STATE * psi_t / d_os, recompute=recompute,
         shape_estimated=not model.has_shape)
 
 
 def resolve_recompute(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
-                      training: TrainingSpec) -> bool:
+                      training: TrainingSpec, runtime=None) -> bool:
     """``training.recompute`` if set; auto (None): on iff it would not fit without.
 
     >>> from parosim.models import preset
@@ -234,23 +241,23 @@ def resolve_recompute(model: ModelSpec, strategy: Strategy | str, cluster: Clust
     if training.recompute is not None:
         return training.recompute
     strategy = parse_strategy(strategy)
-    return not _breakdown(model, strategy, cluster, training, recompute=False).fits
+    return not _breakdown(model, strategy, cluster, training, False, runtime).fits
 
 
 def memory_breakdown(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
-                     training: TrainingSpec) -> MemoryBreakdown:
+                     training: TrainingSpec, runtime=None) -> MemoryBreakdown:
     """Bytes per GPU for ``strategy`` on ``cluster`` (see module docstring for the terms).
 
     Works for params-only models too: activations then use :func:`nominal_shape` and
     ``shape_estimated`` is True.
     """
     strategy = parse_strategy(strategy)
-    recompute = resolve_recompute(model, strategy, cluster, training)
-    return _breakdown(model, strategy, cluster, training, recompute)
+    recompute = resolve_recompute(model, strategy, cluster, training, runtime)
+    return _breakdown(model, strategy, cluster, training, recompute, runtime)
 
 
 def max_micro_batch(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
-                    training: TrainingSpec, limit: int = 1 << 16) -> int:
+                    training: TrainingSpec, limit: int = 1 << 16, runtime=None) -> int:
     """The largest micro-batch that fits (0 if even 1 does not), up to ``limit``.
 
     Memory grows with b (activations are linear in b), and under auto recomputation
@@ -265,7 +272,8 @@ def max_micro_batch(model: ModelSpec, strategy: Strategy | str, cluster: Cluster
         raise InputError(f"limit = {limit!r} must be a positive integer")
 
     def fits(b: int) -> bool:
-        return memory_breakdown(model, strategy, cluster, training.with_micro_batch(b)).fits
+        return memory_breakdown(model, strategy, cluster, training.with_micro_batch(b),
+                                runtime).fits
 
     if not fits(1):
         return 0

@@ -87,10 +87,12 @@ class TrainingSpec:
     ``compute_efficiency``: fraction of the GPU's peak FLOP/s that matmuls achieve; default
     0.5, the middle of the 40-60% MFU that dense training reaches (shared/HARDWARE.md).
 
-    ``overlap_slowdown`` (>= 1): factor the engine applies to compute time while
-    communication runs at the same time (NCCL kernels take SMs and HBM bandwidth from the
-    matmuls). Default 1.0, i.e. no contention: we have no measurement for the paper's cluster,
-    so the simulator stays an optimistic bound until :mod:`parosim.validate` fits it.
+    ``overlap_slowdown`` (>= 1): compute advances at 1/f of its speed while a collective
+    runs beside it (NCCL kernels take SMs and HBM bandwidth from the matmuls; exact fluid
+    model in the engine and the analytic mode). ``None`` (the default): the cluster YAML's
+    ``compute.overlap_slowdown`` if it sets one, else the runtime profile's default (1.0 for
+    the ideal runtime; the measured 1.189 for deepspeed / fsdp / paro, see
+    docs/runtimes.md). A number overrides both.
 
     ``compute_model``: ``"flat"`` or ``"kernel"`` (:mod:`parosim.kernels`); ``None`` (the
     default) takes the cluster's ``compute.model`` (itself ``"flat"`` unless the cluster YAML
@@ -120,7 +122,7 @@ class TrainingSpec:
     trainable_ratio: float = 1.0
     recompute: bool | None = None
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
-    overlap_slowdown: float = 1.0
+    overlap_slowdown: float | None = None
     compute_model: str | None = None
     attention: str = "eager"
     memory_model: str = "korthikanti"
@@ -144,8 +146,8 @@ class TrainingSpec:
             raise InputError(f"compute_efficiency = {e!r} must be a fraction in (0, 1] of "
                              "peak FLOP/s")
         o = self.overlap_slowdown
-        if isinstance(o, bool) or not isinstance(o, (int, float)) or not (
-                math.isfinite(o) and o >= 1):
+        if o is not None and (isinstance(o, bool) or not isinstance(o, (int, float)) or not (
+                math.isfinite(o) and o >= 1)):
             raise InputError(f"overlap_slowdown = {o!r} must be a factor >= 1")
         if self.compute_model not in (None, "flat", "kernel"):
             raise InputError(f"compute_model = {self.compute_model!r} is not known; expected "

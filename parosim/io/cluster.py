@@ -12,6 +12,7 @@ The YAML (units as strings, converted to SI here, once)::
     network: {fabric: single-switch}   # or leaf-spine (nodes_per_leaf, oversubscription,
                                        # uplink_latency) or rail (oversubscription)
     collective: {step_latency: 0us, call_overhead: 0us, phase_overhead: 0us}  # optional
+    compute: {overlap_slowdown: 1.189}  # optional: compute slowdown beside collectives
     group_nodes: 1                                                     # optional
     compute: {model: kernel, gemm_k_half: 118, attention_efficiency: 0.44,
               hbm_efficiency: 0.5, kernel_overhead: 5us}   # optional (docs/compute.md)
@@ -49,7 +50,8 @@ from .yamlspec import check_keys, number, positive_int, read_yaml, section
 _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
         "collective", "group_nodes", "sources", "notes", "compute"}
 _COMPUTE_KEYS = {"model", "gemm_ceiling", "gemm_k_half", "attention_efficiency",
-                 "hbm_efficiency", "kernel_overhead", "sm_count", "source"}
+                 "hbm_efficiency", "kernel_overhead", "sm_count", "source",
+                 "overlap_slowdown"}
 
 
 def topologies_dir() -> Path:
@@ -129,6 +131,8 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
                                   "collective.serial_progress")),
         group_nodes=positive_int(data.get("group_nodes", 1), "group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
+        overlap_slowdown=(None if comp.get("overlap_slowdown") is None else
+                          number(comp["overlap_slowdown"], "compute.overlap_slowdown")),
         compute=_compute_profile(comp, where),
     )
     return spec
@@ -219,6 +223,8 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
                            "kernel_overhead": f"{c.kernel_overhead_s!r}s", "source": c.source}
         if c.sm_count:
             data["compute"]["sm_count"] = c.sm_count
+    if spec.overlap_slowdown is not None:
+        data.setdefault("compute", {})["overlap_slowdown"] = spec.overlap_slowdown
     if spec.network.fabric is NetworkFabric.LEAF_SPINE:
         data["network"]["nodes_per_leaf"] = spec.network.nodes_per_leaf
     return yaml.safe_dump(data, sort_keys=False)
