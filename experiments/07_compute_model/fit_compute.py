@@ -62,7 +62,7 @@ def fit(rows) -> ComputeProfile:
     base = ComputeProfile(model="kernel")
 
     def prof(x):
-        return replace(base, **dict(zip(PARAMS, x)))
+        return replace(base, **dict(zip(PARAMS, x, strict=True)))
 
     def resid(x):
         return np.log1p(errors(rows, prof(x)))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,6 @@ import parosim.memory as memory  # noqa: E402
 from parosim.io import load_cluster  # noqa: E402
 from parosim.models import mpt  # noqa: E402
 from parosim.training import TrainingSpec  # noqa: E402
-
 
 LOGIT_BYTES = 6   # fitted with --fit-logit-bytes (fused bf16 loss 2 + its grad 2 + metrics 2)
 
