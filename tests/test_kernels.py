@@ -67,14 +67,17 @@ def test_flat_model_misses_the_table():
     assert np.median(errs) > 0.10
 
 
-def test_memory_published_runs_fit_and_max_micro_batch_within_2x():
+@pytest.mark.parametrize("runtime", [None, "fsdp"])
+def test_memory_published_runs_fit_and_max_micro_batch_within_2x(runtime):
     """Acceptance: >= 95% of the published runs fit; the largest micro-batch we allow is
     within one power of two of the published one for >= 95%."""
+    from parosim.io.runtime import load_runtime
+    rt = load_runtime(runtime) if runtime else None
     fits, within = [], []
     for r in ROWS:
         m, c, t = mpt(r.model, r.seq_len), foundry_cluster(r), foundry_training(r)
-        fits.append(memory_breakdown(m, "GGG", c, t).fits)
-        mx = max_micro_batch(m, "GGG", c, t, limit=4096)
+        fits.append(memory_breakdown(m, "GGG", c, t, rt).fits)
+        mx = max_micro_batch(m, "GGG", c, t, limit=4096, runtime=rt)
         within.append(r.micro_batch / 2 <= mx <= 2 * r.micro_batch)
     assert np.mean(fits) >= 0.95
     assert np.mean(within) >= 0.95

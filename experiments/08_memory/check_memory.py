@@ -45,14 +45,17 @@ def setup(row, memory_model="runtime"):
     return mpt(row.model, row.seq_len), cluster, t
 
 
+RUNTIME = None    # --runtime fsdp: the FSDP profile's buffers (runtimes/fsdp.yaml)
+
+
 def evaluate(rows, memory_model="runtime"):
     """[(row, fits, max_micro_batch, total_bytes)]"""
     out = []
     for r in rows:
         m, c, t = setup(r, memory_model)
-        mb = memory.memory_breakdown(m, "GGG", c, t)
-        out.append((r, mb.fits, memory.max_micro_batch(m, "GGG", c, t, limit=4096),
-                    mb.total_bytes))
+        mb = memory.memory_breakdown(m, "GGG", c, t, RUNTIME)
+        out.append((r, mb.fits, memory.max_micro_batch(m, "GGG", c, t, limit=4096,
+                                                      runtime=RUNTIME), mb.total_bytes))
     return out
 
 
@@ -101,10 +104,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", action="store_true")
     ap.add_argument("--no-fit", action="store_true")
+    ap.add_argument("--runtime", default=None,
+                    help="a runtime profile whose buffers count (e.g. fsdp); default ideal")
     ap.add_argument("--fit-logit-bytes", action="store_true",
                     help="also fit the bytes per logit (else 2: fused cross-entropy)")
     a = ap.parse_args()
-    global LOGIT_BYTES
+    global LOGIT_BYTES, RUNTIME
+    if a.runtime:
+        from parosim.io.runtime import load_runtime
+        RUNTIME = load_runtime(a.runtime)
     rows = foundry_rows()
     committed = memory.FRAGMENTATION_FRACTION
     if a.fit_logit_bytes:
