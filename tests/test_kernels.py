@@ -41,14 +41,15 @@ def test_all_61_llm_foundry_parameter_counts_match_exactly():
         assert mpt(r.model, r.seq_len).params == r.params, r.key
 
 
-def test_compute_model_within_10pct_median_of_llm_foundry_mfu():
+@pytest.mark.parametrize("runtime", [None, "fsdp"])
+def test_compute_model_within_10pct_median_of_llm_foundry_mfu(runtime):
     """Acceptance: median |error| <= 10% on the held-out half and on the whole table
     (tokens/s per GPU; MFU error is the same number: both use 6Ψ + 12·L·h·s per token)."""
     def err(rows):
         out = []
         for r in rows:
             res = simulate_step(mpt(r.model, r.seq_len), foundry_cluster(r), "GGG",
-                                foundry_training(r), "ring", "analytic")
+                                foundry_training(r), "ring", "analytic", runtime=runtime)
             assert res.fits, r.key
             out.append(res.tokens_per_s_per_gpu / r.tokens_per_s_per_gpu - 1)
         return np.abs(out)
