@@ -193,14 +193,14 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     return out
 
 
-def _row(r: dict) -> str:
+def _row(r: dict, w: int = 10) -> str:
     from .units import fmt_bytes
 
     mem = r["memory"]
     if not r["fits"]:
         lacks = "does not fit: lacks " + fmt_bytes(mem["shortfall_bytes"])
-        return f"{_name(r):<10}{r['algo']:<14}{lacks:<58}{fmt_bytes(mem['total_bytes']):>12}"
-    return (f"{_name(r):<10}{r['algo']:<14}{r['step_time_s']:>10.3f}"
+        return f"{_name(r):<{w}}{r['algo']:<14}{lacks:<58}{fmt_bytes(mem['total_bytes']):>12}"
+    return (f"{_name(r):<{w}}{r['algo']:<14}{r['step_time_s']:>10.3f}"
             f"{r['tokens_per_s']:>12.0f}{r['tflops_per_gpu']:>9.1f}{r['mfu']:>7.3f}"
             f"{r['exposed_comm_s']:>10.3f}{fmt_bytes(r['bytes_inter']):>10}"
             f"{fmt_bytes(mem['total_bytes']):>12}")
@@ -213,15 +213,25 @@ _HEADER = (f"{'strategy':<10}{'algo':<14}{'step s':>10}{'tokens/s':>12}{'TFLOPS'
 def _name(r: dict) -> str:
     """``PaRO-NGG (ZeRO-2)``: the framework stage beside the PaRO name, when there is one."""
     st = r.get("framework_stage")
-    return f"{r['strategy']} ({st}) " if st else r["strategy"]
+    return f"{r['strategy']} ({st})" if st else r["strategy"]
+
+
+def _width(rows: list[dict]) -> int:
+    """Width of the strategy column: 10, or the longest name with its stage + 1."""
+    return max([10] + [len(_name(r)) + 1 for r in rows])
+
+
+def _header(w: int) -> str:
+    return f"{'strategy':<{w}}" + _HEADER[10:]
 
 
 def _print_simulate(r: dict) -> None:
     """One row; a configuration that does not fit shows its shortfall (and exits 2)."""
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}, runtime "
           f"{r.get('runtime', 'ideal')}")
-    print(_HEADER)
-    print(_row(r))
+    w = _width([r])
+    print(_header(w))
+    print(_row(r, w))
     if r.get("trace"):
         print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
 
@@ -243,9 +253,10 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
 def _print_compare(res: dict) -> None:
     print(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), mode {res['mode']}, "
           f"runtime {res.get('runtime', 'ideal')}, best first")
-    print(f"{'#':>3} " + _HEADER)
+    w = _width(res["results"])
+    print(f"{'#':>3} " + _header(w))
     for i, r in enumerate(res["results"], 1):
-        print(f"{i:>3} " + _row(r))
+        print(f"{i:>3} " + _row(r, w))
 
 
 def _cmd_memory(a: argparse.Namespace) -> dict:
@@ -276,10 +287,11 @@ def _print_memory(res: dict) -> None:
     from .units import fmt_bytes
 
     rows = res.get("results", [res])
-    print(f"{'strategy':<10}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
+    w = _width(rows)
+    print(f"{'strategy':<{w}}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
           f"{'total':>11}{'capacity':>11}  fits  max micro-batch")
     for r in rows:
-        print(f"{_name(r):<10}{fmt_bytes(r['model_states_bytes']):>11}"
+        print(f"{_name(r):<{w}}{fmt_bytes(r['model_states_bytes']):>11}"
               f"{fmt_bytes(r['activations_bytes']):>11}{fmt_bytes(r['buffers_bytes']):>11}"
               f"{fmt_bytes(r['margin_bytes']):>11}{fmt_bytes(r['total_bytes']):>11}"
               f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"

@@ -51,10 +51,18 @@ def training(model: str, regime: str) -> TrainingSpec:
                         attention="eager")
 
 
+IDEAL = False   # --ideal: every strategy on the ideal runtime (PaRO-CC / flat ring by hand)
+
+
 def step(model: str, regime: str, strategy: str, nodes: int, mode: str):
     cluster = load_cluster(CLUSTER, nodes=nodes)
-    r = simulate_step(preset(model), cluster, strategy, training(model, regime), mode=mode,
-                      runtime=RUNTIME[strategy])
+    if IDEAL:
+        algo = "ring" if RUNTIME[strategy] == "deepspeed" else "hierarchical"
+        r = simulate_step(preset(model), cluster, strategy, training(model, regime), algo,
+                          mode=mode)
+    else:
+        r = simulate_step(preset(model), cluster, strategy, training(model, regime),
+                          mode=mode, runtime=RUNTIME[strategy])
     if not r.fits:
         raise SystemExit(f"{strategy} {model} {regime} does not fit on {cluster.gpus} GPUs")
     return r
@@ -107,11 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", default="engine", choices=["engine", "analytic"])
     ap.add_argument("--json", default=None, help="also write the tables as JSON here")
+    ap.add_argument("--ideal", action="store_true",
+                    help="for comparison: the ideal runtime for every strategy (flat ring for "
+                    "ZeRO, hierarchical for PaRO), i.e. parosim without runtime profiles")
     a = ap.parse_args(argv)
+    global IDEAL
+    IDEAL = a.ideal
     t0 = time.perf_counter()
     head, scal, ag = headline(a.mode), scaling(a.mode), allgather()
-    print(f"PaRO paper vs parosim ({a.mode} mode; PaRO: --runtime paro, ZeRO: --runtime "
-          "deepspeed; kernel compute, eager attention)")
+    print(f"PaRO paper vs parosim ({a.mode} mode; " + (
+        "ideal runtime: ZeRO flat ring, PaRO hierarchical" if IDEAL else
+        "PaRO: --runtime paro, ZeRO: --runtime deepspeed") + "; kernel compute, eager attention)")
     print(f"{'headline throughput ratio':<28}{'paper':>8}{'parosim':>9}{'error':>9}  side of 1"
           f"{'PaRO step':>11}{'ZeRO step':>11}{'implied compute':>17}")
     for r in head:
