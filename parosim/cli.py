@@ -29,15 +29,22 @@ def _common_cluster(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_collective(a: argparse.Namespace) -> dict:
-    from .collectives import Algo, Op, Scope, parse_enum, simulate_collective
+    from .collectives import Op, Scope, parse_enum, simulate_collective
     from .io import load_cluster
     from .units import parse_size
 
+    from .cli_nccl import run as run_bench, wants_bench
+    from .ncclbench import parse_algos
+
+    if wants_bench(a):  # nccl-tests form: -b/-e/-f sweep or --compare LOG...
+        return run_bench(a)
+    if a.plot or a.in_place:
+        raise InputError("--plot and --in-place go with -b/-e/-f or --compare")
     spec = load_cluster(a.cluster, a.nodes, a.group_nodes)
-    op = parse_enum(Op, a.op, "--op")
+    op = parse_enum(Op, a.op or "all-gather", "--op")
     scope = parse_enum(Scope, a.scope, "--scope")
-    algos = list(Algo) if a.algo == "all" else [parse_enum(Algo, a.algo, "--algo")]
-    size = parse_size(a.size, "--size")
+    algos = parse_algos(a.algo or "ho-ring")
+    size = parse_size(a.size if a.size is not None else "1GiB", "--size")
     results = [simulate_collective(spec, op, scope, size, al).to_dict() for al in algos]
     for r in results:
         r["cluster"] = spec.name
@@ -47,6 +54,10 @@ def _cmd_collective(a: argparse.Namespace) -> dict:
 def _print_collective(res: dict) -> None:
     from .units import fmt_bytes, fmt_time
 
+    if "rows" in res:  # nccl-tests form (sweep or --compare)
+        from .cli_nccl import print_result
+
+        return print_result(res)
     rows = res.get("results", [res])
     r0 = rows[0]
     print(f"{r0['op']} of {fmt_bytes(r0['size_bytes'])} over scope {r0['scope']} "
@@ -326,7 +337,20 @@ def _print_validate(res: dict) -> None:
     print(format_table(res))
 
 
+def _cmd_calibrate(a: argparse.Namespace) -> dict:
+    from .cli_calibrate import run
+
+    return run(a)
+
+
+def _print_calibrate(res: dict) -> None:
+    from .cli_calibrate import print_result
+
+    print_result(res)
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
+    "calibrate": (_cmd_calibrate, _print_calibrate),
     "sweep": (_cmd_sweep, _print_sweep),
     "validate": (_cmd_validate, _print_validate),
     "collective": (_cmd_collective, _print_collective),
@@ -341,11 +365,18 @@ def build_parser() -> argparse.ArgumentParser:
                 "strategies and Ring / hierarchical / HO-Ring collectives.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("collective", help="simulate one collective")
-    c.add_argument("--op", default="all-gather", help="all-gather | reduce-scatter | all-reduce")
-    c.add_argument("--size", default="1GiB",
-                   help="full buffer as nccl-tests counts it (AG output, RS input, AR buffer)")
+    c.add_argument("--op", default=None,
+                   help="all-gather (default) | reduce-scatter | all-reduce")
+    c.add_argument("--size", default=None,
+                   help="full buffer as nccl-tests counts it (AG output, RS input, AR buffer); "
+                   "default 1GiB")
     c.add_argument("--scope", default="global", help="global | intra | inter")
-    c.add_argument("--algo", default="ho-ring", help="ring | hierarchical | ho-ring | all")
+    c.add_argument("--algo", default=None,
+                   help="ring | hierarchical | ho-ring | all, or a comma list (default "
+                   "ho-ring; with --compare: nccl)")
+    from .cli_nccl import add_arguments as _nccl_args
+
+    _nccl_args(c)
     _common_cluster(c)
 
     s = sub.add_parser("simulate", help="simulate one training step of one strategy")
@@ -384,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
+
+    cal = sub.add_parser("calibrate", help="fit a cluster to measurements (nccl-tests logs) "
+                         "and write a cluster YAML")
+    from .cli_calibrate import add_arguments as _calibrate_args
+
+    _calibrate_args(cal)
 
     m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")

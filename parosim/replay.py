@@ -60,7 +60,9 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     """Run ``plan`` on the cluster with collective algorithm ``algo``."""
     env = CountingEnvironment()
     g = graph if graph is not None else cluster_graph(spec)
-    net = Network(env, g, spec.nodes, symmetry_period(spec), spec.gpus_per_node)
+    # `nccl` may pick a tree, which is not translation-invariant: no symmetry reduction then
+    period = spec.nodes if algo == Algo.NCCL else symmetry_period(spec)
+    net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     cache = ProgramCache(spec, algo)
     ops = plan.ops
     records: list[Record] = []
