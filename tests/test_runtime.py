@@ -30,8 +30,9 @@ def _colls(plan, purpose=None):
 
 @pytest.mark.parametrize("runtime", [None, "ideal"])
 def test_ideal_runtime_reproduces_pre_runtime_numbers_exactly(runtime):
-    """Numbers recorded before runtime profiles existed (tests/data), bit for bit; the
-    memory model of that time is kept as ``memory_model="korthikanti"``."""
+    """Numbers recorded on main before issue 9 (commit 7b5de80, with the NCCL-era collective
+    costs; tests/data), bit for bit; the memory model of that time is kept as
+    ``memory_model="korthikanti"``."""
     for g in json.loads(GOLDEN.read_text()):
         t = TrainingSpec(trainable_ratio=parse_trainable_ratio(g["trainable_ratio"]),
                          accum_steps=g["accum"], memory_model="korthikanti")
