@@ -277,7 +277,11 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
 
     model, cluster, training = _setup(a)
     rt, training, ds_strategy, info = _runtime_setup(a, cluster, training)
-    if ds_strategy and a.strategy == "all":
+    if ds_strategy and a.strategy not in ("all", None) and \
+            parse_strategy(a.strategy).short != ds_strategy:
+        raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
+                         f"stage ({ds_strategy}); expected one of them")
+    if ds_strategy:
         strategies = [parse_strategy(ds_strategy)]
     elif a.strategy == "all":
         strategies = [s for s in ALL_STRATEGIES if rt.supports(s.short)]
