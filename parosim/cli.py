@@ -96,8 +96,15 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
                    help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
                         "(docs/compute.md); default: the cluster YAML's compute.model (flat)")
-    p.add_argument("--attention", default="flash", choices=["flash", "eager"],
-                   help="attention kernel: flash (no stored s x s scores, default) or eager")
+    p.add_argument("--attention", default="eager", choices=["eager", "flash"],
+                   help="attention kernel: eager (s x s scores stored, default) or flash "
+                        "(FlashAttention / SDPA)")
+    p.add_argument("--memory-model", default="korthikanti", choices=["korthikanti", "runtime"],
+                   help="korthikanti: Korthikanti et al. 2022 estimate (default); runtime: "
+                        "memory as PyTorch runtimes keep it (docs/memory.md)")
+    p.add_argument("--logit-bytes", type=int, default=None,
+                   help="bytes per logit live at the loss (default: 4 korthikanti, 10 "
+                        "runtime; 2 for a fused bf16 cross-entropy)")
     p.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 16GB")
     p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
     p.add_argument("--intra-bandwidth", default=None,
@@ -126,7 +133,7 @@ def _setup(a: argparse.Namespace):
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
         overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
-        attention=a.attention)
+        attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes)
     return model, cluster, training
 
 

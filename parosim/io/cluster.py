@@ -12,10 +12,10 @@ The YAML (units as strings, converted to SI here, once)::
     network: {fabric: single-switch}   # or leaf-spine (nodes_per_leaf, oversubscription,
                                        # uplink_latency) or rail (oversubscription)
     collective: {step_latency: 0us, call_overhead: 0us, phase_overhead: 0us}  # optional
-    compute: {overlap_slowdown: 1.189}  # optional: compute slowdown beside collectives
+    compute: {overlap_slowdown: 1.189,    # optional: compute slowdown beside collectives
+              model: kernel, gemm_k_half: 948, attention_efficiency: 0.327,
+              hbm_efficiency: 1.0, kernel_overhead: 5us}   # optional (docs/compute.md)
     group_nodes: 1                                                     # optional
-    compute: {model: kernel, gemm_k_half: 118, attention_efficiency: 0.44,
-              hbm_efficiency: 0.5, kernel_overhead: 5us}   # optional (docs/compute.md)
     sources: free text saying where the numbers come from
 
 ``compute`` sets how compute is costed: ``model: flat`` (the default; FLOPs at the
