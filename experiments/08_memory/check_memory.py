@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,16 +30,22 @@ from parosim.io import load_cluster  # noqa: E402
 from parosim.models import mpt  # noqa: E402
 from parosim.training import TrainingSpec  # noqa: E402
 
-
 LOGIT_BYTES = 6   # fitted with --fit-logit-bytes (fused bf16 loss 2 + its grad 2 + metrics 2)
 
 
 def setup(row, memory_model="runtime"):
     cluster = load_cluster("llm-foundry-a100-roce", nodes=row.gpus // 8)
+    if memory_model == "korthikanti":    # the earlier default, as it was
+        t = TrainingSpec(micro_batch=row.micro_batch, accum_steps=row.accum,
+                         seq_len=row.seq_len, recompute=row.recompute)
+        return mpt(row.model, row.seq_len), cluster, t
     t = TrainingSpec(micro_batch=row.micro_batch, accum_steps=row.accum, seq_len=row.seq_len,
                      recompute=row.recompute, attention="flash", memory_model=memory_model,
                      logit_bytes=LOGIT_BYTES)
     return mpt(row.model, row.seq_len), cluster, t
+
+
+RUNTIME = None    # --runtime fsdp: the FSDP profile's buffers (runtimes/fsdp.yaml)
 
 
 def evaluate(rows, memory_model="runtime"):
@@ -48,9 +53,9 @@ def evaluate(rows, memory_model="runtime"):
     out = []
     for r in rows:
         m, c, t = setup(r, memory_model)
-        mb = memory.memory_breakdown(m, "GGG", c, t)
-        out.append((r, mb.fits, memory.max_micro_batch(m, "GGG", c, t, limit=4096),
-                    mb.total_bytes))
+        mb = memory.memory_breakdown(m, "GGG", c, t, RUNTIME)
+        out.append((r, mb.fits, memory.max_micro_batch(m, "GGG", c, t, limit=4096,
+                                                      runtime=RUNTIME), mb.total_bytes))
     return out
 
 
@@ -99,10 +104,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", action="store_true")
     ap.add_argument("--no-fit", action="store_true")
+    ap.add_argument("--runtime", default=None,
+                    help="a runtime profile whose buffers count (e.g. fsdp); default ideal")
     ap.add_argument("--fit-logit-bytes", action="store_true",
                     help="also fit the bytes per logit (else 2: fused cross-entropy)")
     a = ap.parse_args()
-    global LOGIT_BYTES
+    global LOGIT_BYTES, RUNTIME
+    if a.runtime:
+        from parosim.io.runtime import load_runtime
+        RUNTIME = load_runtime(a.runtime)
     rows = foundry_rows()
     committed = memory.FRAGMENTATION_FRACTION
     if a.fit_logit_bytes:
@@ -116,7 +126,7 @@ def main():
         print(f"fragmentation fraction fitted on {len(split(rows, 'fit'))} configurations: "
               f"{f:.3f} (committed: {committed:.3f})")
         memory.FRAGMENTATION_FRACTION = f
-    summary("korthikanti model (earlier default), all", evaluate(rows, "korthikanti"))
+    summary("korthikanti model (default), all", evaluate(rows, "korthikanti"))
     summary("runtime model, fit half", evaluate(split(rows, "fit")))
     summary("runtime model, held-out half", evaluate(split(rows, "held-out")))
     res = evaluate(rows)

@@ -16,10 +16,10 @@ The YAML (units as strings, converted to SI here, once)::
     # protocols: [ll, ll128, simple], algorithms: [ring, tree], reduction_hbm_factor, and per
     # (algorithm, protocol) ring_ll ... tree_simple: {bw_efficiency, base_latency,
     # nvlink_latency, pcie_latency, net_latency, max_bw_per_channel, max_bw}
-    compute: {overlap_slowdown: 1.189}  # optional: compute slowdown beside collectives
+    compute: {overlap_slowdown: 1.189,    # optional: compute slowdown beside collectives
+              model: kernel, gemm_k_half: 948, attention_efficiency: 0.327,
+              hbm_efficiency: 1.0, kernel_overhead: 5us}   # optional (docs/compute.md)
     group_nodes: 1                                                     # optional
-    compute: {model: kernel, gemm_k_half: 118, attention_efficiency: 0.44,
-              hbm_efficiency: 0.5, kernel_overhead: 5us}   # optional (docs/compute.md)
     sources: free text saying where the numbers come from
 
 Heterogeneity (docs/heterogeneity.md), all optional::
