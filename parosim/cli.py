@@ -101,8 +101,15 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
                    help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
                         "(docs/compute.md); default: the cluster YAML's compute.model (flat)")
-    p.add_argument("--attention", default="flash", choices=["flash", "eager"],
-                   help="attention kernel: flash (no stored s x s scores, default) or eager")
+    p.add_argument("--attention", default="eager", choices=["eager", "flash"],
+                   help="attention kernel: eager (s x s scores stored, default) or flash "
+                        "(FlashAttention / SDPA)")
+    p.add_argument("--memory-model", default="korthikanti", choices=["korthikanti", "runtime"],
+                   help="korthikanti: Korthikanti et al. 2022 estimate (default); runtime: "
+                        "memory as PyTorch runtimes keep it (docs/memory.md)")
+    p.add_argument("--logit-bytes", type=int, default=None,
+                   help="bytes per logit live at the loss (default: 4 korthikanti, 10 "
+                        "runtime; 2 for a fused bf16 cross-entropy)")
     p.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 16GB")
     p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
     p.add_argument("--intra-bandwidth", default=None,
@@ -131,7 +138,7 @@ def _setup(a: argparse.Namespace):
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
         overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
-        attention=a.attention)
+        attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes)
     return model, cluster, training
 
 
@@ -288,14 +295,14 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     return out
 
 
-def _row(r: dict) -> str:
+def _row(r: dict, w: int = 10) -> str:
     from .units import fmt_bytes
 
     mem = r["memory"]
     if not r["fits"]:
         lacks = "does not fit: lacks " + fmt_bytes(mem["shortfall_bytes"])
-        return f"{_name(r):<10}{r['algo']:<14}{lacks:<58}{fmt_bytes(mem['total_bytes']):>12}"
-    return (f"{_name(r):<10}{r['algo']:<14}{r['step_time_s']:>10.3f}"
+        return f"{_name(r):<{w}}{r['algo']:<14}{lacks:<58}{fmt_bytes(mem['total_bytes']):>12}"
+    return (f"{_name(r):<{w}}{r['algo']:<14}{r['step_time_s']:>10.3f}"
             f"{r['tokens_per_s']:>12.0f}{r['tflops_per_gpu']:>9.1f}{r['mfu']:>7.3f}"
             f"{r['exposed_comm_s']:>10.3f}{fmt_bytes(r['bytes_inter']):>10}"
             f"{fmt_bytes(mem['total_bytes']):>12}")
@@ -308,7 +315,16 @@ _HEADER = (f"{'strategy':<10}{'algo':<14}{'step s':>10}{'tokens/s':>12}{'TFLOPS'
 def _name(r: dict) -> str:
     """``PaRO-NGG (ZeRO-2)``: the framework stage beside the PaRO name, when there is one."""
     st = r.get("framework_stage")
-    return f"{r['strategy']} ({st}) " if st else r["strategy"]
+    return f"{r['strategy']} ({st})" if st else r["strategy"]
+
+
+def _width(rows: list[dict]) -> int:
+    """Width of the strategy column: 10, or the longest name with its stage + 1."""
+    return max([10] + [len(_name(r)) + 1 for r in rows])
+
+
+def _header(w: int) -> str:
+    return f"{'strategy':<{w}}" + _HEADER[10:]
 
 
 def _print_simulate(r: dict) -> None:
@@ -317,8 +333,9 @@ def _print_simulate(r: dict) -> None:
         return _print_jobs(r)
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}, runtime "
           f"{r.get('runtime', 'ideal')}")
-    print(_HEADER)
-    print(_row(r))
+    w = _width([r])
+    print(_header(w))
+    print(_row(r, w))
     if r.get("critical_rank") is not None:
         print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
               f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
@@ -351,9 +368,10 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
 def _print_compare(res: dict) -> None:
     print(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), mode {res['mode']}, "
           f"runtime {res.get('runtime', 'ideal')}, best first")
-    print(f"{'#':>3} " + _HEADER)
+    w = _width(res["results"])
+    print(f"{'#':>3} " + _header(w))
     for i, r in enumerate(res["results"], 1):
-        print(f"{i:>3} " + _row(r))
+        print(f"{i:>3} " + _row(r, w))
 
 
 def _cmd_memory(a: argparse.Namespace) -> dict:
@@ -363,7 +381,11 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
 
     model, cluster, training = _setup(a)
     rt, training, ds_strategy, info = _runtime_setup(a, cluster, training)
-    if ds_strategy and a.strategy == "all":
+    if ds_strategy and a.strategy not in ("all", None) and \
+            parse_strategy(a.strategy).short != ds_strategy:
+        raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
+                         f"stage ({ds_strategy}); expected one of them")
+    if ds_strategy:
         strategies = [parse_strategy(ds_strategy)]
     elif a.strategy == "all":
         strategies = [s for s in ALL_STRATEGIES if rt.supports(s.short)]
@@ -384,10 +406,11 @@ def _print_memory(res: dict) -> None:
     from .units import fmt_bytes
 
     rows = res.get("results", [res])
-    print(f"{'strategy':<10}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
+    w = _width(rows)
+    print(f"{'strategy':<{w}}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
           f"{'total':>11}{'capacity':>11}  fits  max micro-batch")
     for r in rows:
-        print(f"{_name(r):<10}{fmt_bytes(r['model_states_bytes']):>11}"
+        print(f"{_name(r):<{w}}{fmt_bytes(r['model_states_bytes']):>11}"
               f"{fmt_bytes(r['activations_bytes']):>11}{fmt_bytes(r['buffers_bytes']):>11}"
               f"{fmt_bytes(r['margin_bytes']):>11}{fmt_bytes(r['total_bytes']):>11}"
               f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"
@@ -544,7 +567,9 @@ COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``command`` (the subcommand about to run, if known) skips building the
+    options of the others that would cost imports."""
     p = _Parser(prog="parosim", description="Simulate data-parallel LLM training with PaRO "
                 "strategies and Ring / hierarchical / HO-Ring collectives.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -610,9 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="run the same schedule on real torch.distributed "
                        "ranks and report simulated vs measured")
-    from .validate.cli import add_arguments as _validate_args
+    if command in (None, "validate"):  # its options import the harness: only when needed
+        from .validate.cli import add_arguments as _validate_args
 
-    _validate_args(v)
+        _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
 
     rn = sub.add_parser("run", help="a whole training run with failures: goodput, wall clock, "
@@ -662,8 +688,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    first = next((x for x in args if not x.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
+    a = parser.parse_args(args)
     run, show = COMMANDS[a.command]
     try:
         res = run(a)
