@@ -297,7 +297,7 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
 
         it = 0
         while not all_done.triggered:
-            lane = (lambda i, it=it: f"{job.name}/{ops[i].stream}")
+            lane = (lambda i: f"{job.name}/{ops[i].stream}")
             on_rec = records.append if (trace and it < steps) else None
             kind = (lambda i: ops[i].kind if isinstance(ops[i], ComputeOp) else ops[i].purpose)
             done = run_lanes(env, ops, lane, lambda i: ops[i].deps, lambda i: ops[i].name,
