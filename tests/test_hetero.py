@@ -109,6 +109,21 @@ def test_per_rank_engine_equals_default_replay_bit_for_bit(strategy, algo):
     assert a.exposed_comm_s == b.exposed_comm_s
 
 
+@pytest.mark.parametrize("strategy", ["IIG", "GGG"])
+def test_per_rank_classes_equal_default_replay_with_overlap_slowdown(strategy):
+    # the fluid slowdown beside collectives (the runtimes' 1.189) on per-rank class lanes
+    c = paper()
+    plan = build_plan(preset("llama-7b"), strategy, c, TrainingSpec(accum_steps=2))
+    a = replay(plan, c, Algo.HO_RING, 1.189)
+    b = replay_ranks(plan, c, Algo.HO_RING, overlap_slowdown=1.189)
+    assert a.step_time_s == b.step_time_s
+    assert a.compute_busy_s == b.compute_busy_s.max()
+    slow = paper(overrides=(Override(gpus=("n2/gpu5",), speed=0.8),))
+    s = replay_ranks(build_plan(preset("llama-7b"), strategy, slow, TrainingSpec(
+        accum_steps=2)), slow, Algo.HO_RING, overlap_slowdown=1.189)
+    assert s.step_time_s > a.step_time_s and s.critical_rank == 21
+
+
 # -- stragglers: the critical-path argument ---------------------------------------------------
 
 def _hand_plan(c, compute_s, size):
