@@ -331,3 +331,42 @@ def test_cli_heterogeneous_simulate_and_analytic_refusal(tmp_path, capsys):
     assert "expected --mode engine" in capsys.readouterr().err
     assert main(["simulate", "--repeats", "0"]) == 2
     assert main(["simulate", "--jitter-cv", "-1"]) == 2
+
+
+def test_per_rank_trace_link_timeline_and_hot_links(tmp_path, capsys):
+    import csv
+    import json
+
+    import yaml
+
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(_yaml(overrides=[{"nodes": [3], "nic": {"bandwidth": "25Gbps"}},
+                                                 {"gpus": ["n2/gpu5"], "speed": 0.8}])))
+    trace, links = tmp_path / "t.json", tmp_path / "l.csv"
+    assert main(["simulate", "--cluster", str(p), "--accum", "1", "--strategy", "IIG",
+                 "--trace", str(trace), "--link-timeline", str(links), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["critical_rank"] == 21 and out["symmetry_period_nodes"] == 4
+    assert out["hot_links"][0]["link"] in ("n3/nic0->switch", "switch->n3/nic0")
+    assert 0 < out["hot_links"][0]["utilization"] <= 1
+    ev = json.loads(trace.read_text())["traceEvents"]
+    lanes = {e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+    assert {"rank 0 compute", "rank 21 compute", "comm-grad"} <= lanes
+    rows = list(csv.DictReader(links.open()))
+    n3 = [float(r["utilization"]) for r in rows if r["link"] == "n3/nic0->switch"]
+    assert max(n3) == pytest.approx(1.0) and min(n3) == 0.0  # saturated while it carries
+    times = [float(r["time_s"]) for r in rows]
+    assert times == sorted(times) and times[-1] == pytest.approx(out["step_time_s"])
+
+
+def test_collective_seed_changes_only_hashed_fabrics(capsys):
+    import json
+
+    res = []
+    for seed in ("0", "1"):
+        assert main(["collective", "--cluster", "eth-2spine-a100", "--op", "all-reduce",
+                     "--algo", "ring", "--scope", "inter", "--size", "64MiB", "--seed", seed,
+                     "--json"]) == 0
+        res.append(json.loads(capsys.readouterr().out))
+    assert res[0]["time_s"] != res[1]["time_s"]
+    assert res[0]["closed_form_s"] is None and res[0]["symmetry_period_nodes"] == 16
