@@ -21,7 +21,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from parosim.collectives import Algo, Op, Scope, simulate_collective  # noqa: E402
