@@ -372,3 +372,15 @@ def test_collective_seed_changes_only_hashed_fabrics(capsys):
         res.append(json.loads(capsys.readouterr().out))
     assert res[0]["time_s"] != res[1]["time_s"]
     assert res[0]["closed_form_s"] is None and res[0]["symmetry_period_nodes"] == 16
+
+
+def test_a_hand_made_program_that_is_not_invariant_is_not_folded():
+    from parosim.collectives.types import Phase, Program, RingSet
+
+    c = ClusterSpec(nodes=4, gpus_per_node=2)
+    ring = RingSet(((0, 2),), "pair")  # one ring between nodes 0 and 1 only
+    p = Program(Op.ALL_GATHER, Scope.GLOBAL, Algo.RING, 2**24, 2,
+                (Phase("ag", Op.ALL_GATHER, ring, 2**24, "main"),))
+    r = simulate_program(c, p)
+    assert r.symmetry_period_nodes == 4
+    assert r.time_s == simulate_program(c, p, symmetric=False).time_s
