@@ -36,13 +36,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 import simpy
 
 from .errors import InputError
 
 if TYPE_CHECKING:  # the collectives package imports this module
+    import networkx as nx
+
     from .collectives.types import RingSet
 
 PS = 10**12  # simulated time unit: picoseconds per second
@@ -94,8 +95,13 @@ class Router:
         one switch): GPU, NIC, the shortest switch-only path, NIC, GPU. The same path as the
         search on the whole graph where the path is unique, without scanning the thousands
         of NICs on a switch."""
+        import networkx as nx
+
         if self._switches is None:
             g, kind = self.graph, self._kind
+            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: work on its networkx copy
+                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
+                                                                         g.to_networkx())
             single = all(sum(1 for v in g.successors(n) if kind[v] == "switch") <= 1
                          for n in g if kind[n] == "nic")
             self._switches = g.subgraph([n for n in g if kind[n] == "switch"]) if single \
@@ -144,22 +150,29 @@ class Router:
     def path(self, src: str, dst: str) -> list[str]:
         key = (src, dst)
         p = self._cache.get(key)
+        if p is None:  # builder-shaped graphs: no search, no networkx import
+            p = self._fast(src, dst)
+            if p is not None:
+                self._cache[key] = p
+                return p
         if p is None and self._kind.get(src) == "gpu" and self._kind.get(dst) == "gpu":
             p = self._fast_path(src, dst)
             if p is not None:
                 self._cache[key] = p
         if p is None:
-            p = self._fast(src, dst)
-            if p is not None:
-                self._cache[key] = p
-                return p
             kind = self._kind
 
             def weight(u, v, d):  # no transit through a GPU other than the source
                 return None if (kind[u] == "gpu" and u != src) else 1
 
+            import networkx as nx
+
+            g = self.graph
+            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: search its networkx copy
+                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
+                                                                         g.to_networkx())
             try:
-                _, p = nx.bidirectional_dijkstra(self.graph, src, dst, weight=weight)
+                _, p = nx.bidirectional_dijkstra(g, src, dst, weight=weight)
             except nx.NetworkXNoPath:
                 raise InputError(f"no path from {src!r} to {dst!r} in the cluster graph; "
                                  "expected a connected topology") from None

@@ -63,7 +63,7 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     """Run ``plan`` on the cluster with collective algorithm ``algo``. ``record_links``:
     fill ``link_timeline`` with the utilisation over time of the hottest links."""
     env = CountingEnvironment()
-    g = graph if graph is not None else cluster_graph(spec)
+    g = graph if graph is not None else cluster_graph(spec, lite=True)
     # `nccl` may pick a tree, which is not translation-invariant: no symmetry reduction then
     period = spec.nodes if algo == Algo.NCCL else symmetry_period(spec)
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)

@@ -204,6 +204,7 @@ class CollectiveTuning:
     protocols: tuple[str, ...] = PROTOCOLS  # NCCL_PROTO: the protocols the tuner may pick
     algorithms: tuple[str, ...] = ("ring", "tree")  # NCCL_ALGO for the `nccl` algorithm
     reduction_hbm_factor: float = 3.0   # HBM bytes moved per reduced byte (2 reads, 1 write)
+    reduction_overlap: bool = True      # fused into the copy (max) / charged after it (sum)
     ring_ll: ProtocolCost = NCCL_RING_LL
     ring_ll128: ProtocolCost = NCCL_RING_LL128
     ring_simple: ProtocolCost = NCCL_RING_SIMPLE

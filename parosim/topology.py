@@ -27,9 +27,20 @@ generators:
 
 from __future__ import annotations
 
-import networkx as nx
-
 from .errors import InputError
+from .graphlite import LiteDiGraph
+
+
+class _LazyNetworkx:
+    """``nx``, imported on first use (``parosim collective`` builds a LiteDiGraph instead)."""
+
+    def __getattr__(self, name: str):
+        import networkx
+
+        return getattr(networkx, name)
+
+
+nx = _LazyNetworkx()
 from .specs import ClusterSpec, IntraFabric, NetworkFabric
 
 LINK_CLASSES = ("nvlink", "pcie", "nic", "uplink")
@@ -49,12 +60,12 @@ def _link(g: nx.DiGraph, a: str, b: str, bw: float, lat: float, cls: str) -> Non
         g.add_edge(u, v, bandwidth_Bps=bw, latency_s=lat, link_class=cls)
 
 
-def node_graph(spec: ClusterSpec, i: int) -> nx.DiGraph:
+def node_graph(spec: ClusterSpec, i: int, lite: bool = False) -> nx.DiGraph:
     """One node: its GPUs on an NVSwitch (or PCIe switch) and its NICs on PCIe.
 
     The intra-node latency ``spec.intra.latency_s`` is GPU-to-GPU: half on each hop.
     """
-    g = nx.DiGraph()
+    g = LiteDiGraph() if lite else nx.DiGraph()
     m = spec.gpus_per_node
     nvlink = spec.intra_fabric is IntraFabric.NVSWITCH
     hub = f"n{i}/nvswitch" if nvlink else f"n{i}/pcie_switch"
@@ -136,14 +147,17 @@ _FABRICS = {NetworkFabric.SINGLE_SWITCH: single_switch, NetworkFabric.LEAF_SPINE
             NetworkFabric.RAIL: rail}
 
 
-def cluster_graph(spec: ClusterSpec) -> nx.DiGraph:
+def cluster_graph(spec: ClusterSpec, lite: bool = False) -> nx.DiGraph:
     """The whole cluster: ``spec.nodes`` node graphs joined by the spec's network fabric.
 
+    ``lite``: a :class:`~parosim.graphlite.LiteDiGraph` (same nodes, edges and attributes;
+    no networkx import), which is what the flow-level network needs.
     Raises :class:`InputError` if the result is not strongly connected.
     """
-    g = nx.DiGraph(name=spec.name, parosim_builder=True)  # network.Router's fast paths
+    cls = LiteDiGraph if lite else nx.DiGraph
+    g = cls(name=spec.name, parosim_builder=True)  # network.Router's fast paths
     for i in range(spec.nodes):
-        g.update(node_graph(spec, i))
+        g.update(node_graph(spec, i, lite))
     if spec.nic.per_node:
         _FABRICS[spec.network.fabric](g, spec)
     apply_overrides(g, spec)
@@ -228,6 +242,13 @@ def check_graph(g: nx.DiGraph) -> None:
         if d.get("link_class") not in LINK_CLASSES:
             raise InputError(f"link {u} -> {v} has link_class {d.get('link_class')!r}; "
                              f"expected one of {', '.join(LINK_CLASSES)}")
+    if isinstance(g, LiteDiGraph):
+        ok, stray, first = g.is_strongly_connected()
+        if not ok:
+            raise InputError(f"topology {g.graph.get('name', '')!r} is disconnected: "
+                             f"{stray!r} and {first!r} do not reach each other; expected "
+                             "every GPU to reach every other")
+        return
     if g.number_of_nodes() and not nx.is_strongly_connected(g):
         comps = sorted(nx.strongly_connected_components(g), key=lambda c: (-len(c), min(c)))
         stray = sorted(comps[1])[0]

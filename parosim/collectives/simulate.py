@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ..engine import CountingEnvironment, DeadlockError, Record, run_program
 from ..errors import InputError
@@ -14,6 +13,9 @@ from ..topology import cluster_graph
 from .cost import program_time
 from .lowering import lower
 from .types import Algo, Op, Program, Scope
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass
@@ -75,7 +77,7 @@ def closed_form_time(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float,
 def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | None = None,
                      symmetric: bool = True, trace: bool = False) -> CollectiveResult:
     """Run a lowered collective on the simpy flow-level network of the cluster graph."""
-    g = graph if graph is not None else cluster_graph(spec)
+    g = graph if graph is not None else cluster_graph(spec, lite=True)
     env = CountingEnvironment()
     # a tree is not invariant under translation: no symmetry reduction
     period = symmetry_period(spec) if symmetric and not program.tree else spec.nodes
@@ -130,7 +132,7 @@ def simulate_concurrent(spec: ClusterSpec, programs: list[Program],
     >>> 1.9 < both[0] / alone < 2.01
     True
     """
-    g = graph if graph is not None else cluster_graph(spec)
+    g = graph if graph is not None else cluster_graph(spec, lite=True)
     env = CountingEnvironment()
     net = Network(env, g, spec.nodes, spec.nodes, spec.gpus_per_node)
     procs = [env.process(run_program(env, net, p, spec.collective, prefix=f"c{i}/"))

@@ -12,10 +12,14 @@ The YAML (units as strings, converted to SI here, once)::
     network: {fabric: single-switch}   # or leaf-spine (nodes_per_leaf, oversubscription,
                                        # uplink_latency) or rail (oversubscription)
     collective: {step_latency: 0us, call_overhead: 0us, phase_overhead: 0us}  # optional
-    compute: {overlap_slowdown: 1.189}  # optional: compute slowdown beside collectives
+    # NCCL model (optional; docs/collectives.md): model: nccl | ideal, channels (0 = auto),
+    # protocols: [ll, ll128, simple], algorithms: [ring, tree], reduction_hbm_factor, and per
+    # (algorithm, protocol) ring_ll ... tree_simple: {bw_efficiency, base_latency,
+    # nvlink_latency, pcie_latency, net_latency, max_bw_per_channel, max_bw}
+    compute: {overlap_slowdown: 1.189,    # optional: compute slowdown beside collectives
+              model: kernel, gemm_k_half: 948, attention_efficiency: 0.327,
+              hbm_efficiency: 1.0, kernel_overhead: 5us}   # optional (docs/compute.md)
     group_nodes: 1                                                     # optional
-    compute: {model: kernel, gemm_k_half: 118, attention_efficiency: 0.44,
-              hbm_efficiency: 0.5, kernel_overhead: 5us}   # optional (docs/compute.md)
     sources: free text saying where the numbers come from
 
 Heterogeneity (docs/heterogeneity.md), all optional::
@@ -37,6 +41,7 @@ override: ``gemm_ceiling``, ``gemm_k_half``, ``attention_efficiency``, ``hbm_eff
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -56,6 +61,7 @@ from ..specs import (
     NetworkSpec,
     NICSpec,
     Override,
+    ProtocolCost,
 )
 from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .yamlspec import check_keys, number, positive_int, read_yaml, section
@@ -104,7 +110,7 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
         raise InputError(f"{where}: jitter.distribution = {jitter['distribution']!r} is not "
                          "known; expected lognormal")
     coll = section(data, "collective", {"step_latency", "call_overhead", "phase_overhead",
-                                          "ho_ring_max_chunks", "serial_progress"},
+                                          "ho_ring_max_chunks", "serial_progress", *_NCCL_KEYS},
                    where)
     comp = section(data, "compute", _COMPUTE_KEYS, where)
     if "bandwidth" not in intra:
@@ -148,7 +154,8 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
             phase_overhead_s=parse_time(coll.get("phase_overhead", 0),
                                         "collective.phase_overhead"),
             serial_progress=_flag(coll.get("serial_progress", False),
-                                  "collective.serial_progress")),
+                                  "collective.serial_progress"),
+            **_nccl_fields(coll, where)),
         group_nodes=positive_int(data.get("group_nodes", 1), "group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
         overlap_slowdown=(None if comp.get("overlap_slowdown") is None else
@@ -163,6 +170,73 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
         spec = replace(spec, overrides=tuple(_override(o, spec.gpu, f"{where}: overrides[{k}]")
                                              for k, o in enumerate(raw)))
     return spec
+
+
+_PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
+_NCCL_KEYS = ("model", "channels", "protocols", "algorithms", "reduction_hbm_factor",
+              "reduction_overlap", *_PROTO_FIELDS)
+_PROTO_KEYS = {"bw_efficiency", "base_latency", "nvlink_latency", "pcie_latency", "net_latency",
+               "max_bw_per_channel", "max_bw"}
+
+
+def _cap(v: Any, name: str) -> float:
+    if isinstance(v, str) and v.strip().lower() in ("inf", "none", "unlimited"):
+        return math.inf
+    if isinstance(v, float) and math.isinf(v):
+        return v
+    return parse_bandwidth(v, name)
+
+
+def _names(v: Any, name: str) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [x for x in v.replace(" ", "").split(",") if x]
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise InputError(f"{name} = {v!r} must be a list of names")
+    return tuple(x.strip().lower() for x in v)
+
+
+def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
+    """The NCCL-model fields of ``collective`` (docs/collectives.md); absent ones keep the
+    :class:`CollectiveTuning` defaults (NCCL 2.20.3 tuning.cc)."""
+    out: dict[str, Any] = {}
+    if "model" in coll:
+        out["model"] = str(coll["model"]).strip().lower()
+    if "channels" in coll:
+        ch = coll["channels"]
+        if isinstance(ch, bool) or not isinstance(ch, int):
+            raise InputError(f"collective.channels = {ch!r} must be an integer (0 = auto)")
+        out["channels"] = ch
+    for key in ("protocols", "algorithms"):
+        if key in coll:
+            out[key] = _names(coll[key], f"collective.{key}")
+    if "reduction_hbm_factor" in coll:
+        out["reduction_hbm_factor"] = number(coll["reduction_hbm_factor"],
+                                             "collective.reduction_hbm_factor")
+    if "reduction_overlap" in coll:
+        out["reduction_overlap"] = _flag(coll["reduction_overlap"],
+                                         "collective.reduction_overlap")
+    for key in _PROTO_FIELDS:
+        sub = section(coll, key, _PROTO_KEYS, f"{where}: collective")
+        if not sub:
+            continue
+        d = getattr(CollectiveTuning(), key)
+        n = f"collective.{key}"
+        out[key] = ProtocolCost(
+            bw_efficiency=number(sub.get("bw_efficiency", d.bw_efficiency),
+                                 f"{n}.bw_efficiency"),
+            base_latency_s=parse_time(sub.get("base_latency", d.base_latency_s),
+                                      f"{n}.base_latency"),
+            nvlink_latency_s=parse_time(sub.get("nvlink_latency", d.nvlink_latency_s),
+                                        f"{n}.nvlink_latency"),
+            pcie_latency_s=parse_time(sub.get("pcie_latency", d.pcie_latency_s),
+                                      f"{n}.pcie_latency"),
+            net_latency_s=parse_time(sub.get("net_latency", d.net_latency_s),
+                                     f"{n}.net_latency"),
+            max_bw_per_channel_Bps=_cap(sub.get("max_bw_per_channel",
+                                                d.max_bw_per_channel_Bps),
+                                        f"{n}.max_bw_per_channel"),
+            max_bw_Bps=_cap(sub.get("max_bw", d.max_bw_Bps), f"{n}.max_bw"))
+    return out
 
 
 def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
@@ -263,6 +337,26 @@ def _nic_count(v: Any) -> int:
     return v
 
 
+def _nccl_yaml(c: CollectiveTuning) -> dict[str, Any]:
+    def bw(v: float) -> str:
+        return "inf" if math.isinf(v) else f"{v!r}B/s"
+
+    out: dict[str, Any] = {"model": c.model, "channels": c.channels,
+                           "protocols": list(c.protocols), "algorithms": list(c.algorithms),
+                           "reduction_hbm_factor": c.reduction_hbm_factor,
+                           "reduction_overlap": c.reduction_overlap}
+    for key in _PROTO_FIELDS:
+        p = c.protocol(*key.split("_"))
+        out[key] = {"bw_efficiency": p.bw_efficiency,
+                    "base_latency": f"{p.base_latency_s!r}s",
+                    "nvlink_latency": f"{p.nvlink_latency_s!r}s",
+                    "pcie_latency": f"{p.pcie_latency_s!r}s",
+                    "net_latency": f"{p.net_latency_s!r}s",
+                    "max_bw_per_channel": bw(p.max_bw_per_channel_Bps),
+                    "max_bw": bw(p.max_bw_Bps)}
+    return out
+
+
 def load_cluster(name_or_path: str | Path, nodes: int | None = None,
                  group_nodes: int | None = None) -> ClusterSpec:
     """A preset name (``paper-a100-roce``) or a YAML path, optionally resized.
@@ -306,7 +400,8 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
                        "call_overhead": f"{spec.collective.call_overhead_s!r}s",
                        "phase_overhead": f"{spec.collective.phase_overhead_s!r}s",
                        "serial_progress": spec.collective.serial_progress,
-                       "ho_ring_max_chunks": spec.collective.ho_ring_max_chunks},
+                       "ho_ring_max_chunks": spec.collective.ho_ring_max_chunks,
+                       **_nccl_yaml(spec.collective)},
         "group_nodes": spec.group_nodes,
         "sources": spec.notes,
     }
