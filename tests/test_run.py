@@ -10,6 +10,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.optimize import minimize_scalar
 
 from parosim.cli import main
@@ -161,3 +163,23 @@ def test_cli_run_draws_from_the_jittered_step(capsys):
                "0.1", "--seed", "3", "--replications", "4", "--tokens", "2B", "--json"])
     r = json.loads(capsys.readouterr().out)
     assert rc == 0 and r["step_time_samples"] == 4 and r["step_time_std_s"] > 0
+
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.integers(1, 400), k=st.integers(1, 50), c=st.floats(0, 20),
+       r=st.floats(0, 50), mtbf=st.floats(50, 5000), seed=st.integers(0, 2**16))
+def test_run_accounting_invariants(steps, k, c, r, mtbf, seed):
+    s = RunSpec(2.0, steps, c, r, gpus=1, nodes=1, gpu_mtbf_s=mtbf)
+    try:
+        res = simulate_run(s, k, replications=2, seed=seed)
+    except InputError:  # refused as too failure-prone to finish: fine, never a hang
+        return
+    n_ckpt = -(-steps // min(k, steps))
+    assert res.checkpoint_s_total == pytest.approx(n_ckpt * c)  # every segment once
+    assert res.wall_clock_s == pytest.approx(s.useful_s + res.checkpoint_s_total
+                                             + res.lost_work_s + res.restart_s_total)
+    assert 0 < res.goodput <= 1 and res.lost_work_s >= 0 and res.restart_s_total >= 0
+    if res.failures == 0:  # no failure in any replication: nothing lost, no restart
+        assert res.lost_work_s == 0 and res.restart_s_total == 0
+        assert res.wall_clock_s == pytest.approx(s.useful_s + n_ckpt * c)
