@@ -277,3 +277,29 @@ def test_deepspeed_batch_disagreement_refused(tmp_path):
                              "gradient_accumulation_steps": 4}))
     with pytest.raises(InputError, match="train_batch_size"):
         deepspeed_config_runtime(p, load_runtime("deepspeed"), 32)
+
+
+@pytest.mark.parametrize("text, word", [
+    ("name: x\nbucket: 5\n", "bucket"),
+    ("name: x\ngrad_bucket_elements: many\n", "grad_bucket_elements"),
+    ("name: x\noverlap_comm: sometimes\n", "overlap_comm"),
+    ("name: x\ncollective_algo: tree\n", "collective_algo"),
+    ("name: x\nstages: {NIX: foo}\n", "NIX"),
+    ("name: x\noverlap_slowdown: 0.5\n", "overlap_slowdown"),
+    ("framework: x\n", "name"),
+])
+def test_bad_runtime_yaml_is_one_clear_line(tmp_path, capsys, text, word):
+    p = tmp_path / "rt.yaml"
+    p.write_text(text)
+    assert main(["simulate", "--runtime", str(p), "--mode", "analytic"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and word in err[0]
+
+
+def test_own_runtime_yaml_runs(tmp_path):
+    p = tmp_path / "mine.yaml"
+    p.write_text("name: mine\nstages: {GGG: my-zero3}\ncollective_algo: ring\n"
+                 "prefetch_forward: 0\nprefetch_backward: 0\noverlap_slowdown: 1.0\n")
+    r = simulate_step(M7, CLUSTER, "GGG", TrainingSpec(accum_steps=1), mode="analytic",
+                      runtime=str(p))
+    assert r.framework_stage == "my-zero3" and r.fits and r.step_time_s > 0
