@@ -303,3 +303,20 @@ def test_own_runtime_yaml_runs(tmp_path):
     r = simulate_step(M7, CLUSTER, "GGG", TrainingSpec(accum_steps=1), mode="analytic",
                       runtime=str(p))
     assert r.framework_stage == "my-zero3" and r.fits and r.step_time_s > 0
+
+
+def test_zero2_reduce_scatter_false_all_reduces_each_bucket(tmp_path):
+    """DeepSpeed ``reduce_scatter: false``: average_tensor all-reduces the whole bucket."""
+    p = _ds_config(tmp_path, reduce_scatter=False)
+    rt, strategy, _, _ = deepspeed_config_runtime(p, load_runtime("deepspeed"), 32)
+    t = TrainingSpec(accum_steps=1)
+    plan = build_plan(M7, strategy, CLUSTER, t, rt)
+    red = _colls(plan, "grad-reduce")
+    assert red and all(o.op is Op.ALL_REDUCE and o.scope is Scope.GLOBAL for o in red)
+    rs = simulate_step(M7, CLUSTER, "NGG", t, mode="analytic", runtime=load_runtime("deepspeed"))
+    ar = simulate_step(M7, CLUSTER, "NGG", t, mode="analytic", runtime=rt)
+    assert ar.step_time_s > rs.step_time_s
+    z1 = build_plan(M7, "NNG", CLUSTER, t, rt)
+    assert {o.op for o in _colls(z1, "sync-grad")} == {Op.ALL_REDUCE}
+    z3 = build_plan(M7, "GGG", CLUSTER, t, replace(rt, reduce_scatter=False))
+    assert all(o.op is Op.REDUCE_SCATTER for o in _colls(z3, "grad-reduce"))
