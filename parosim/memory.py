@@ -218,7 +218,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     frac = (FRAGMENTATION_FRACTION if training.memory_model == "runtime" else MARGIN_FRACTION)
     margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
     total = states + acts + bufs + margin
-    cap = float(cluster.gpu.memory_bytes)
+    cap = float(cluster.min_gpu_memory_bytes)  # overrides: the smallest GPU decides
     return MemoryBreakdown(
         model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
         margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
