@@ -30,9 +30,10 @@ def _colls(plan, purpose=None):
 
 @pytest.mark.parametrize("runtime", [None, "ideal"])
 def test_ideal_runtime_reproduces_pre_runtime_numbers_exactly(runtime):
-    """Numbers recorded on main before issue 9 (commit 7b5de80, with the NCCL-era collective
-    costs; tests/data), bit for bit; the memory model of that time is kept as
-    ``memory_model="korthikanti"``."""
+    """Pinned numbers (tests/data/ideal_runtime_golden.json, first recorded on main @7b5de80
+    before runtime profiles existed, reproduced bit for bit; regenerated with
+    tests/data/make_ideal_golden.py only when collective or compute costs change on purpose).
+    The memory model of that time is ``memory_model="korthikanti"``."""
     for g in json.loads(GOLDEN.read_text()):
         t = TrainingSpec(trainable_ratio=parse_trainable_ratio(g["trainable_ratio"]),
                          accum_steps=g["accum"], memory_model="korthikanti")
@@ -41,6 +42,23 @@ def test_ideal_runtime_reproduces_pre_runtime_numbers_exactly(runtime):
         for k in ("step_time_s", "exposed_comm_s", "bytes_inter"):
             assert d[k] == g[k], (g, k, d[k])
         assert d["memory"]["total_bytes"] == g["total_bytes"]
+
+
+@pytest.mark.parametrize("strategy, ratio, recompute", [
+    ("NIG", "full", None), ("GGG", "partial", True), ("IGG", "peft", None),
+    ("NNN", "full", False), ("III", "full", True), ("GNG", "partial", None)])
+def test_generic_runtime_builder_reduces_to_the_ideal_plan(strategy, ratio, recompute):
+    """The runtime Plan builder, given the ideal profile's settings, emits exactly the ops
+    of the ideal builder: every runtime is a change from the ideal schedule, nothing else."""
+    from parosim.runtime import IDEAL
+    from parosim.runtime_plan import build_runtime_plan
+
+    t = TrainingSpec(accum_steps=2, trainable_ratio=parse_trainable_ratio(ratio),
+                     recompute=recompute)
+    ideal = build_plan(M7, strategy, CLUSTER, t)
+    forced = build_runtime_plan(M7, strategy, CLUSTER, t, IDEAL)
+    strip = lambda ops: [o.__class__(**{**o.__dict__, "name": ""}) for o in ops]  # noqa: E731
+    assert strip(forced.ops) == strip(ideal.ops)
 
 
 def _intervals(records, pred):
