@@ -191,3 +191,12 @@ def test_gpt3_175b_count():
     # Brown et al. 2020 table 2.1 prints "175.0B"; the GPT-2 architecture at that shape
     # (vocab 50257, 2048 positions) has 174.6B: within 0.25% of the rounded figure.
     assert preset("gpt3-175b").params == pytest.approx(175.0e9, rel=2.5e-3)
+
+
+def test_other_published_runs_fit():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "08_memory"))
+    from check_memory import other_runs
+    runs = other_runs()
+    assert len(runs) == 3
+    for name, m, c, strat, t in runs:
+        assert memory_breakdown(m, strat, c, t).fits, name
