@@ -182,6 +182,10 @@ def _algos(text: str | None):
 
     if text is None:
         return [Algo.HO_RING]
+    if "," in str(text):  # a comma list (issue 12); one name keeps parse_enum's message
+        from .ncclbench import parse_algos
+
+        return parse_algos(text)
     return list(Algo) if text == "all" else [parse_enum(Algo, text, "--algo")]
 
 
@@ -263,8 +267,8 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     strategy = ds_strategy or a.strategy or "NIG"
     algo = _algos(a.algo)
     if len(algo) != 1:
-        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical, "
-                         "ho-ring or nccl")
+        raise InputError(f"--algo {a.algo} (several algorithms) is for 'parosim compare'; "
+                         "expected one of ring, hierarchical, ho-ring or nccl")
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
     per_rank = (cluster.compute_heterogeneous
@@ -494,8 +498,8 @@ def _cmd_run(a: argparse.Namespace) -> dict:
     strategy = ds_strategy or a.strategy or "NIG"
     algo = _algos(a.algo)
     if len(algo) != 1:
-        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
-                         "ho-ring")
+        raise InputError(f"--algo {a.algo} (several algorithms) is for 'parosim compare'; "
+                         "expected one of ring, hierarchical, ho-ring or nccl")
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode, runtime=rt,
                       repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv)
     if not r.fits:
