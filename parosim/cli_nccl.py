@@ -218,7 +218,7 @@ def _plot_compare(res: dict, path: str) -> str:
         ax.loglog(x, [r["measured_s"] * 1e6 for r in rr], "o", color=c, ms=4,
                   label=f"measured: {name}")
         ax.loglog(x, [r["simulated_s"] * 1e6 for r in rr], "-", color=c,
-                  label=f"simulated ({lg['algo']})")
+                  label=f"simulated ({lg['algo']}): {name}")
     ops = sorted({lg["op"] for lg in res["logs"]})
     ax.set_xlabel("size (bytes, full buffer as nccl-tests counts it)")
     ax.set_ylabel("time (us)")
