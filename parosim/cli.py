@@ -68,8 +68,10 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
     p.add_argument("--trainable-ratio", default="full",
                    help="full | partial (1/16) | peft (3/1000) | a number in (0, 1]")
-    p.add_argument("--recompute", default="auto", choices=["auto", "on", "off"],
-                   help="activation recomputation (auto: on only when needed to fit)")
+    p.add_argument("--recompute", default="auto",
+                   choices=["auto", "on", "off", "full", "none", "selective"],
+                   help="activation recomputation (auto: full only when needed to fit; "
+                   "on = full, off = none; selective: the attention core only)")
     p.add_argument("--efficiency", type=float, default=None,
                    help="fraction of peak FLOP/s that compute achieves (default 0.5)")
     p.add_argument("--overlap-slowdown", type=float, default=1.0,
@@ -78,6 +80,17 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
     p.add_argument("--intra-bandwidth", default=None,
                    help="override per-GPU intra-node bandwidth, e.g. 2400Gbps")
+    g = p.add_argument_group("tensor / pipeline parallelism (docs/parallelism.md)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1); --accum "
+                   "is then the micro-batches per step")
+    g.add_argument("--pp-schedule", default="1f1b", help="1f1b | interleaved")
+    g.add_argument("--virtual-stages", type=int, default=None,
+                   help="model chunks per stage of the interleaved schedule (default 2)")
+    g.add_argument("--sequence-parallel", action="store_true",
+                   help="Megatron sequence parallelism (needs --tp >= 2)")
+    g.add_argument("--tp-algo", default=None,
+                   help="algorithm of TP collectives that cross nodes (default: --algo)")
 
 
 def _setup(a: argparse.Namespace):
@@ -98,11 +111,28 @@ def _setup(a: argparse.Namespace):
     training = TrainingSpec(
         micro_batch=a.micro_batch, accum_steps=a.accum, seq_len=a.seq_len,
         trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
-        recompute={"auto": None, "on": True, "off": False}[a.recompute],
+        recompute={"auto": None, "on": True, "off": False, "full": True, "none": False,
+                   "selective": False}[a.recompute],
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
         overlap_slowdown=a.overlap_slowdown)
     return model, cluster, training
+
+
+def _parallel(a: argparse.Namespace):
+    """The ParallelSpec of the --tp / --pp / ... flags."""
+    from .parallel import ParallelSpec
+
+    return ParallelSpec(tp=a.tp, pp=a.pp, schedule=str(a.pp_schedule).strip().lower(),
+                        virtual=a.virtual_stages, sequence_parallel=a.sequence_parallel,
+                        selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo)
+
+
+def _dp_keys(d: dict) -> dict:
+    """Plain data parallelism in the 3D vocabulary: tp = pp = 1, dp = GPUs, no bubble."""
+    for k, v in (("tp", 1), ("pp", 1), ("dp", d.get("gpus")), ("bubble_fraction", 0.0)):
+        d.setdefault(k, v)
+    return d
 
 
 def _algos(text: str):
@@ -123,8 +153,8 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
     r = simulate_step(model, cluster, a.strategy, training, algo[0], a.mode,
-                      trace=bool(a.trace))
-    out = r.to_dict()
+                      trace=bool(a.trace), parallel=_parallel(a))
+    out = _dp_keys(r.to_dict())
     out.update(model=model.name, cluster=cluster.name)
     if a.trace and r.fits:
         out["trace"] = str(write_chrome_trace(a.trace, r.records,
@@ -162,8 +192,9 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
     from .simulate import compare
 
     model, cluster, training = _setup(a)
-    rows = [r.to_dict() for r in compare(model, cluster, training, _algos(a.algo), a.mode,
-                                         workers=a.workers)]
+    rows = [_dp_keys(r.to_dict())
+            for r in compare(model, cluster, training, _algos(a.algo), a.mode,
+                             workers=a.workers, parallel=_parallel(a))]
     return {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
             "mode": a.mode, "results": rows}
 
@@ -182,11 +213,20 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
     from .strategies import ALL_STRATEGIES, parse_strategy
 
     model, cluster, training = _setup(a)
+    par = _parallel(a)
     strategies = ALL_STRATEGIES if a.strategy == "all" else [parse_strategy(a.strategy)]
     rows = []
     for s in strategies:
-        d = memory_dict(s, cluster.gpus, memory_breakdown(model, s, cluster, training))
-        d["max_micro_batch"] = max_micro_batch(model, s, cluster, training)
+        if par.trivial:
+            d = memory_dict(s, cluster.gpus, memory_breakdown(model, s, cluster, training))
+            d["max_micro_batch"] = max_micro_batch(model, s, cluster, training)
+        else:
+            from .parallel import Layout
+            from .plan3d import max_micro_batch_3d, memory_3d
+
+            d = memory_dict(s, cluster.gpus, memory_3d(model, s, cluster, training, par))
+            d["max_micro_batch"] = max_micro_batch_3d(model, s, cluster, training, par)
+            d.update(tp=par.tp, pp=par.pp, dp=Layout(cluster, par).d)
         rows.append(d)
     res = rows[0] if len(rows) == 1 else {"results": rows}
     return res

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 from .collectives.lowering import lower
 from .collectives.types import Algo, Program
-from .engine import CountingEnvironment, Record, check_finished, run_lanes, run_program
+from .engine import (
+    CountingEnvironment,
+    Record,
+    check_finished,
+    run_lanes,
+    run_program,
+    run_repeated,
+)
 from .network import PS, Network, symmetry_period, to_ps
 from .plan import CollectiveOp, ComputeOp, Plan
 from .specs import ClusterSpec
@@ -45,19 +52,26 @@ class ProgramCache:
         self._c: dict[tuple, Program] = {}
 
     def get(self, op: CollectiveOp) -> Program:
-        key = (op.op, op.scope, op.size_bytes)
+        own = getattr(op, "lower", None)  # group collectives of 3D plans (parosim.plan3d)
+        key = op.cache_key if own is not None else (op.op, op.scope, op.size_bytes)
         p = self._c.get(key)
         if p is None:
-            p = self._c[key] = lower(self.spec, op.op, op.scope, op.size_bytes, self.algo)
+            p = self._c[key] = (own(self.spec, self.algo) if own is not None else
+                                lower(self.spec, op.op, op.scope, op.size_bytes, self.algo))
         return p
 
 
 def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 1.0,
-           trace: bool = False, graph=None) -> ReplayResult:
-    """Run ``plan`` on the cluster with collective algorithm ``algo``."""
+           trace: bool = False, graph=None, period_nodes: int | None = None) -> ReplayResult:
+    """Run ``plan`` on the cluster with collective algorithm ``algo``.
+
+    ``period_nodes``: the symmetry period of the plan's ring sets (default: the cluster's,
+    right for data-parallel plans; 3D plans pass their own).
+    """
     env = CountingEnvironment()
     g = graph if graph is not None else cluster_graph(spec)
-    net = Network(env, g, spec.nodes, symmetry_period(spec), spec.gpus_per_node)
+    period = period_nodes if period_nodes is not None else symmetry_period(spec)
+    net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     cache = ProgramCache(spec, algo)
     ops = plan.ops
     records: list[Record] = []
@@ -73,7 +87,11 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
             yield env.timeout(t)
         else:
             in_flight[0] += 1
-            yield from run_program(env, net, cache.get(op), spec.collective)
+            count = getattr(op, "count", 1)
+            if count == 1:
+                yield from run_program(env, net, cache.get(op), spec.collective)
+            else:
+                yield from run_repeated(env, net, cache.get(op), spec.collective, count)
             in_flight[0] -= 1
 
     def kind(i: int) -> str:

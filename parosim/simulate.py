@@ -74,6 +74,7 @@ class StepResult:
             "compute_s": self.compute_s, "bytes_intra": self.bytes_intra,
             "bytes_inter": self.bytes_inter, "events": self.events,
             "memory": memory_dict(self.strategy, self.gpus, mem),
+            **getattr(self, "parallel", {}),   # tp, pp, dp, bubble_fraction (3D only)
         }
 
 
@@ -127,8 +128,12 @@ def hardware_flops(plan: Plan, repeat: int = 1) -> float:
 
 def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
                   training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
-                  mode: str = "engine", trace: bool = False) -> StepResult:
+                  mode: str = "engine", trace: bool = False,
+                  parallel=None) -> StepResult:
     """Simulate one global step.
+
+    ``parallel``: a :class:`parosim.parallel.ParallelSpec` (TP / PP / sequence parallelism /
+    selective recomputation); None or a trivial one is plain data parallelism, unchanged.
 
     >>> from parosim.models import preset
     >>> r = simulate_step(preset("llama-7b"), ClusterSpec(nodes=4), "NIG", TrainingSpec(),
@@ -136,6 +141,10 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     >>> r.fits and r.step_time_s > 0
     True
     """
+    if parallel is not None and not parallel.trivial:
+        from .plan3d import simulate_3d
+
+        return simulate_3d(model, cluster, strategy, training, parallel, algo, mode, trace)
     strategy = parse_strategy(strategy)
     algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
     if mode not in MODES:
@@ -188,7 +197,8 @@ def _one(args: tuple) -> StepResult:
 
 def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             algos: list[Algo] | None = None, mode: str = "engine",
-            strategies: list[Strategy] | None = None, workers: int = 1) -> list[StepResult]:
+            strategies: list[Strategy] | None = None, workers: int = 1,
+            parallel=None) -> list[StepResult]:
     """Every strategy (x every algorithm in ``algos``), ranked best first.
 
     ``workers > 1`` simulates the configurations in that many processes (each is a pure
@@ -196,6 +206,7 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     """
     algos = algos or [Algo.HO_RING]
     jobs = [(model, cluster, s, training, a, mode)
+            + (() if parallel is None else (False, parallel))
             for s in (strategies or ALL_STRATEGIES) for a in algos]
     if workers > 1 and mode == "engine" and len(jobs) > 2:
         import multiprocessing as mp
