@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from .collectives.types import Algo, Op, Phase, Program, RingSet, Scope, parse_enum
 from .errors import InputError
@@ -125,8 +125,12 @@ class PairSet(RingSet):
         return (isinstance(other, PairSet) and self.rings == other.rings
                 and self.label == other.label)
 
-    def __hash__(self) -> int:
-        return hash(("pairs", self.rings, self.label))
+    def __hash__(self) -> int:  # cached, as RingSet's
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(("pairs", self.rings, self.label))
+            self.__dict__["_hash"] = h
+        return h
 
     @cached_property
     def size(self) -> int:
@@ -136,10 +140,11 @@ class PairSet(RingSet):
         yield from self.rings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GroupScopes:
     """The ring sets of a set of equal groups: whole groups, their intra parts (m ranks in a
-    PaRO group of nodes) and inter parts (ng = k/m ranks, one per PaRO group)."""
+    PaRO group of nodes) and inter parts (ng = k/m ranks, one per PaRO group). Compared and
+    hashed by identity: a :class:`Layout` (cached by :func:`layout_for`) builds each once."""
 
     glob: RingSet
     intra: RingSet
@@ -190,6 +195,7 @@ class Layout:
         self.cluster, self.par = cluster, par
         self.t, self.p, self.d, self.n = t, p, n // (t * p), n
         self.m_dp = self._paro_group_size()
+        self._pairs: dict[tuple[int, int], PairSet] = {}
 
     def rank(self, tp: int, dp: int, pp: int) -> int:
         return tp + self.t * (dp + self.d * pp)
@@ -208,6 +214,13 @@ class Layout:
 
     def pairs(self, src_stage: int, dst_stage: int) -> PairSet:
         """Point-to-point pairs from every rank of one stage to its peer in another."""
+        key = (src_stage, dst_stage)
+        got = self._pairs.get(key)
+        if got is None:
+            got = self._pairs[key] = self._make_pairs(src_stage, dst_stage)
+        return got
+
+    def _make_pairs(self, src_stage: int, dst_stage: int) -> PairSet:
         return PairSet(tuple((self.rank(i, j, src_stage), self.rank(i, j, dst_stage))
                              for j in range(self.d) for i in range(self.t)),
                        f"p2p s{src_stage}->s{dst_stage}")
@@ -272,6 +285,12 @@ class Layout:
         return per
 
 
+@lru_cache(maxsize=256)
+def layout_for(cluster: ClusterSpec, tp: int, pp: int) -> Layout:
+    """A cached :class:`Layout` (its group ring sets then key the cost caches)."""
+    return Layout(cluster, ParallelSpec(tp=tp, pp=pp))
+
+
 # -- lowering ----------------------------------------------------------------------------
 
 def _phases(op: Op, gs: GroupScopes, size: float, chunks: int) -> tuple[Phase, ...]:
@@ -300,15 +319,36 @@ def _phases(op: Op, gs: GroupScopes, size: float, chunks: int) -> tuple[Phase, .
     return tuple(ph)
 
 
+@lru_cache(maxsize=4096)
 def _best_chunks(spec: ClusterSpec, op: Op, gs: GroupScopes, size: float) -> int:
-    """K in 1..max_chunks minimising the closed-form time (smallest K on ties)."""
-    from .collectives.cost import program_time
+    """K in 1..max_chunks minimising the closed-form time (smallest K on ties): the
+    recurrence of :func:`parosim.collectives.lowering.best_chunks` on this group set's
+    intra and inter ring sets."""
+    from .collectives.cost import ring_alpha_beta
+    from .collectives.lowering import _ar_pipeline
+
+    a_in, b_in = ring_alpha_beta(spec, gs.intra)
+    a_out, b_out = ring_alpha_beta(spec, gs.inter)
+    m, ng = gs.m, gs.ng
+    over = spec.collective.phase_overhead_s
+
+    def ring(k: int, f: int, alpha: float, bw: float, buf: float) -> float:
+        return f * (k - 1) * alpha + f * (k - 1) / k * buf / bw + over
 
     best_k, best_t = 1, math.inf
+    f = 2 if op is Op.ALL_REDUCE else 1
     for k in range(1, spec.collective.ho_ring_max_chunks + 1):
-        prog = Program(op, Scope.GLOBAL, Algo.HO_RING, size, gs.m * gs.ng,
-                       _phases(op, gs, size, k), k)
-        t = program_time(spec, prog)
+        intra = ring(m, 1, a_in, b_in, size / k)
+        inter = ring(ng, f, a_out, b_out, size / (m * k))
+        if op is Op.ALL_REDUCE:
+            t = _ar_pipeline(k, intra, inter)
+        else:
+            t = intra + inter + (k - 1) * max(intra, inter)
+        if spec.collective.serial_progress:
+            lat_in = (m - 1) * a_in + over
+            lat_out = f * (ng - 1) * a_out + over
+            n_intra = 2 * k if op is Op.ALL_REDUCE else k
+            t = max(t, n_intra * lat_in + k * lat_out + min(intra - lat_in, inter - lat_out))
         if t < best_t * (1 - 1e-12):
             best_k, best_t = k, t
     return best_k

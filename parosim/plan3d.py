@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from .collectives.types import Algo, Op, Scope, parse_enum
 from .compute import (
@@ -63,7 +64,15 @@ from .memory import (
     MemoryBreakdown,
 )
 from .models import ModelSpec
-from .parallel import GroupScopes, Layout, PairSet, ParallelSpec, lower_group, lower_p2p
+from .parallel import (
+    GroupScopes,
+    Layout,
+    PairSet,
+    ParallelSpec,
+    layout_for,
+    lower_group,
+    lower_p2p,
+)
 from .plan import SYNC_GRAD, SYNC_PARAM, CollectiveOp, ComputeOp, Plan
 from .specs import ClusterSpec
 from .strategies import Level, Strategy, model_states_bytes, parse_strategy
@@ -139,7 +148,14 @@ class _Unit:
 
 def chunk_units(model: ModelSpec, par: ParallelSpec) -> list[list[_Unit]]:
     """Units of every virtual stage (chunk c of stage k is index c·p + k)."""
+    return _chunk_units(model, par.pp, par.virtual)
+
+
+@lru_cache(maxsize=512)
+def _chunk_units(model: ModelSpec, pp: int, virtual: int) -> list[list[_Unit]]:
     model.require_shape("a pipeline plan")
+    par = ParallelSpec(pp=pp, schedule="interleaved" if virtual > 1 else "1f1b",
+                       virtual=virtual)
     chunks = par.chunks
     if model.layers % chunks:
         raise InputError(f"model {model.name!r} has {model.layers} layers, not divisible "
@@ -200,6 +216,19 @@ def unit_flops(model: ModelSpec, training: TrainingSpec, kind: str, phase: str) 
     if kind == "head":
         return (head_backward_flops(model, training) if phase == "bwd"
                 else head_forward_flops(model, training))
+    return 0.0
+
+
+def recompute_flops(model: ModelSpec, training: TrainingSpec, full: bool,
+                    selective: bool) -> float:
+    """FLOPs recomputed before one layer's backward (whole layer, before the TP split)."""
+    from .compute import layer_attention_flops_per_token
+
+    if full:
+        return layer_forward_flops(model, training)
+    if selective:
+        return (training.tokens_per_micro_step
+                * layer_attention_flops_per_token(model, training.seq_len))
     return 0.0
 
 
@@ -278,12 +307,13 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     from .compute import compute_seconds
 
     strategy = parse_strategy(strategy)
-    lay = Layout(cluster, par)
+    lay = layout_for(cluster, par.tp, par.pp)
     p, t, v = par.pp, par.tp, par.virtual
     m = training.accum_steps
     r = training.trainable_ratio
     sp = par.sequence_parallel
     recompute = resolve_recompute_3d(model, strategy, cluster, training, par)
+    rc_flops = recompute_flops(model, training, recompute, par.selective_recompute)
     units = chunk_units(model, par)
     last_vs = len(units) - 1
     b = _Builder()
@@ -351,12 +381,12 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         cs = f"compute/s{k}"
         if coalesce:
             first = [dep0]
-            if recompute:
-                f = sum(unit_flops(model, training, u.kind, "fwd") for u in us
-                        if u.kind == "layer") / t
+            if rc_flops:
+                f = sum(rc_flops for u in us if u.kind == "layer") / t
                 b.compute(f"recompute c{vs} mb{mb}", "recompute", None, mb, f, secs(f), cs,
                           first)
-                tp_ops(k, [u.kind for u in us], "recompute", mb, f"c{vs}")
+                if recompute:
+                    tp_ops(k, [u.kind for u in us], "recompute", mb, f"c{vs}")
                 first = []
             f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
             done[k].append(b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f, secs(f), cs,
@@ -366,11 +396,12 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             for j, u in enumerate(reversed(us)):
                 g = gather(k, u, "bwd", mb)
                 first = [dep0] if j == 0 else []
-                if recompute and u.kind == "layer":
-                    f = unit_flops(model, training, "layer", "fwd") / t
+                if rc_flops and u.kind == "layer":
+                    f = rc_flops / t
                     b.compute(f"recompute {u.label} mb{mb}", "recompute", None, mb, f,
                               secs(f), cs, [g, *first])
-                    tp_ops(k, ["layer"], "recompute", mb, u.label)
+                    if recompute:
+                        tp_ops(k, ["layer"], "recompute", mb, u.label)
                     first = []
                 f = unit_flops(model, training, u.kind, "bwd") / t
                 kind = {"layer": "bwd", "head": "head-bwd", "embed": "embed-bwd"}[u.kind]
@@ -527,7 +558,7 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
 
 
 def _memory(model, strategy, cluster, training, par, recompute) -> MemoryBreakdown:
-    lay = Layout(cluster, par)
+    lay = layout_for(cluster, par.tp, par.pp)
     stages = _stage_memory(model, strategy, cluster, training, par, recompute, lay)
     return max(stages, key=lambda mb: mb.total_bytes)
 
@@ -545,7 +576,8 @@ def stage_memory_3d(model, strategy, cluster, training, par) -> list[MemoryBreak
     """Per-stage breakdowns (stage 0 first)."""
     strategy = parse_strategy(strategy)
     rc = resolve_recompute_3d(model, strategy, cluster, training, par)
-    return _stage_memory(model, strategy, cluster, training, par, rc, Layout(cluster, par))
+    return _stage_memory(model, strategy, cluster, training, par, rc,
+                         layout_for(cluster, par.tp, par.pp))
 
 
 def max_micro_batch_3d(model, strategy, cluster, training, par, limit: int = 4096) -> int:
@@ -566,6 +598,9 @@ def max_micro_batch_3d(model, strategy, cluster, training, par, limit: int = 409
 
 
 # -- analytic ----------------------------------------------------------------------------
+
+_TIMES: dict = {}   # closed-form time per (cluster, algo, collective, group set)
+
 
 @dataclass(frozen=True)
 class Analytic3D:
@@ -604,13 +639,14 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     m_plan = plan.accum_steps
     m = m_plan if m is None else m
     p, v = plan.pp, plan.virtual
-    cache: dict = {}
 
     def t_of(op) -> float:
-        key = op.cache_key if isinstance(op, GroupOp) else (op.op, op.scope, op.size_bytes)
-        t = cache.get(key)
+        key = (spec, algo, op.group, op.op, op.scope, op.size_bytes, op.algo, op.scopes)
+        t = _TIMES.get(key)
         if t is None:
-            t = cache[key] = program_time(spec, op.lower(spec, algo))
+            if len(_TIMES) > 100_000:
+                _TIMES.clear()
+            t = _TIMES[key] = program_time(spec, op.lower(spec, algo))
         return t * op.count
 
     busy = [0.0] * p
@@ -636,17 +672,114 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
             p2p[k] += t
         else:
             dp[k] += t
+    # one activation + one gradient transfer per (virtual) boundary, per micro-batch
+    return _combine(busy, comp, dp, p2p, bound, m_plan, m, p, v)
+
+
+def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
+               training: TrainingSpec, par: ParallelSpec, algo: Algo,
+               recompute: bool) -> Analytic3D:
+    """:func:`evaluate_3d` of :func:`build_plan_3d` without building the ops (the same sums
+    per stage, term by term; tested equal): ``advise`` screens thousands of configurations
+    with it."""
+    from .collectives.cost import program_time
+    from .compute import compute_seconds
+
+    lay = layout_for(cluster, par.tp, par.pp)
+    p, t, v, sp = par.pp, par.tp, par.virtual, par.sequence_parallel
+    r = training.trainable_ratio
+    units = chunk_units(model, par)
+    last_vs = len(units) - 1
+    tp_size = tp_buffer_bytes(model, training)
+    tp_algo = par.tp_algo if t > cluster.gpus_per_node else Algo.RING
+
+    def coll(group, op, scope, size, gs, own=None) -> float:
+        if group == "p2p":
+            k = 2
+        else:
+            k = gs.size(scope)
+        if k <= 1 or size <= 0:
+            return 0.0
+        key = (cluster, algo, group, op, scope, float(size), own, gs)
+        tt = _TIMES.get(key)
+        if tt is None:
+            prog = (lower_p2p(gs, float(size)) if group == "p2p" else
+                    lower_group(cluster, op, scope, float(size), own or algo, gs))
+            tt = _TIMES[key] = program_time(cluster, prog)
+        return tt
+
+    def tp_time(k: int, kinds: list[str], phase: str) -> float:
+        tot = 0.0
+        for kind in kinds:
+            for op, c in tp_collectives(kind, phase, sp):
+                tot += c * coll("tp", op, Scope.GLOBAL, tp_size, lay.tp_scopes(k), tp_algo)
+        return tot
+
+    busy = [0.0] * p
+    comp = [0.0] * p
+    dp = [0.0] * p
+    p2p = [0.0] * p
+    bound = [0.0] * p
+    msg = tp_size / t
+    for vs, us in enumerate(units):
+        k = vs % p
+        gs = lay.dp_scopes(k)
+        kinds = [u.kind for u in us]
+        fl = [unit_flops(model, training, u.kind, "fwd") / t for u in us]
+        bl = [unit_flops(model, training, u.kind, "bwd") / t for u in us]
+        rcf = recompute_flops(model, training, recompute, par.selective_recompute)
+        rl = [rcf / t if u.kind == "layer" else 0.0 for u in us]
+        secs = sum(compute_seconds(f, cluster, training) for f in fl + bl)
+        secs += sum(compute_seconds(f, cluster, training) for f in rl if f)
+        comp[k] += secs
+        busy[k] += secs + tp_time(k, kinds, "fwd") + tp_time(k, kinds, "bwd")
+        if recompute:
+            busy[k] += tp_time(k, [x for x in kinds if x == "layer"], "recompute")
+        for u in us:
+            if strategy.p is not Level.N:
+                dp[k] += 2 * coll("dp", Op.ALL_GATHER, _LEVEL_SCOPE[strategy.p],
+                                  BYTES_PER_PARAM * u.params / t, gs)
+            if strategy.g is not Level.N:
+                dp[k] += coll("dp", Op.REDUCE_SCATTER, _LEVEL_SCOPE[strategy.g],
+                              BYTES_PER_GRAD * u.params * r / t, gs)
+        if vs < last_vs:
+            nxt = (vs + 1) % p
+            p2p[k] += coll("p2p", Op.ALL_GATHER, Scope.GLOBAL, msg, lay.pairs(k, nxt))
+            if not sp and t > 1:
+                p2p[k] += coll("tp", Op.ALL_GATHER, Scope.GLOBAL, tp_size,
+                               lay.tp_scopes(nxt), tp_algo)
+        if vs > 0:
+            prv = (vs - 1) % p
+            p2p[k] += coll("p2p", Op.ALL_GATHER, Scope.GLOBAL, msg, lay.pairs(k, prv))
+            if not sp and t > 1:
+                p2p[k] += coll("tp", Op.ALL_GATHER, Scope.GLOBAL, tp_size,
+                               lay.tp_scopes(prv), tp_algo)
+    sparams = stage_params(model, par)
+    for k in range(p):
+        gs = lay.dp_scopes(k)
+        full = BYTES_PER_GRAD * sparams[k] * r
+        sizes = {"full": full, "shard": full / lay.m_dp}
+        for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
+            bound[k] += coll("dp", op, scope, sizes[size], gs)
+        d_os = strategy.os.divisor(lay.d, lay.m_dp)
+        bound[k] += (ADAM_BYTES_PER_PARAM * sparams[k] * r / d_os
+                     / cluster.gpu.hbm_bandwidth_Bps)
+        for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
+            bound[k] += coll("dp", op, scope, sizes[size], gs)
+    return _combine(busy, comp, dp, p2p, bound, 1, training.accum_steps, p, v)
+
+
+def _combine(busy, comp, dp, p2p, bound, m_plan, m, p, v) -> Analytic3D:
+    """The pipeline formula of :func:`evaluate_3d` on per-stage sums over m_plan
+    micro-batches."""
     per = [max(busy[k], dp[k]) / m_plan for k in range(p)]
     t_max, t_mean = max(per), sum(per) / p
-    hop = 0.0
-    if p > 1:  # one activation + one gradient transfer per boundary, per micro-batch
-        hop = sum(p2p) / m_plan / (p * v - 1) if p * v > 1 else 0.0
+    hop = sum(p2p) / m_plan / (p * v - 1) if p * v > 1 else 0.0
     bubble = (p - 1) * t_mean / v
     pipeline = m * t_max + bubble + (p - 1) * hop
     boundary = max(bound)
-    step = pipeline + boundary
     compute = m * max(comp[k] / m_plan for k in range(p))
-    return Analytic3D(step, pipeline, bubble, boundary, compute, tuple(per))
+    return Analytic3D(pipeline + boundary, pipeline, bubble, boundary, compute, tuple(per))
 
 
 # -- one step ----------------------------------------------------------------------------
@@ -656,7 +789,7 @@ def replay_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, overlap_slowdown: flo
     """Engine replay of a 3D plan; returns (ReplayResult, bubble_fraction, records)."""
     from .replay import replay
 
-    lay_period = Layout(spec, ParallelSpec(tp=plan.tp, pp=plan.pp)).symmetric_period()
+    lay_period = layout_for(spec, plan.tp, plan.pp).symmetric_period()
     rep = replay(plan, spec, algo, overlap_slowdown, trace=True, period_nodes=lay_period)
     lanes: dict[str, float] = {}
     lo, hi = math.inf, 0.0
@@ -667,7 +800,7 @@ def replay_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, overlap_slowdown: flo
             lo, hi = min(lo, rec.start_s), max(hi, rec.end_s)
     window = hi - lo if hi > lo else 0.0
     mean_busy = sum(lanes.values()) / plan.pp if lanes else 0.0
-    bubble = 1.0 - mean_busy / window if window > 0 else 0.0
+    bubble = 1.0 - mean_busy / window if window > 0 and plan.pp > 1 else 0.0
     comp = {}
     for rec in rep.records:
         if rec.lane.startswith("compute/") and rec.kind in ("fwd", "bwd", "recompute",
@@ -692,7 +825,7 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
     if mode not in MODES:
         raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
     model.require_shape("a step simulation with tensor or pipeline parallelism")
-    lay = Layout(cluster, par)
+    lay = layout_for(cluster, par.tp, par.pp)
     chunk_units(model, par)
     if par.schedule == "interleaved" and training.accum_steps % par.pp:
         raise InputError(f"the interleaved schedule needs the micro-batches per step "
