@@ -274,7 +274,48 @@ def _print_validate(res: dict) -> None:
     print(format_table(res))
 
 
+def _cmd_advise(a: argparse.Namespace) -> dict:
+    from .advise import advise, parse_global_batch
+    from .io import load_cluster
+    from .io.model import load_model
+    from .simulate import with_overrides
+    from .units import parse_size
+
+    model = load_model(a.model)
+    cluster = load_cluster(a.cluster, a.nodes, None)
+    if a.gpu_memory:
+        cluster = with_overrides(cluster, gpu_memory_bytes=parse_size(a.gpu_memory,
+                                                                      "--gpu-memory"))
+    if a.seq_len < 1:
+        raise InputError(f"--seq-len = {a.seq_len} must be a positive integer")
+    batch = parse_global_batch(a.global_batch, a.seq_len)
+    strategies = None if a.strategies == "all" else [
+        s for s in a.strategies.split(",") if s.strip()]
+    if a.efficiency is not None and not 0 < a.efficiency <= 1:
+        raise InputError(f"--efficiency = {a.efficiency} must be a fraction in (0, 1]")
+    if a.plot:
+        from .advise_plot import plot_path
+
+        plot_path(a.plot)
+    res = advise(model, cluster, batch, a.seq_len, a.top, a.engine_top, a.max_micro_batch,
+                 strategies, a.efficiency)
+    if a.plot:
+        from .advise_plot import save_pareto
+
+        res["plot"] = save_pareto(res, a.plot)
+    if a.json:
+        res = {k: v for k, v in res.items() if k not in ("points", "top_labels")}
+    return res
+
+
+def _print_advise(res: dict) -> None:
+    from .advise import format_advice
+
+    print(format_advice(res))
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
+    "advise": (_cmd_advise, _print_advise),
     "sweep": (_cmd_sweep, _print_sweep),
     "validate": (_cmd_validate, _print_validate),
     "collective": (_cmd_collective, _print_collective),
@@ -329,6 +370,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
+
+    ad = sub.add_parser("advise", help="the fastest TP / PP / PaRO / micro-batch / "
+                        "recomputation / algorithm configurations for a global batch")
+    ad.add_argument("--model", default="llama-7b", help="preset name or YAML path")
+    ad.add_argument("--global-batch", required=True,
+                    help="sequences (2048, 2048seq) or tokens (4Mtok, 4194304tokens)")
+    ad.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence "
+                    "(default 2048)")
+    ad.add_argument("--top", type=int, default=5, help="configurations to print (default 5)")
+    ad.add_argument("--engine-top", type=int, default=3,
+                    help="best configurations replayed on the engine (default 3)")
+    ad.add_argument("--max-micro-batch", type=int, default=16,
+                    help="largest micro-batch tried (powers of 2; default 16)")
+    ad.add_argument("--strategies", default="all",
+                    help="comma-separated PaRO strategies to search (default all 14)")
+    ad.add_argument("--efficiency", type=float, default=None,
+                    help="fraction of peak FLOP/s compute achieves (default 0.5)")
+    ad.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 40GB")
+    ad.add_argument("--plot", default=None, help="write the memory-vs-throughput Pareto "
+                    "plot to FILE (.png, .svg, .pdf)")
+    ad.add_argument("--cluster", default="dgx-a100-ib",
+                    help="preset name or YAML path (default: dgx-a100-ib)")
+    ad.add_argument("--nodes", type=int, default=None, help="override the node count")
+    ad.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
