@@ -24,6 +24,9 @@ representative of its orbit under translation, and the per-link load on an orbit
 (nodes/T) x (fundamental count) / |o|. Max-min rates on the reduced problem equal those on the
 full one because every transfer and the graph share the symmetry. Transfers that are not
 invariant (user scenarios) need ``period_nodes = nodes`` (no reduction, the default).
+The graph's invariance is not assumed: :func:`parosim.symmetry.verified_period` checks it edge
+by edge and falls back to the smallest multiple of the asked period under which it holds (the
+node count: no reduction), so an override (a slow NIC on node 3) is never folded away.
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 import simpy
 
 from .errors import InputError
 
 if TYPE_CHECKING:  # the collectives package imports this module
+    import networkx as nx
+
     from .collectives.types import RingSet
 
 PS = 10**12  # simulated time unit: picoseconds per second
@@ -62,24 +66,161 @@ class Router:
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
         self._kind = dict(graph.nodes(data="kind"))
-        self._cache: dict[tuple[str, str], list[str]] = {}
+        self._cache: dict[tuple, list] = {}
+        self._exits: dict[str, tuple[str, str] | None] = {}
+        self._switches = None  # switch-only subgraph (False: fast path not applicable)
+
+    def _exit(self, gpu: str) -> tuple[str, str] | None:
+        """(its NIC, the NIC's switch) when a GPU can leave its node only through one NIC
+        (its other neighbours are hubs that lead only to GPUs); else None."""
+        hit = self._exits.get(gpu)
+        if hit is not None or gpu in self._exits:
+            return hit
+        g, kind = self.graph, self._kind
+        out = None
+        nics = [v for v in g.successors(gpu) if kind[v] == "nic"]
+        hubs_ok = all(kind[v] == "gpu" for h in g.successors(gpu) if kind[h] != "nic"
+                      for v in g.successors(h)) and all(
+            kind[h] in ("nvswitch", "pcie_switch") for h in g.successors(gpu)
+            if kind[h] != "nic")
+        if len(nics) == 1 and hubs_ok and g.has_edge(nics[0], gpu):
+            sws = [v for v in g.successors(nics[0]) if kind[v] == "switch"]
+            if len(sws) == 1 and g.has_edge(sws[0], nics[0]):
+                out = (nics[0], sws[0])
+        self._exits[gpu] = out
+        return out
+
+    def _fast_path(self, src: str, dst: str) -> list[str] | None:
+        """Between GPUs of different nodes of a builder-shaped graph (every NIC on at most
+        one switch): GPU, NIC, the shortest switch-only path, NIC, GPU. The same path as the
+        search on the whole graph where the path is unique, without scanning the thousands
+        of NICs on a switch."""
+        import networkx as nx
+
+        if self._switches is None:
+            g, kind = self.graph, self._kind
+            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: work on its networkx copy
+                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
+                                                                         g.to_networkx())
+            single = all(sum(1 for v in g.successors(n) if kind[v] == "switch") <= 1
+                         for n in g if kind[n] == "nic")
+            self._switches = g.subgraph([n for n in g if kind[n] == "switch"]) if single \
+                else False
+        if self._switches is False:
+            return None
+        nodes = self.graph.nodes
+        if nodes[src].get("node") == nodes[dst].get("node"):
+            return None
+        a, b = self._exit(src), self._exit(dst)
+        if a is None or b is None:
+            return None
+        key = ("sw", a[1], b[1])
+        sp = self._cache.get(key)
+        if sp is None:
+            try:
+                sp = nx.bidirectional_shortest_path(self._switches, a[1], b[1])
+            except nx.NetworkXNoPath:
+                return None
+            self._cache[key] = sp
+        return [src, a[0], *sp, b[0], dst]
+
+    def _fast(self, src: str, dst: str) -> list[str] | None:
+        """The unique shortest path on a graph built by :func:`parosim.topology.cluster_graph`
+        (GPU - hub - GPU, or GPU - NIC - switch(es) - NIC - GPU), without a search; None when
+        the graph is not one of those (then the search runs)."""
+        if not self.graph.graph.get("parosim_builder"):
+            return None
+        g, kind = self.graph, self._kind
+        if g.nodes[src].get("node") == g.nodes[dst].get("node"):
+            hubs = [h for h in g.successors(src) if kind[h] != "nic" and g.has_edge(h, dst)]
+            return [src, hubs[0], dst] if hubs else None
+        na = [v for v in g.successors(src) if kind[v] == "nic"]
+        nb = [v for v in g.predecessors(dst) if kind[v] == "nic"]
+        if len(na) != 1 or len(nb) != 1:
+            return None
+        sa = [v for v in g.successors(na[0]) if kind[v] == "switch"]
+        sb = [v for v in g.predecessors(nb[0]) if kind[v] == "switch"]
+        if len(sa) != 1 or len(sb) != 1:
+            return None
+        if sa[0] == sb[0]:
+            return [src, na[0], sa[0], nb[0], dst]
+        mid = [v for v in g.successors(sa[0]) if kind[v] == "switch" and g.has_edge(v, sb[0])]
+        return [src, na[0], sa[0], mid[0], sb[0], nb[0], dst] if len(mid) == 1 else None
 
     def path(self, src: str, dst: str) -> list[str]:
         key = (src, dst)
         p = self._cache.get(key)
+        if p is None:  # builder-shaped graphs: no search, no networkx import
+            p = self._fast(src, dst)
+            if p is not None:
+                self._cache[key] = p
+                return p
+        if p is None and self._kind.get(src) == "gpu" and self._kind.get(dst) == "gpu":
+            p = self._fast_path(src, dst)
+            if p is not None:
+                self._cache[key] = p
         if p is None:
             kind = self._kind
 
             def weight(u, v, d):  # no transit through a GPU other than the source
                 return None if (kind[u] == "gpu" and u != src) else 1
 
+            import networkx as nx
+
+            g = self.graph
+            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: search its networkx copy
+                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
+                                                                         g.to_networkx())
             try:
-                _, p = nx.bidirectional_dijkstra(self.graph, src, dst, weight=weight)
+                _, p = nx.bidirectional_dijkstra(g, src, dst, weight=weight)
             except nx.NetworkXNoPath:
                 raise InputError(f"no path from {src!r} to {dst!r} in the cluster graph; "
                                  "expected a connected topology") from None
             self._cache[key] = p
         return p
+
+    def paths(self, src: str, dst: str) -> list[tuple[list[str], float]]:
+        """The paths a flow from ``src`` to ``dst`` uses, with the share of its bytes on
+        each. One path (weight 1) unless the graph has explicit parallel spines
+        (``graph.graph["ecmp"]``): then every equal-cost path through the parallel switches
+        between two switches of the shortest path, split evenly (``"ideal"``) or one of them
+        drawn by a numpy Generator seeded with (``ecmp_seed``, src rank, dst rank)
+        (``"hash"``: per-flow ECMP, so two flows can collide on one uplink).
+
+        >>> from parosim.specs import ClusterSpec, NetworkFabric, NetworkSpec
+        >>> from parosim.topology import cluster_graph
+        >>> net = NetworkSpec(NetworkFabric.LEAF_SPINE, nodes_per_leaf=1, spines=2)
+        >>> r = Router(cluster_graph(ClusterSpec(nodes=2, gpus_per_node=1, network=net)))
+        >>> [(p[3], w) for p, w in r.paths("n0/gpu0", "n1/gpu0")]
+        [('spine0', 0.5), ('spine1', 0.5)]
+        """
+        p = self.path(src, dst)
+        mode = self.graph.graph.get("ecmp")
+        if mode is None:
+            return [(p, 1.0)]
+        key = ("ecmp", src, dst)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        g, kind = self.graph, self._kind
+        options: list[list[str]] = [[p[0]]]
+        for i in range(1, len(p) - 1):
+            a, v, b = p[i - 1], p[i], p[i + 1]
+            if kind[v] == "switch" and kind[a] == "switch" and kind[b] == "switch":
+                alts = sorted(x for x in g.successors(a) if kind[x] == "switch"
+                              and "node" not in g.nodes[x] and g.has_edge(x, b))
+            else:
+                alts = [v]
+            options = [o + [x] for o in options for x in alts]
+        options = [o + [p[-1]] for o in options]
+        if mode == "hash" and len(options) > 1:
+            ranks = [int(g.nodes[x].get("rank", 0)) for x in (src, dst)]
+            rng = np.random.default_rng([int(g.graph.get("ecmp_seed", 0)), *ranks])
+            out = [(options[int(rng.integers(len(options)))], 1.0)]
+        else:
+            out = [(o, 1.0 / len(options)) for o in options]
+        self._cache[key] = out
+        return out
 
 
 @dataclass
@@ -101,6 +242,7 @@ class _Transfer:
     remaining: float
     event: simpy.Event
     rate: float = 0.0      # bytes per picosecond per flow
+    cap: float = math.inf  # most bytes per picosecond per flow
 
 
 class _Late(simpy.Event):
@@ -135,8 +277,14 @@ class Network:
         self.graph = graph
         self.router = Router(graph)
         self.nodes = nodes or 1
-        self.period = period_nodes or self.nodes
         self.gpn = gpus_per_node
+        # the reduction asked for, then the one the graph allows (parosim.symmetry)
+        self.requested_period = period_nodes or self.nodes
+        self.period = self.requested_period
+        if self.period < self.nodes:
+            from .symmetry import verified_period
+
+            self.period = verified_period(graph, self.nodes, self.gpn, self.period)
         self.scale = self.nodes // self.period
         self._rank_name = {d["rank"]: n for n, d in graph.nodes(data=True)
                            if d.get("kind") == "gpu"}
@@ -162,6 +310,24 @@ class Network:
         self._load = np.zeros(0)
         self.updates = 0
         self._progress: simpy.Resource | None = None
+        # per-link utilisation over time (record_links = True): (start ps, load vector)
+        self.record_links = False
+        self._segments: list[tuple[int, np.ndarray]] = []
+
+    def reset(self, env: simpy.Environment) -> None:
+        """Start again on a new environment (another repeat of a step), keeping the routes,
+        flow sets and cached max-min rates, which depend only on the graph."""
+        self.env = env
+        self._key = ()
+        self._key_time = {}
+        self._active, self._pending = [], []
+        self._seq = self._last = self._gen = 0
+        self._update_scheduled = False
+        k = len(self._cap)
+        self._bytes, self._busy, self._load = np.zeros(k), np.zeros(k), np.zeros(k)
+        self.updates = 0
+        self._progress = None
+        self._segments = []
 
     @property
     def progress(self) -> simpy.Resource:
@@ -228,14 +394,23 @@ class Network:
             limit = self.period * self.gpn
             hops = [(a, b) for a, b in hops if a < limit]
         counts: Counter = Counter()
-        alpha = 0.0
+        lat_of: dict[tuple[int, int], float] = {}
+        edges = self.graph.edges
         for a, b in hops:
-            path = self.router.path(self._rank_name[a], self._rank_name[b])
             lat = 0.0
-            for u, v in zip(path, path[1:], strict=False):
-                counts[self._link(u, v)] += 1
-                lat += self.graph.edges[u, v]["latency_s"]
-            alpha = max(alpha, lat)
+            for path, w in self.router.paths(self._rank_name[a], self._rank_name[b]):
+                p_lat = 0.0
+                for u, v in zip(path, path[1:], strict=False):
+                    counts[self._link(u, v)] += w
+                    p_lat += edges[u, v]["latency_s"]
+                lat = max(lat, p_lat)  # ECMP alternatives: the slowest path's latency
+            lat_of[a, b] = lat
+        # per-step latency: the largest mean hop latency of a ring (over its routed hops)
+        alpha = 0.0
+        for ring in ringset.ring_hops():
+            lats = [lat_of[h] for h in ring if h in lat_of]
+            if lats:
+                alpha = max(alpha, sum(lats) / len(lats))
         idx = np.array(sorted(counts), dtype=np.int64)
         cnt = np.array([counts[i] for i in idx], dtype=float)
         if self.scale > 1:
@@ -245,14 +420,17 @@ class Network:
         return fs
 
     # -- fluid engine ---------------------------------------------------------------------
-    def transfer(self, fs: FlowSet, nbytes: float) -> simpy.Event:
-        """Move ``nbytes`` on every flow of ``fs``; the event fires when all are done."""
+    def transfer(self, fs: FlowSet, nbytes: float, max_rate_Bps: float = math.inf
+                 ) -> simpy.Event:
+        """Move ``nbytes`` on every flow of ``fs``; the event fires when all are done.
+        ``max_rate_Bps`` caps each flow's rate (a protocol's throughput limit)."""
         ev = self.env.event()
         if nbytes <= 0 or len(fs.links) == 0:
             ev.succeed()
             return ev
         self._seq += 1
-        self._pending.append(_Transfer(self._seq, fs, nbytes, nbytes, ev))
+        self._pending.append(_Transfer(self._seq, fs, nbytes, nbytes, ev,
+                                       cap=max_rate_Bps / PS))
         self._schedule_update(0)
         return ev
 
@@ -304,20 +482,24 @@ class Network:
     def _waterfill(self) -> None:
         """Weighted max-min fair rates by progressive filling (cached per active multiset;
         the active list is in start order, and equal flow sets get equal rates)."""
-        key = tuple(t.fs.id for t in self._active)
+        key = tuple((t.fs.id, t.cap) for t in self._active)
         hit = self._fill_cache.get(key)
         if hit is None:
-            hit = self._fill_cache[key] = self._progressive_filling([t.fs for t in
-                                                                      self._active])
+            hit = self._fill_cache[key] = self._progressive_filling(
+                [t.fs for t in self._active], [t.cap for t in self._active])
         rates, self._load = hit
         self._key = key
+        if self.record_links:
+            self._segments.append((self.env.now, self._load))
         for t, r in zip(self._active, rates, strict=True):
             t.rate = r
 
-    def _progressive_filling(self, sets: list[FlowSet]) -> tuple[list[float], np.ndarray]:
+    def _progressive_filling(self, sets: list[FlowSet], caps: list[float] | None = None
+                             ) -> tuple[list[float], np.ndarray]:
         cap = np.array(self._cap)
         load = np.zeros(len(cap))
         rates = [0.0] * len(sets)
+        caps = caps or [math.inf] * len(sets)
         todo = list(range(len(sets)))
         while todo:
             denom = np.zeros(len(cap))
@@ -326,7 +508,7 @@ class Network:
             used = denom > 0
             share = np.full(len(cap), np.inf)
             share[used] = np.maximum(cap[used], 0.0) / denom[used]
-            level = float(share.min())
+            level = min(float(share.min()), min(caps[i] for i in todo))
             if not level > 0:
                 names = [k for k, j in self._link_idx.items() if used[j] and share[j] <= 0]
                 raise RuntimeError(f"no capacity left on link {names[0]} for active transfers")
@@ -334,7 +516,7 @@ class Network:
             rest = []
             for i in todo:
                 fs = sets[i]
-                if bott[fs.links].any():
+                if caps[i] <= level * (1 + 1e-9) or bott[fs.links].any():
                     rates[i] = level
                     cap[fs.links] -= fs.counts * level
                     load[fs.links] += fs.counts * level
@@ -373,13 +555,59 @@ class Network:
         return st
 
 
+    def link_names(self) -> list[str]:
+        """``"u->v"`` of every registered link (orbit representatives when reduced)."""
+        names = [""] * len(self._cap)
+        for (u, v), i in self._link_idx.items():
+            names[i] = f"{u}->{v}"
+        return names
+
+    def hot_links(self, span_s: float, top: int = 5) -> list[dict]:
+        """The ``top`` links by utilisation (bytes / capacity): ``link`` ("u->v"; with a symmetry reduction
+        the representative of an orbit of ``orbit`` equal links), ``link_class``,
+        ``capacity_GBps``, ``bytes``, ``busy_s`` (time with any traffic) and
+        ``utilization`` (bytes / (capacity x ``span_s``), in [0, 1])."""
+        self._advance()
+        self._fold_key_time()
+        names = self.link_names()
+        order = sorted(range(len(names)),
+                       key=lambda i: (-self._bytes[i] / self._cap[i], names[i]))[:top]
+        out = []
+        for i in order:
+            if self._bytes[i] <= 0:
+                break
+            cap = self._cap[i] * PS
+            out.append({"link": names[i], "link_class": self._class[i],
+                        "orbit": self._orbit[i], "capacity_GBps": cap / 1e9,
+                        "bytes": float(self._bytes[i]), "busy_s": float(self._busy[i] / PS),
+                        "utilization": float(self._bytes[i] / (cap * span_s))
+                        if span_s > 0 else 0.0})
+        return out
+
+    def link_timeline(self, links: list[str] | None = None) -> list[tuple[float, dict]]:
+        """With ``record_links``: (time in s, {link: utilisation in [0, 1]}) at every rate
+        change, for ``links`` (default every link); utilisation = carried rate / capacity."""
+        names = self.link_names()
+        want = [i for i, n in enumerate(names) if links is None or n in links]
+        cap = np.array(self._cap)
+        out = []
+        for t, load in self._segments:
+            u = {names[i]: float(load[i] / cap[i]) if i < len(load) else 0.0 for i in want}
+            out.append((t / PS, u))
+        if self._segments:
+            out.append((self.env.now / PS, {names[i]: 0.0 for i in want}))
+        return out
+
+
 def symmetry_period(spec) -> int:
     """The smallest translation (in nodes) that maps the cluster graph and every scope onto
-    itself: lcm(group_nodes, nodes_per_leaf for leaf-spine); ``spec.nodes`` when it does not
-    divide the node count (no reduction)."""
+    itself: lcm(group_nodes, nodes_per_leaf for leaf-spine, 2 with several NICs per node);
+    ``spec.nodes`` when it does not divide the node count (no reduction)."""
     from .specs import NetworkFabric
 
     t = spec.group_nodes
     if spec.network.fabric is NetworkFabric.LEAF_SPINE:
         t = math.lcm(t, spec.network.nodes_per_leaf)
+    if spec.nic.per_node > 1 and spec.gpus_per_node > 1:
+        t = math.lcm(t, 2)  # multi-NIC channel rings alternate entry/exit GPUs by node parity
     return t if spec.nodes % t == 0 else spec.nodes

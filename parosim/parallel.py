@@ -139,6 +139,10 @@ class PairSet(RingSet):
     def hops(self):
         yield from self.rings
 
+    def ring_hops(self):
+        for pair in self.rings:
+            yield [pair]
+
 
 @dataclass(frozen=True, eq=False)
 class GroupScopes:
@@ -151,6 +155,7 @@ class GroupScopes:
     inter: RingSet
     m: int
     ng: int
+    native: bool = False     # the cluster's own scopes (t = p = 1): lowered by collectives
 
     def size(self, scope: Scope) -> int:
         """k of a scope over this group set."""
@@ -249,6 +254,13 @@ class Layout:
 
     @cached_property
     def _dp_scopes(self) -> dict[int, GroupScopes]:
+        if self.t == 1 and self.p == 1:   # the DP group is the cluster: its own scopes
+            from .collectives.lowering import scope_rings
+
+            c = self.cluster
+            return {0: GroupScopes(scope_rings(c, Scope.GLOBAL), scope_rings(c, Scope.INTRA),
+                                   scope_rings(c, Scope.INTER), c.group_size, c.groups,
+                                   native=True)}
         return {k: group_scopes(self.dp_groups(k), self.m_dp, f"dp s{k}")
                 for k in range(self.p)}
 
@@ -293,28 +305,37 @@ def layout_for(cluster: ClusterSpec, tp: int, pp: int) -> Layout:
 
 # -- lowering ----------------------------------------------------------------------------
 
-def _phases(op: Op, gs: GroupScopes, size: float, chunks: int) -> tuple[Phase, ...]:
+def _phases(spec: ClusterSpec, op: Op, gs: GroupScopes, size: float,
+            chunks: int) -> tuple[Phase, ...]:
     """Hierarchical phases (PaRO-CC, chunked for HO-Ring) over a group set; the same
     decomposition as :func:`parosim.collectives.lowering._hierarchical`."""
+    from dataclasses import replace
+
+    from .collectives.nccl import make_phase
+
     k = chunks
     c_intra, c_inter = size / k, size / (gs.m * k)
     lane_a, lane_b = ("intra", "inter") if k > 1 else ("main", "main")
     ph: list[Phase] = []
     if op is Op.ALL_GATHER:
+        pa = make_phase(spec, "", op, gs.inter, c_inter, lane_b)
+        pb = make_phase(spec, "", op, gs.intra, c_intra, lane_a)
         for c in range(k):
-            ph.append(Phase(f"inter AG c{c}", op, gs.inter, c_inter, lane_b))
-            ph.append(Phase(f"intra AG c{c}", op, gs.intra, c_intra, lane_a, (len(ph) - 1,)))
+            ph.append(replace(pa, name=f"inter AG c{c}"))
+            ph.append(replace(pb, name=f"intra AG c{c}", deps=(len(ph) - 1,)))
     elif op is Op.REDUCE_SCATTER:
+        pa = make_phase(spec, "", op, gs.intra, c_intra, lane_a)
+        pb = make_phase(spec, "", op, gs.inter, c_inter, lane_b)
         for c in range(k):
-            ph.append(Phase(f"intra RS c{c}", op, gs.intra, c_intra, lane_a))
-            ph.append(Phase(f"inter RS c{c}", op, gs.inter, c_inter, lane_b, (len(ph) - 1,)))
+            ph.append(replace(pa, name=f"intra RS c{c}"))
+            ph.append(replace(pb, name=f"inter RS c{c}", deps=(len(ph) - 1,)))
     else:
-        rs = [Phase(f"intra RS c{c}", Op.REDUCE_SCATTER, gs.intra, c_intra, lane_a)
-              for c in range(k)]
-        ar = [Phase(f"inter AR c{c}", Op.ALL_REDUCE, gs.inter, c_inter, lane_b, (c,))
-              for c in range(k)]
-        ag = [Phase(f"intra AG c{c}", Op.ALL_GATHER, gs.intra, c_intra, lane_a, (k + c,))
-              for c in range(k)]
+        prs = make_phase(spec, "", Op.REDUCE_SCATTER, gs.intra, c_intra, lane_a)
+        par = make_phase(spec, "", Op.ALL_REDUCE, gs.inter, c_inter, lane_b)
+        pag = make_phase(spec, "", Op.ALL_GATHER, gs.intra, c_intra, lane_a)
+        rs = [replace(prs, name=f"intra RS c{c}") for c in range(k)]
+        ar = [replace(par, name=f"inter AR c{c}", deps=(c,)) for c in range(k)]
+        ag = [replace(pag, name=f"intra AG c{c}", deps=(k + c,)) for c in range(k)]
         ph = rs + ar + ag
     return tuple(ph)
 
@@ -322,33 +343,38 @@ def _phases(op: Op, gs: GroupScopes, size: float, chunks: int) -> tuple[Phase, .
 @lru_cache(maxsize=4096)
 def _best_chunks(spec: ClusterSpec, op: Op, gs: GroupScopes, size: float) -> int:
     """K in 1..max_chunks minimising the closed-form time (smallest K on ties): the
-    recurrence of :func:`parosim.collectives.lowering.best_chunks` on this group set's
-    intra and inter ring sets."""
-    from .collectives.cost import ring_alpha_beta
+    recurrence of :func:`parosim.collectives.lowering.best_chunks` (protocols chosen per chunk
+    size) on this group set's intra and inter ring sets."""
+    from .collectives.cost import latency_part, phase_time
     from .collectives.lowering import _ar_pipeline
+    from .collectives.nccl import make_phase
 
-    a_in, b_in = ring_alpha_beta(spec, gs.intra)
-    a_out, b_out = ring_alpha_beta(spec, gs.inter)
-    m, ng = gs.m, gs.ng
-    over = spec.collective.phase_overhead_s
+    m = gs.m
+    serial = spec.collective.serial_progress
 
-    def ring(k: int, f: int, alpha: float, bw: float, buf: float) -> float:
-        return f * (k - 1) * alpha + f * (k - 1) / k * buf / bw + over
+    def cost(o: Op, rs, buf: float) -> tuple[float, float]:
+        p = make_phase(spec, "", o, rs, buf, "x")
+        return phase_time(spec, p), latency_part(spec, p)
 
     best_k, best_t = 1, math.inf
-    f = 2 if op is Op.ALL_REDUCE else 1
     for k in range(1, spec.collective.ho_ring_max_chunks + 1):
-        intra = ring(m, 1, a_in, b_in, size / k)
-        inter = ring(ng, f, a_out, b_out, size / (m * k))
         if op is Op.ALL_REDUCE:
-            t = _ar_pipeline(k, intra, inter)
+            (rs, l_rs), (ag, l_ag) = (cost(Op.REDUCE_SCATTER, gs.intra, size / k),
+                                      cost(Op.ALL_GATHER, gs.intra, size / k))
+            ar, l_ar = cost(Op.ALL_REDUCE, gs.inter, size / (m * k))
+            t = _ar_pipeline(k, rs, ar, ag)
+            if serial:
+                t = max(t, k * (l_rs + l_ag + l_ar) + min(rs - l_rs, ag - l_ag, ar - l_ar))
         else:
-            t = intra + inter + (k - 1) * max(intra, inter)
-        if spec.collective.serial_progress:
-            lat_in = (m - 1) * a_in + over
-            lat_out = f * (ng - 1) * a_out + over
-            n_intra = 2 * k if op is Op.ALL_REDUCE else k
-            t = max(t, n_intra * lat_in + k * lat_out + min(intra - lat_in, inter - lat_out))
+            if op is Op.ALL_GATHER:
+                a, la = cost(op, gs.inter, size / (m * k))
+                b, lb = cost(op, gs.intra, size / k)
+            else:
+                a, la = cost(op, gs.intra, size / k)
+                b, lb = cost(op, gs.inter, size / (m * k))
+            t = a + b + (k - 1) * max(a, b)
+            if serial:
+                t = max(t, k * (la + lb) + min(a - la, b - lb))
         if t < best_t * (1 - 1e-12):
             best_k, best_t = k, t
     return best_k
@@ -366,16 +392,26 @@ def lower_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, algo: Algo
     >>> [ph.name for ph in p.phases], p.phases[0].ringset.rings
     (['intra RS c0', 'inter AR c0', 'intra AG c0'], ((0, 2), (4, 6), (1, 3), (5, 7)))
     """
+    from .collectives.nccl import make_phase
+
+    if algo not in (Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING):
+        raise InputError(f"--algo {algo.value} is not modelled for tensor / pipeline-parallel "
+                         "groups; expected ring, hierarchical or ho-ring")
+    if gs.native:   # the cluster's own scopes: exactly the data-parallel lowering
+        from .collectives.lowering import lower
+
+        return lower(spec, op, scope, size, algo)
     k = gs.size(scope)
     if scope is not Scope.GLOBAL or algo is Algo.RING or gs.m == 1 or gs.ng == 1:
         rs = gs.rings(scope)
-        return Program(op, scope, algo, size, k, (Phase(f"{op.value} {rs.label}", op, rs,
-                                                        size, "main"),))
+        return Program(op, scope, algo, size, k,
+                       (make_phase(spec, f"{op.value} {rs.label}", op, rs, size, "main"),))
     chunks = 1 if algo is Algo.HIERARCHICAL else _best_chunks(spec, op, gs, size)
-    return Program(op, scope, algo, size, k, _phases(op, gs, size, chunks), chunks)
+    return Program(op, scope, algo, size, k, _phases(spec, op, gs, size, chunks), chunks)
 
 
 def lower_p2p(pairs: PairSet, message_bytes: float) -> Program:
-    """A point-to-point transfer of ``message_bytes`` on every pair, as one phase."""
+    """A point-to-point transfer of ``message_bytes`` on every pair, as one phase (wire
+    costs: bandwidth and path latency; no collective-protocol costs)."""
     ph = Phase(pairs.label, Op.ALL_GATHER, pairs, 2.0 * message_bytes, "main")
     return Program(Op.ALL_GATHER, Scope.GLOBAL, Algo.RING, message_bytes, 2, (ph,))

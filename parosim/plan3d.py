@@ -96,15 +96,14 @@ class GroupOp(CollectiveOp):
     ``group``: ``"tp"``, ``"dp"`` or ``"p2p"``; ``count``: identical collectives back to back
     (the engine moves count x the bytes and pays count x the latency and overheads);
     ``scopes``: the :class:`~parosim.parallel.GroupScopes` (or the
-    :class:`~parosim.parallel.PairSet`); ``algo``: an algorithm that overrides the step's
-    (TP groups inside a node: ring).
+    :class:`~parosim.parallel.PairSet`); the inherited ``algo``, when set, overrides the
+    step's algorithm (TP groups inside a node: ring).
     """
 
     stage: int = 0
     group: str = "dp"
     count: int = 1
     scopes: GroupScopes | PairSet | None = None
-    algo: Algo | None = None
 
     def lower(self, spec: ClusterSpec, algo: Algo):
         """The lowered :class:`~parosim.collectives.types.Program` (one collective)."""
@@ -282,7 +281,8 @@ class _Builder:
         if k <= 1 or size <= 0 or count < 1:
             return None
         return self._add(GroupOp(len(self.ops), name, op, scope, float(size), purpose, layer,
-                                 mb, stream, _deps(deps), stage, group, count, scopes, algo))
+                                 mb, stream, _deps(deps), algo=algo, stage=stage, group=group,
+                                 count=count, scopes=scopes))
 
 
 def _deps(deps) -> tuple[int, ...]:
@@ -498,7 +498,8 @@ def layer_activation_bytes_3d(model: ModelSpec, training: TrainingSpec, tp: int,
     True
     """
     s, b, h, a = training.seq_len, training.micro_batch, model.hidden, model.heads
-    attn = 0.0 if selective else 5 * a * s / h
+    # selective recomputation and FlashAttention both keep no s x s attention matrices
+    attn = 0.0 if selective or training.attention == "flash" else 5 * a * s / h
     if sp:
         return s * b * h * (34 + attn) / tp
     return s * b * h * (10 + 24 / tp + attn / tp)
@@ -538,7 +539,8 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         chunks = in_flight(k, par, training.accum_steps)
         acts = chunks * per_chunk * kept + (no_rc_layer if recompute else 0.0)
         if k == par.pp - 1:   # final norm + LM-head input and fp32 logits (vocab split by t)
-            acts += 4 * s * b * h / (t if sp else 1) + 4 * s * b * model.vocab / t
+            logit = training.logit_bytes or 4          # fp32 logits unless told otherwise
+            acts += 4 * s * b * h / (t if sp else 1) + logit * s * b * model.vocab / t
         biggest = max(u.params for us in mine for u in us) / t
         bufs = 0.0
         if strategy.p is not Level.N:
@@ -813,6 +815,26 @@ def replay_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, overlap_slowdown: flo
     return rep, max(0.0, bubble), busiest, window, records
 
 
+def check_supported(cluster: ClusterSpec, training: TrainingSpec, algo: Algo | None = None,
+                    mode: str = "analytic") -> None:
+    """Refuse, with one line, what the TP/PP model does not honour (never a silent answer)."""
+    from .compute import compute_model
+
+    flags = "--tp / --pp / --sequence-parallel / --recompute selective"
+    if compute_model(cluster, training) != "flat":
+        raise InputError(f"{flags} use the flat compute model (FLOPs at --efficiency of "
+                         "peak); expected no --compute-model kernel with them")
+    if training.memory_model != "korthikanti":
+        raise InputError(f"{flags} use the Korthikanti et al. memory estimate; expected no "
+                         "--memory-model runtime with them")
+    if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or not cluster.closed_form_exact:
+        raise InputError(f"{flags} assume identical GPUs and links; cluster "
+                         f"{cluster.name!r} has overrides, jitter or ECMP hashing")
+    if algo is not None and algo not in (Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING):
+        raise InputError(f"--algo {algo.value} is not modelled with {flags}; expected ring, "
+                         "hierarchical or ho-ring")
+
+
 def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
                 training: TrainingSpec, par: ParallelSpec, algo: Algo | str = Algo.HO_RING,
                 mode: str = "engine", trace: bool = False):
@@ -825,6 +847,7 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
     if mode not in MODES:
         raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
     model.require_shape("a step simulation with tensor or pipeline parallelism")
+    check_supported(cluster, training, algo, mode)
     lay = layout_for(cluster, par.tp, par.pp)
     chunk_units(model, par)
     if par.schedule == "interleaved" and training.accum_steps % par.pp:
@@ -858,8 +881,11 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
         model_flops = plan.model_flops_per_step * scale
     else:
         plan = build_plan_3d(model, strategy, cluster, training, par)
-        rep, bubble, busiest, _, recs = replay_3d(plan, cluster, algo,
-                                                  training.overlap_slowdown, trace)
+        from .runtime import effective_overlap_slowdown
+
+        slow = effective_overlap_slowdown(training.overlap_slowdown,
+                                          getattr(cluster, "overlap_slowdown", None), None)
+        rep, bubble, busiest, _, recs = replay_3d(plan, cluster, algo, slow, trace)
         step = rep.step_time_s
         compute = busiest
         extra["bubble_fraction"] = bubble

@@ -29,6 +29,7 @@ from .memory import MemoryBreakdown, memory_breakdown
 from .models import ModelSpec
 from .plan import CollectiveOp, ComputeOp, Plan, build_plan
 from .replay import replay
+from .runtime import effective_overlap_slowdown
 from .specs import ClusterSpec
 from .strategies import ALL_STRATEGIES, Strategy, parse_strategy
 from .training import TrainingSpec
@@ -57,6 +58,12 @@ class StepResult:
     bytes_inter: float | None = None
     events: int = 0
     records: list = field(default_factory=list)
+    runtime: str = "ideal"
+    framework_stage: str = ""
+    overlap_slowdown: float = 1.0
+    algo_label: str = ""          # a runtime's per-call rule, e.g. "paro-cc"
+    # heterogeneity / jitter outputs (docs/heterogeneity.md), merged into to_dict
+    extra: dict = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -65,7 +72,8 @@ class StepResult:
     def to_dict(self) -> dict:
         mem = self.memory
         return {
-            "strategy": self.strategy.name, "algo": self.algo.value, "mode": self.mode,
+            "strategy": self.strategy.name, "algo": self.algo_label or self.algo.value,
+            "mode": self.mode,
             "gpus": self.gpus, "fits": mem.fits,
             "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -74,6 +82,11 @@ class StepResult:
             "compute_s": self.compute_s, "bytes_intra": self.bytes_intra,
             "bytes_inter": self.bytes_inter, "events": self.events,
             "memory": memory_dict(self.strategy, self.gpus, mem),
+            "runtime": self.runtime, "framework_stage": self.framework_stage,
+            "label": (f"{self.strategy.short} ({self.framework_stage})"
+                      if self.framework_stage else self.strategy.short),
+            "overlap_slowdown": self.overlap_slowdown,
+            **self.extra,
             **getattr(self, "parallel", {}),   # tp, pp, dp, bubble_fraction (3D only)
         }
 
@@ -108,10 +121,11 @@ def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo,
     for op in plan.ops:
         if not isinstance(op, CollectiveOp):
             continue
-        key = (op.op, op.scope, op.size_bytes)
+        a = op.algo or algo
+        key = (op.op, op.scope, op.size_bytes, a)
         prog = progs.get(key)
         if prog is None:
-            prog = progs[key] = lower(spec, op.op, op.scope, op.size_bytes, algo)
+            prog = progs[key] = lower(spec, op.op, op.scope, op.size_bytes, a)
         times = 1 if op.micro_step is None else repeat
         for ph in prog.phases:
             f = cross_node_fraction(ph.ringset, spec.gpus_per_node)
@@ -128,12 +142,23 @@ def hardware_flops(plan: Plan, repeat: int = 1) -> float:
 
 def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
                   training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
-                  mode: str = "engine", trace: bool = False,
-                  parallel=None) -> StepResult:
+                  mode: str = "engine", trace: bool = False, runtime=None,
+                  repeats: int = 1, seed: int = 0, jitter_cv: float | None = None,
+                  record_links: bool = False, parallel=None) -> StepResult:
     """Simulate one global step.
 
     ``parallel``: a :class:`parosim.parallel.ParallelSpec` (TP / PP / sequence parallelism /
-    selective recomputation); None or a trivial one is plain data parallelism, unchanged.
+    selective recomputation; docs/parallelism.md); None or a trivial one is plain data
+    parallelism, unchanged.
+
+    ``runtime``: a :class:`parosim.runtime.RuntimeSpec` or a profile name (``ideal``,
+    ``deepspeed``, ``fsdp``, ``paro``); None = ideal. The compute slowdown beside collectives
+    is ``training.overlap_slowdown`` if set, else the cluster's, else the runtime's default.
+
+    With heterogeneous GPUs (cluster overrides) or compute jitter (``jitter_cv``, default the
+    cluster's ``jitter_cv``) every rank gets its own timeline (:mod:`parosim.ranks`) and
+    ``repeats`` steps are drawn with one Generator seeded ``seed``: ``step_time_s`` is then
+    the mean, and ``extra`` holds the percentiles and the critical rank.
 
     >>> from parosim.models import preset
     >>> r = simulate_step(preset("llama-7b"), ClusterSpec(nodes=4), "NIG", TrainingSpec(),
@@ -144,34 +169,73 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     if parallel is not None and not parallel.trivial:
         from .plan3d import simulate_3d
 
+        if (_runtime(runtime).name != "ideal" or repeats != 1 or jitter_cv
+                or record_links):
+            raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
+                             "the ideal runtime's single step; expected no --runtime, "
+                             "--repeats, --jitter-cv or --link-timeline with them")
         return simulate_3d(model, cluster, strategy, training, parallel, algo, mode, trace)
     strategy = parse_strategy(strategy)
     algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
     if mode not in MODES:
         raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
     model.require_shape("a step simulation")
-    mem = memory_breakdown(model, strategy, cluster, training)
-    res = StepResult(strategy, algo, mode, cluster.gpus, mem)
+    cv = cluster.jitter_cv if jitter_cv is None else jitter_cv
+    per_rank = cluster.compute_heterogeneous or cv > 0
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"--repeats = {repeats!r} must be a positive integer")
+    if mode == "analytic" and (per_rank or not cluster.closed_form_exact):
+        why = ("GPU overrides" if cluster.compute_heterogeneous else "compute jitter"
+               if cv > 0 else "link overrides" if cluster.network_heterogeneous
+               else "ECMP hashing")
+        raise InputError(f"mode analytic assumes identical ranks and links, but cluster "
+                         f"{cluster.name!r} has {why}; expected --mode engine")
+    rt = _runtime(runtime)
+    rt.require(strategy.short)
+    if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
+        algo = Algo.RING
+    slow = effective_overlap_slowdown(training.overlap_slowdown,
+                                      getattr(cluster, "overlap_slowdown", None), rt)
+    mem = memory_breakdown(model, strategy, cluster, training, rt)
+    res = StepResult(strategy, algo, mode, cluster.gpus, mem, runtime=rt.name,
+                     framework_stage=rt.stage(strategy.short), overlap_slowdown=slow,
+                     algo_label=rt.collective_algo or "")
     if not mem.fits:
         return res
     repeat = 1
     if mode == "analytic":  # micro-steps are identical: evaluate one, count it s times
         repeat = training.accum_steps
-        plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1))
+        plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1), rt)
     else:
-        plan = build_plan(model, strategy, cluster, training)
-    if mode == "engine":
-        rep = replay(plan, cluster, algo, training.overlap_slowdown, trace=trace)
+        plan = build_plan(model, strategy, cluster, training, rt)
+    if mode == "engine" and per_rank:
+        from .ranks import hetero_step
+
+        step, exposed, compute, b_intra, b_inter = hetero_step(
+            res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
+    elif mode == "engine":
+        rep = replay(plan, cluster, algo, slow, trace=trace, record_links=record_links)
         step, exposed, compute = rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s
         n = cluster.gpus
         b_intra = rep.gpu_egress.get("intra", 0.0) / n
         b_inter = rep.gpu_egress.get("inter", 0.0) / n
         res.events, res.records = rep.events, rep.records
+        res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
+                     "step_time_p99_s": step, "repeats": repeats, "seed": seed,
+                     "jitter_cv": 0.0,
+                     "critical_rank": None, "symmetry_period_nodes":
+                     rep.symmetry_period_nodes, "hot_links": rep.hot_links}
+        if record_links:
+            res.extra["link_timeline"] = [{"time_s": t, "utilization": u}
+                                          for t, u in rep.link_timeline]
     else:
-        an = evaluate(plan, cluster, algo, repeat)
+        an = evaluate(plan, cluster, algo, repeat, slow)
         step, exposed = an.step_time_s, an.exposed_comm_s
         compute = an.t_comp_s + an.t_optimizer_s
         b_intra, b_inter = _analytic_bytes(plan, cluster, algo, repeat)
+        res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
+                     "step_time_p99_s": step, "repeats": repeats, "seed": seed,
+                     "jitter_cv": 0.0, "critical_rank": None}
     res.step_time_s = step
     res.exposed_comm_s = exposed
     res.compute_s = compute
@@ -179,9 +243,25 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     res.tokens_per_s_per_gpu = res.tokens_per_s / cluster.gpus
     res.samples_per_s = res.tokens_per_s / training.seq_len
     res.tflops_per_gpu = hardware_flops(plan, repeat) / step / 1e12
-    res.mfu = plan.model_flops_per_step * repeat / (step * cluster.gpu.peak_flops)
+    peak = cluster.gpu.peak_flops
+    if cluster.compute_heterogeneous:  # mean peak over the ranks' GPU types
+        peak = sum(g.peak_flops for g, _, _ in cluster.gpu_specs()) / cluster.gpus
+    res.mfu = plan.model_flops_per_step * repeat / (step * peak)
     res.bytes_intra, res.bytes_inter = float(b_intra), float(b_inter)
     return res
+
+
+def _runtime(runtime):
+    """A RuntimeSpec from None (ideal), a profile name or a spec."""
+    from .runtime import IDEAL, RuntimeSpec
+
+    if runtime is None:
+        return IDEAL
+    if isinstance(runtime, RuntimeSpec):
+        return runtime
+    from .io.runtime import load_runtime
+
+    return load_runtime(runtime)
 
 
 def rank_key(r: StepResult) -> tuple:
@@ -198,16 +278,24 @@ def _one(args: tuple) -> StepResult:
 def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             algos: list[Algo] | None = None, mode: str = "engine",
             strategies: list[Strategy] | None = None, workers: int = 1,
-            parallel=None) -> list[StepResult]:
+            runtime=None, parallel=None) -> list[StepResult]:
     """Every strategy (x every algorithm in ``algos``), ranked best first.
+
+    With a ``runtime`` that names its stages (deepspeed, fsdp) only those strategies run.
 
     ``workers > 1`` simulates the configurations in that many processes (each is a pure
     function of its inputs, so the result is the same).
     """
     algos = algos or [Algo.HO_RING]
-    jobs = [(model, cluster, s, training, a, mode)
-            + (() if parallel is None else (False, parallel))
-            for s in (strategies or ALL_STRATEGIES) for a in algos]
+    rt = _runtime(runtime)
+    pool = [s for s in (strategies or ALL_STRATEGIES) if strategies or rt.supports(s.short)]
+    jobs = [(model, cluster, s, training, a, mode, False, rt) for s in pool for a in algos]
+    if parallel is not None and not parallel.trivial:   # 3D: the ideal runtime only
+        if runtime is not None:
+            raise InputError("--tp / --pp / --sequence-parallel / --recompute selective "
+                             "model the ideal runtime; expected no --runtime with them")
+        jobs = [(model, cluster, s, training, a, mode, False, None, 1, 0, None, False,
+                 parallel) for s in pool for a in algos]
     if workers > 1 and mode == "engine" and len(jobs) > 2:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
@@ -239,7 +327,8 @@ POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-ro
                   "nodes": None, "group_nodes": None, "strategy": "NIG", "algo": "ho-ring",
                   "trainable_ratio": "full", "micro_batch": 4, "accum": 10, "seq_len": 512,
                   "mode": "analytic", "nic_bandwidth": None, "intra_bandwidth": None,
-                  "gpu_memory": None, "recompute": None}
+                  "gpu_memory": None, "recompute": None, "runtime": "ideal",
+                  "overlap_slowdown": None}
 
 RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
                   "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu",
@@ -249,7 +338,7 @@ RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
 
 
 def point_setup(point: dict):
-    """(model, cluster, training, strategy, algo, mode) from a sweep point (raises
+    """(model, cluster, training, strategy, algo, mode, runtime) from a sweep point (raises
     :class:`InputError` on a bad value)."""
     from .io import load_cluster, load_model
     from .training import TrainingSpec, parse_trainable_ratio
@@ -266,12 +355,12 @@ def point_setup(point: dict):
     training = TrainingSpec(micro_batch=p["micro_batch"], accum_steps=p["accum"],
                             seq_len=p["seq_len"],
                             trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
-                            recompute=p["recompute"])
+                            recompute=p["recompute"], overlap_slowdown=p["overlap_slowdown"])
     if p["mode"] not in MODES:
         raise InputError(f"mode {p['mode']!r} is not known; expected one of "
                          f"{', '.join(MODES)}")
     return (load_model(p["model"]), cluster, training, parse_strategy(p["strategy"]),
-            parse_enum(Algo, p["algo"], "algo"), p["mode"])
+            parse_enum(Algo, p["algo"], "algo"), p["mode"], _runtime(p["runtime"]))
 
 
 def run_point(point: dict) -> dict:
@@ -288,8 +377,8 @@ def run_point(point: dict) -> dict:
     """
     row = {**point, **{c: None for c in RESULT_COLUMNS}}
     try:
-        model, cluster, training, strategy, algo, mode = point_setup(point)
-        r = simulate_step(model, cluster, strategy, training, algo, mode)
+        model, cluster, training, strategy, algo, mode, rt = point_setup(point)
+        r = simulate_step(model, cluster, strategy, training, algo, mode, runtime=rt)
     except InputError as e:
         row.update(status="error", reason=str(e))
         return row

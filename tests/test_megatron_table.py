@@ -1,7 +1,7 @@
 """Megatron-LM's weak-scaling table (Narayanan et al. 2021, Table 1) predicted within 15 %.
 
 A check, not a fit: nothing in the model is tuned to this table (compute efficiency is the
-project default; see experiments/07_megatron/run.py for every choice)."""
+project default; see experiments/megatron_table1/run.py for every choice)."""
 
 import importlib.util
 import statistics

@@ -93,6 +93,8 @@ def test_tp_bytes_on_the_engine_match_hand_count():
     t, s, b, h, L = 8, 2048, 1, 5120, 40
     m = preset("llama-13b")
     c = load_cluster("dgx-a100-ib", 1)
+    # wire bytes = data bytes without NCCL protocol overheads (LL/LL128 flags)
+    c = replace(c, collective=replace(c.collective, model="ideal"))
     tr = TrainingSpec(micro_batch=1, accum_steps=1, seq_len=s, recompute=False)
     r = simulate_3d(m, c, "NNN", tr, ParallelSpec(tp=t), "ring", "engine")
     buf = 2 * s * b * h

@@ -8,7 +8,7 @@ state the model and batch of that run here; we use its default setting (LLaMA-7B
 per node), Megatron's DDP (PaRO-NNN on the DP group). TP = 8 is the experiment's layout; TP = 4
 and TP = 2 show where the gain comes from.
 
-Run: ``python experiments/08_paper_megatron_tp/run.py``; writes ``results.md``.
+Run: ``python experiments/paper_megatron_tp/run.py``; writes ``results.md``.
 """
 
 from __future__ import annotations

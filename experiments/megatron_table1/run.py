@@ -19,7 +19,7 @@ docs/parallelism.md):
 * analytic mode (the larger rows have up to 512 micro-batches x 128 model chunks; the
   ``--engine`` flag replays the rows up to ``--engine-max-gpus`` GPUs on the engine too).
 
-Run: ``python experiments/07_megatron/run.py [--engine]``; writes ``results.csv`` and
+Run: ``python experiments/megatron_table1/run.py [--engine]``; writes ``results.csv`` and
 ``results.md`` beside this file and prints the table.
 """
 
