@@ -7,7 +7,7 @@ import importlib.util
 import statistics
 from pathlib import Path
 
-RUN = Path(__file__).resolve().parents[1] / "experiments" / "07_megatron" / "run.py"
+RUN = Path(__file__).resolve().parents[1] / "experiments" / "megatron_table1" / "run.py"
 
 
 def _load():
