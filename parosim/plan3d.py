@@ -13,7 +13,9 @@ Per pipeline stage k (streams ``compute/s{k}``, ``comm-param/s{k}``, ``comm-grad
   the final norm + LM head on the last (stage p-1) (Megatron-LM's placement). Every unit's
   weights are split by t (Megatron column/row split; the vocabulary-parallel embedding and
   head split the vocabulary); norm weights, replicated in Megatron, are counted split too
-  (< 0.01 % of the parameters).
+  (< 0.01 % of the parameters). A tied embedding with p > 1 is held twice, on the first and
+  the last stage (Megatron's copy; the all-reduce of its gradient between the two stages,
+  once per step, is not modelled).
 * **Compute** per unit and micro-batch: the FLOPs of :mod:`parosim.compute` divided by t, at
   the same efficiency. Full recomputation adds one layer forward before each backward;
   selective recomputation (attention core only) adds nothing to the matmul FLOPs
@@ -169,7 +171,10 @@ def _chunk_units(model: ModelSpec, pp: int, virtual: int) -> list[list[_Unit]]:
         if vs == 0:
             units.insert(0, _Unit("embed", "embed", model.embedding_params))
         if vs == chunks - 1:
-            units.append(_Unit("head", "head", model.head_params))
+            head = model.head_params
+            if getattr(model, "tied_embeddings", False) and pp > 1:
+                head += model.vocab * model.hidden   # Megatron's copy on the last stage
+            units.append(_Unit("head", "head", head))
         out.append(units)
     return out
 

@@ -7,8 +7,8 @@ preset with that node count. Nothing is fitted to the table: it is a check.
 Choices where the paper's table is silent (the same rule for every row, stated in
 docs/parallelism.md):
 
-* model: a GPT layer (4h GeLU MLP, two h x 4h matrices) has the FLOPs and parameters of our
-  LLaMA-shaped layer with ffn = 8h/3 (rounded to an integer), vocabulary 51200, sequence 2048;
+* model: the GPT architecture of the paper (4h GeLU MLP, LayerNorm, biases, tied embedding,
+  learned positions), vocabulary 51200, sequence 2048;
 * micro-batch 1 per pipeline (m = global batch / DP micro-batches per step);
 * full activation recomputation (the table's setting), Megatron's DDP = PaRO-NNN, ring
   all-reduce (NCCL's), TP inside a node;
@@ -39,9 +39,10 @@ def gpt_model(row: dict):
     from parosim.models import ModelSpec
 
     h = int(row["hidden"])
-    return ModelSpec(row["model"], layers=int(row["layers"]), hidden=h,
-                     ffn_hidden=round(8 * h / 3), heads=int(row["heads"]),
-                     vocab=int(row["vocab"]))
+    return ModelSpec(row["model"], layers=int(row["layers"]), hidden=h, ffn_hidden=4 * h,
+                     heads=int(row["heads"]), vocab=int(row["vocab"]), mlp="gelu",
+                     norm="layernorm", bias=True, tied_embeddings=True,
+                     pos_embedding=int(row["seq_len"]))
 
 
 def virtual_stages(layers: int, pp: int) -> int:
