@@ -607,6 +607,7 @@ def max_micro_batch_3d(model, strategy, cluster, training, par, limit: int = 409
 # -- analytic ----------------------------------------------------------------------------
 
 _TIMES: dict = {}   # closed-form time per (cluster, algo, collective, group set)
+_SUMMARY_TIMES: dict = {}
 
 
 @dataclass(frozen=True)
@@ -700,6 +701,10 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     tp_size = tp_buffer_bytes(model, training)
     tp_algo = par.tp_algo if t > cluster.gpus_per_node else Algo.RING
 
+    if len(_SUMMARY_TIMES) > 64:
+        _SUMMARY_TIMES.clear()
+    cache = _SUMMARY_TIMES.setdefault((cluster, algo), {})   # one hash of the cluster
+
     def coll(group, op, scope, size, gs, own=None) -> float:
         if group == "p2p":
             k = 2
@@ -707,20 +712,17 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             k = gs.size(scope)
         if k <= 1 or size <= 0:
             return 0.0
-        key = (cluster, algo, group, op, scope, float(size), own, gs)
-        tt = _TIMES.get(key)
+        key = (group, op, scope, float(size), own, gs)
+        tt = cache.get(key)
         if tt is None:
             prog = (lower_p2p(gs, float(size)) if group == "p2p" else
                     lower_group(cluster, op, scope, float(size), own or algo, gs))
-            tt = _TIMES[key] = program_time(cluster, prog)
+            tt = cache[key] = program_time(cluster, prog)
         return tt
 
-    def tp_time(k: int, kinds: list[str], phase: str) -> float:
-        tot = 0.0
-        for kind in kinds:
-            for op, c in tp_collectives(kind, phase, sp):
-                tot += c * coll("tp", op, Scope.GLOBAL, tp_size, lay.tp_scopes(k), tp_algo)
-        return tot
+    def tp_time(k: int, kind: str, phase: str) -> float:
+        return sum(c * coll("tp", op, Scope.GLOBAL, tp_size, lay.tp_scopes(k), tp_algo)
+                   for op, c in tp_collectives(kind, phase, sp))
 
     busy = [0.0] * p
     comp = [0.0] * p
@@ -728,27 +730,30 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     p2p = [0.0] * p
     bound = [0.0] * p
     msg = tp_size / t
+    rcf = recompute_flops(model, training, recompute, par.selective_recompute)
+    flops = {(kind, ph): unit_flops(model, training, kind, ph)
+             for kind in ("embed", "layer", "head") for ph in ("fwd", "bwd")}
     for vs, us in enumerate(units):
         k = vs % p
         gs = lay.dp_scopes(k)
-        kinds = [u.kind for u in us]
-        fl = [unit_flops(model, training, u.kind, "fwd") / t for u in us]
-        bl = [unit_flops(model, training, u.kind, "bwd") / t for u in us]
-        rcf = recompute_flops(model, training, recompute, par.selective_recompute)
-        rl = [rcf / t if u.kind == "layer" else 0.0 for u in us]
-        secs = sum(compute_seconds(f, cluster, training) for f in fl + bl)
-        secs += sum(compute_seconds(f, cluster, training) for f in rl if f)
-        comp[k] += secs
-        busy[k] += secs + tp_time(k, kinds, "fwd") + tp_time(k, kinds, "bwd")
-        if recompute:
-            busy[k] += tp_time(k, [x for x in kinds if x == "layer"], "recompute")
-        for u in us:
+        kinds: dict[tuple[str, int], int] = {}
+        for u in us:   # the layers of a chunk are identical: cost each kind once
+            kinds[(u.kind, u.params)] = kinds.get((u.kind, u.params), 0) + 1
+        for (kind, params), n in kinds.items():
+            secs = (compute_seconds(flops[(kind, "fwd")] / t, cluster, training)
+                    + compute_seconds(flops[(kind, "bwd")] / t, cluster, training))
+            if kind == "layer" and rcf:
+                secs += compute_seconds(rcf / t, cluster, training)
+            comp[k] += n * secs
+            busy[k] += n * (secs + tp_time(k, kind, "fwd") + tp_time(k, kind, "bwd"))
+            if recompute and kind == "layer":
+                busy[k] += n * tp_time(k, kind, "recompute")
             if strategy.p is not Level.N:
-                dp[k] += 2 * coll("dp", Op.ALL_GATHER, _LEVEL_SCOPE[strategy.p],
-                                  BYTES_PER_PARAM * u.params / t, gs)
+                dp[k] += n * 2 * coll("dp", Op.ALL_GATHER, _LEVEL_SCOPE[strategy.p],
+                                      BYTES_PER_PARAM * params / t, gs)
             if strategy.g is not Level.N:
-                dp[k] += coll("dp", Op.REDUCE_SCATTER, _LEVEL_SCOPE[strategy.g],
-                              BYTES_PER_GRAD * u.params * r / t, gs)
+                dp[k] += n * coll("dp", Op.REDUCE_SCATTER, _LEVEL_SCOPE[strategy.g],
+                                  BYTES_PER_GRAD * params * r / t, gs)
         if vs < last_vs:
             nxt = (vs + 1) % p
             p2p[k] += coll("p2p", Op.ALL_GATHER, Scope.GLOBAL, msg, lay.pairs(k, nxt))
