@@ -373,6 +373,11 @@ def _print_simulate(r: dict) -> None:
     w = _width([r])
     print(_header(w))
     print(_row(r, w))
+    if r.get("pp_schedule") and r.get("fits"):   # tensor / pipeline parallelism
+        print(f"TP {r['tp']} x PP {r['pp']} ({r['pp_schedule']}, {r['virtual_stages']} "
+              f"chunk(s) per stage) x DP {r['dp']}, {r['micro_batches']} micro-batches, "
+              f"bubble {100 * (r['bubble_fraction'] or 0):.1f} %, recompute "
+              f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}")
     if r.get("critical_rank") is not None:
         print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
               f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "

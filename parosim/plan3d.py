@@ -503,11 +503,13 @@ def layer_activation_bytes_3d(model: ModelSpec, training: TrainingSpec, tp: int,
     True
     """
     s, b, h, a = training.seq_len, training.micro_batch, model.hidden, model.heads
-    # selective recomputation and FlashAttention both keep no s x s attention matrices
+    # selective recomputation and FlashAttention both keep no s x s attention matrices;
+    # FlashAttention keeps its fp32 log-sum-exp, 4·b·a·s (split over the heads of the group)
     attn = 0.0 if selective or training.attention == "flash" else 5 * a * s / h
+    lse = 4 * b * a * s / tp if training.attention == "flash" and not selective else 0.0
     if sp:
-        return s * b * h * (34 + attn) / tp
-    return s * b * h * (10 + 24 / tp + attn / tp)
+        return s * b * h * (34 + attn) / tp + lse
+    return s * b * h * (10 + 24 / tp + attn / tp) + lse
 
 
 def in_flight(stage: int, par: ParallelSpec, m: int) -> int:
