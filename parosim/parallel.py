@@ -183,7 +183,7 @@ class Layout:
 
     >>> from parosim.specs import ClusterSpec
     >>> lay = Layout(ClusterSpec(nodes=4, gpus_per_node=8), ParallelSpec(tp=2, pp=2))
-    >>> lay.dp, lay.coords(13), lay.rank(1, 6, 0)
+    >>> lay.d, lay.coords(13), lay.rank(1, 6, 0)
     (8, (1, 6, 0), 13)
     >>> lay.tp_groups(1)[0], lay.dp_groups(0)[1][:3], lay.m_dp
     ((16, 17), (1, 3, 5), 4)
