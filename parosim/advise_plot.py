@@ -27,7 +27,7 @@ def pareto_figure(res: dict) -> Figure:
     front = sorted(res["pareto_front"])
     if front:
         ax.plot([m / 1e9 for m, _ in front], [t for _, t in front], color="#d62728",
-                marker="o", markersize=4, drawstyle="steps-post", label="Pareto front")
+                marker="o", markersize=4, drawstyle="steps-post", label="Pareto front (closed form)")
     for i, c in enumerate(res["candidates"], 1):
         ax.scatter([c["memory_bytes"] / 1e9], [c["tokens_per_s"]], marker="*", s=120,
                    color="#1f77b4", zorder=3, label="top configurations" if i == 1 else None)
@@ -40,7 +40,9 @@ def pareto_figure(res: dict) -> Figure:
     ax.set_ylabel("throughput (tokens/s)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), global batch "
-                 f"{res['global_batch_sequences']} x {res['seq_len']}: memory vs throughput")
+                 f"{res['global_batch_sequences']} x {res['seq_len']} tokens\n"
+                 "memory per GPU vs throughput (closed form; stars: final figures)",
+                 fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return fig
