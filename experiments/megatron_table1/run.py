@@ -101,14 +101,15 @@ def run(engine: bool = False, engine_max_gpus: int = 256) -> list[dict]:
                "predicted_tflops_per_gpu": round(r.tflops_per_gpu, 2),
                "error_pct": round(100 * (r.tflops_per_gpu / pub - 1), 2),
                "bubble_fraction": round(par["bubble_fraction"], 4),
-               "memory_GB": round(r.memory.total_bytes / 1e9, 1), "fits": r.fits,
-               "analytic_wall_s": round(wall, 3)}
+               "memory_GB": round(r.memory.total_bytes / 1e9, 1), "fits": r.fits}
+        print(f"{row['model']}: analytic in {wall:.3f} s", file=sys.stderr)
         if engine and r.gpus <= engine_max_gpus:
             t0 = time.perf_counter()
             e = predict(row, "engine")
             res["engine_tflops_per_gpu"] = round(e.tflops_per_gpu, 2)
             res["engine_error_pct"] = round(100 * (e.tflops_per_gpu / pub - 1), 2)
-            res["engine_wall_s"] = round(time.perf_counter() - t0, 2)
+            print(f"{row['model']}: engine in {time.perf_counter() - t0:.2f} s",
+                  file=sys.stderr)
         out.append(res)
     return out
 
@@ -145,7 +146,7 @@ def main(argv=None) -> int:
         for r in rows:
             if "engine_tflops_per_gpu" in r:
                 print(f"engine {r['model']}: {r['engine_tflops_per_gpu']} TFLOP/s "
-                      f"({r['engine_error_pct']:+.1f} %), {r['engine_wall_s']} s")
+                      f"({r['engine_error_pct']:+.1f} %)")
     return 0
 
 
