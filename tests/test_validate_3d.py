@@ -30,10 +30,12 @@ def test_plan3d_task_structure():
     assert {tuple(op["ranks"]) for op in comp} == {(0, 1), (2, 3)}
     tp = plan3d_task("y", build_plan_3d(small_model(), "NNN", SPEC, tr, ParallelSpec(tp=2)),
                      SPEC, Algo.RING)
-    # a coalesced TP op (2 layers x 2 all-reduces + the embedding's) runs count phases in a row
-    fwd = next(op for op in tp["ops"] if op["name"].startswith("tp all-reduce fwd"))
-    assert len(fwd["phases"]) == 5 and fwd["phases"][0]["rings"] == [[0, 1], [2, 3]]
-    assert [ph["deps"] for ph in fwd["phases"]] == [[], [0], [1], [2], [3]]
+    # a coalesced TP op (2 layers x 2 all-reduces + the embedding's) runs as 5 calls in a row
+    fwd = [op for op in tp["ops"] if op["name"].startswith("tp all-reduce fwd c0 mb0")]
+    assert len(fwd) == 5 and all(op["phases"][0]["rings"] == [[0, 1], [2, 3]] for op in fwd)
+    pos = [tp["ops"].index(op) for op in fwd]
+    assert pos == list(range(pos[0], pos[0] + 5))          # back to back on one stream
+    assert len({op["id"] for op in tp["ops"]}) == len(tp["ops"])
 
 
 def test_parse_parallel():

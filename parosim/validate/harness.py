@@ -99,12 +99,15 @@ def plan_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "ex
             "ops": ops}
 
 
+_COPY_ID = 10**9   # ids of the extra copies of a coalesced op (above every plan op id)
+
+
 def plan3d_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "explicit",
                 warmup: int = 1, iters: int = 3) -> dict:
     """:func:`plan_task` for a TP x PP x DP Plan (:mod:`parosim.plan3d`): every op carries the
     ranks that run it (its stage's, or its group set's), a point-to-point send is a ``send``
-    phase on its (src, dst) pairs, and a coalesced op (``count`` > 1) runs its phases count
-    times in a row."""
+    phase on its (src, dst) pairs, and a coalesced op (``count`` > 1) becomes count
+    collective calls in a row on its stream."""
     from ..parallel import PairSet, layout_for
     from ..plan import ComputeOp
     from .executor import program_phases
@@ -125,16 +128,14 @@ def plan3d_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "
                        "buffer_bytes": float(op.size_bytes), "lane": "main", "deps": [],
                        "channel": f"{op.stream}|main"}]
         else:
-            one = program_phases(op.lower(spec, algo), f"{op.stream}|")
-            phases = []
-            for c in range(op.count):
-                base = len(phases)
-                for j, ph in enumerate(one):
-                    deps = [base + x for x in ph["deps"]]
-                    if c and j == 0:
-                        deps.append(base - 1)   # the next copy after the previous one
-                    phases.append(dict(ph, deps=deps))
+            phases = program_phases(op.lower(spec, algo), f"{op.stream}|")
         ranks = sorted({r for ph in phases for ring in ph["rings"] for r in ring})
+        # a coalesced op (count collectives back to back) runs as count separate calls on
+        # its stream, as Megatron issues them; the last copy keeps the op's id
+        for c in range(op.count - 1):
+            ops.append(dict(d, id=_COPY_ID + op.id * 1000 + c, name=f"{op.name} #{c}",
+                            deps=list(op.deps) if c == 0 else [], kind="collective",
+                            phases=phases, ranks=ranks))
         d.update(kind="collective", phases=phases, ranks=ranks)
         ops.append(d)
     return {"id": task_id, "kind": "plan", "mode": mode, "warmup": warmup, "iters": iters,
