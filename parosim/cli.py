@@ -101,15 +101,17 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
                    help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
                         "(docs/compute.md); default: the cluster YAML's compute.model (flat)")
-    p.add_argument("--attention", default="eager", choices=["eager", "flash"],
-                   help="attention kernel: eager (s x s scores stored, default) or flash "
-                        "(FlashAttention / SDPA)")
-    p.add_argument("--memory-model", default="korthikanti", choices=["korthikanti", "runtime"],
-                   help="korthikanti: Korthikanti et al. 2022 estimate (default); runtime: "
-                        "memory as PyTorch runtimes keep it (docs/memory.md)")
+    p.add_argument("--attention", default=None, choices=["eager", "flash"],
+                   help="attention kernel: eager (s x s scores stored) or flash "
+                        "(FlashAttention / SDPA); default: the runtime's (eager for ideal, "
+                        "deepspeed, paro; flash for fsdp)")
+    p.add_argument("--memory-model", default=None, choices=["korthikanti", "runtime"],
+                   help="korthikanti: Korthikanti et al. 2022 estimate; runtime: memory as "
+                        "PyTorch runtimes keep it (docs/memory.md); default: the runtime's "
+                        "(korthikanti for ideal, runtime for deepspeed / fsdp / paro)")
     p.add_argument("--logit-bytes", type=int, default=None,
-                   help="bytes per logit live at the loss (default: 4 korthikanti, 10 "
-                        "runtime; 2 for a fused bf16 cross-entropy)")
+                   help="bytes per logit live at the loss (default: the runtime's, else 4 "
+                        "korthikanti, 10 runtime; 2 for a fused bf16 cross-entropy)")
     p.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 16GB")
     p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
     p.add_argument("--intra-bandwidth", default=None,
@@ -190,7 +192,7 @@ _JOB_FLAGS = ("strategy", "algo", "mode", "model", "micro_batch", "accum", "seq_
               "trainable_ratio", "recompute", "efficiency", "overlap_slowdown", "gpu_memory",
               "nic_bandwidth", "intra_bandwidth", "cluster", "nodes", "group_nodes",
               "repeats", "jitter_cv", "plot", "link_timeline", "runtime", "deepspeed_config",
-              "compute_model", "attention")
+              "compute_model", "attention", "memory_model", "logit_bytes")
 
 
 def _cmd_jobs(a: argparse.Namespace) -> dict:
