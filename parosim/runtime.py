@@ -186,7 +186,7 @@ def as_runtime(runtime) -> RuntimeSpec:
         return IDEAL
     if isinstance(runtime, RuntimeSpec):
         return runtime
-    from .io.runtime import load_runtime   # file I/O lives in parosim.io
+    from .io.runtime import load_runtime  # file I/O lives in parosim.io
 
     return load_runtime(runtime)
 
