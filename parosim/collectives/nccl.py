@@ -134,20 +134,22 @@ def _btree_parents(n: int, mirror: bool) -> list[int]:
 
 
 @lru_cache(maxsize=64)
-def tree_hopset(spec: ClusterSpec, instances: tuple[tuple[int, ...], ...], locals_: tuple[int, ...],
+def tree_hopset(spec: ClusterSpec, parts: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...],
                 label: str) -> HopSet:
-    """The hops of NCCL's double binary tree for every instance (a tuple of nodes) of a scope
-    whose ranks on a node are the GPUs ``locals_``: per tree channel a chain through the
-    node's GPUs from a head GPU (one head per NIC), the heads of the nodes joined by two
-    mirrored binary trees; every edge up and down. Each flow carries S / (2 Rt), Rt the tree
-    channels, so one rank's NCCL bus bytes (2 S) are ``4 Rt`` flow buffers (``rings_per_rank``).
+    """The hops of NCCL's double binary tree for every instance of a scope; an instance is
+    (its nodes, its GPUs on each of them). Per tree channel a chain through the node's GPUs
+    from a head GPU (one head per NIC), the heads of the nodes joined by two mirrored binary
+    trees; every edge up and down. Each flow carries S / (2 Rt), Rt the tree channels, so one
+    rank's NCCL bus bytes (2 S) are ``4 Rt`` flow buffers (``rings_per_rank``).
     """
     gpn = spec.gpus_per_node
-    ppn = len(locals_)
-    nics = sorted({spec.nic_of(j) for j in locals_})
-    heads = [next(j for j in locals_ if spec.nic_of(j) == k) for k in nics]
     hops: list[tuple[int, int]] = []
-    for nodes in instances:
+    rt = 1
+    for nodes, locals_ in parts:
+        ppn = len(locals_)
+        nics = sorted({spec.nic_of(j) for j in locals_})
+        heads = [next(j for j in locals_ if spec.nic_of(j) == k) for k in nics]
+        rt = len(heads)
         L = len(nodes)
         for h in heads:
             i0 = locals_.index(h)
@@ -162,17 +164,33 @@ def tree_hopset(spec: ClusterSpec, instances: tuple[tuple[int, ...], ...], local
                         child, parent = nodes[pos] * gpn + h, nodes[par] * gpn + h
                         hops.append((child, parent))
                         hops.append((parent, child))
-    rt = len(heads)
-    return HopSet(tuple(hops), label, ppn * len(instances[0]), 4 * rt)
+    nodes0, locals0 = parts[0]
+    return HopSet(tuple(hops), label, len(locals0) * len(nodes0), 4 * rt)
+
+
+def tree_parts(spec: ClusterSpec, scope) -> tuple | None:
+    """The instances of a scope as (nodes, local GPUs) pairs, when an instance spans several
+    nodes; None otherwise (NCCL's intra-node tree is a chain: not a candidate)."""
+    from .types import Scope
+
+    gpn, gn, m = spec.gpus_per_node, spec.group_nodes, spec.group_size
+    allg = tuple(range(gpn))
+    if scope is Scope.GLOBAL and spec.nodes > 1:
+        return ((tuple(range(spec.nodes)), allg),)
+    if scope is Scope.INTRA and gn > 1:
+        return tuple((tuple(range(g * gn, (g + 1) * gn)), allg) for g in range(spec.groups))
+    if scope is Scope.INTER and spec.groups > 1:
+        return tuple((tuple(g * gn + j // gpn for g in range(spec.groups)), (j % gpn,))
+                     for j in range(m))
+    return None
 
 
 def tree_phase(spec: ClusterSpec, scope_label: str, size: float, proto: str | None,
-               instances: tuple[tuple[int, ...], ...], locals_: tuple[int, ...],
-               lane: str = "main") -> Phase:
+               parts: tuple, lane: str = "main") -> Phase:
     """An all-reduce of ``size`` bytes as one NCCL tree phase (protocol chosen if None)."""
-    hs = tree_hopset(spec, instances, locals_, scope_label)
+    hs = tree_hopset(spec, parts, scope_label)
     rt = hs.rings_per_rank // 4
-    n_nodes, ppn = len(instances[0]), len(locals_)
+    n_nodes, ppn = len(parts[0][0]), len(parts[0][1])
     steps = 2 * ((ppn - 1) + log2i(n_nodes))
     return make_phase(spec, f"all-reduce {scope_label} tree", Op.ALL_REDUCE, hs,
                       size / (2 * rt), lane, (), proto, tree_steps=max(1, steps),
