@@ -181,6 +181,8 @@ class CollectiveTuning:
     algorithms: tuple[str, ...] = ("ring", "tree")  # NCCL_ALGO for the `nccl` algorithm
     reduction_hbm_factor: float = 3.0   # HBM bytes moved per reduced byte (2 reads, 1 write)
     reduction_overlap: bool = True      # fused into the copy (max) / charged after it (sum)
+    net_overhead_s: float = 1e-6        # NCCL netOverhead: floor of an inter-node ring's
+                                        # intra steps (x 3 for Simple); tuning.cc, Intel x86
     ring_ll: ProtocolCost = NCCL_RING_LL
     ring_ll128: ProtocolCost = NCCL_RING_LL128
     ring_simple: ProtocolCost = NCCL_RING_SIMPLE
@@ -207,6 +209,7 @@ class CollectiveTuning:
                  f"collective.algorithms = {list(self.algorithms)!r}: expected a non-empty "
                  "list of ring, tree")
         _pos(self.reduction_hbm_factor, "collective.reduction_hbm_factor", allow_zero=True)
+        _pos(self.net_overhead_s, "collective.net_overhead", allow_zero=True)
         _pos(self.step_latency_s, "collective.step_latency", allow_zero=True)
         _pos(self.call_overhead_s, "collective.call_overhead", allow_zero=True)
         _pos(self.phase_overhead_s, "collective.phase_overhead", allow_zero=True)

@@ -197,3 +197,19 @@ def test_tree_on_sub_communicators_engine_matches_closed_form(scope):
     for p in cands:
         r = simulate_program(spec, p)
         assert r.time_s == pytest.approx(program_time(spec, p), rel=0.01), p.choice
+
+
+def test_net_overhead_floors_intra_steps_of_inter_node_rings():
+    base = load_cluster("dgx-h100-ib", nodes=2)
+    base = replace(base, intra=replace(base.intra, latency_s=0.0))
+    on, off = (tuned(base, protocols=("ll",), net_overhead_s=x) for x in (1e-6, 0.0))
+    (p_on,) = lower(on, Op.ALL_GATHER, Scope.GLOBAL, MiB, Algo.RING).phases
+    (p_off,) = lower(off, Op.ALL_GATHER, Scope.GLOBAL, MiB, Algo.RING).phases
+    k, intra_frac = 16, 14 / 16  # each channel ring: 14 NVLink hops, 2 network hops
+    assert p_on.fixed_s - p_off.fixed_s == pytest.approx(
+        (k - 1) * intra_frac * (1e-6 - on.collective.ring_ll.nvlink_latency_s), rel=1e-9)
+    one_node = tuned(load_cluster("dgx-h100-ib", nodes=1), protocols=("ll",))
+    (p1,) = lower(one_node, Op.ALL_GATHER, Scope.GLOBAL, MiB, Algo.RING).phases
+    (p0,) = lower(tuned(one_node, net_overhead_s=0.0), Op.ALL_GATHER, Scope.GLOBAL, MiB,
+                  Algo.RING).phases
+    assert p1.fixed_s == p0.fixed_s  # a one-node ring has no network steps to launch

@@ -42,8 +42,9 @@ Reduction
 
 Protocol costs are resolved when a collective is lowered (stored in each
 :class:`~parosim.collectives.types.Phase`): lower again after changing ``collective.*``.
-Left out: NVLS (NVLink SHARP), CollNet / SHARP in-network reduction, PAT, NCCL's netOverhead
-floor on intra-node steps of inter-node rings, the thread-count and chunk-size heuristics.
+NCCL's ``netOverhead`` (``collective.net_overhead``, 1 us on Intel x86, x 3 for Simple) floors
+the intra-node steps of a ring that spans several nodes. Left out: NVLS (NVLink SHARP), CollNet
+/ SHARP in-network reduction, PAT, the thread-count and chunk-size heuristics.
 """
 
 from __future__ import annotations
@@ -254,6 +255,9 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
     net = max(0.0, pc.net_latency_s - (2 * spec.pcie.latency_s + spec.nic.latency_s))
     eff = pc.bw_efficiency
     if algorithm == "ring":
+        if nodes > 1:  # NCCL: "inter-node rings still have to launch nsteps * net overhead"
+            floor = tun.net_overhead_s * (3 if proto == "simple" else 1)
+            intra = max(intra, floor - spec.intra.latency_s)
         if proto == "ll128" and ppn < 2:
             eff *= LL128_ONE_PPN
         lat = pc.base_latency_s + ph.steps * ((1 - frac) * intra + frac * net)

@@ -147,7 +147,7 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
 
 _PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
 _NCCL_KEYS = ("model", "channels", "protocols", "algorithms", "reduction_hbm_factor",
-              "reduction_overlap", *_PROTO_FIELDS)
+              "reduction_overlap", "net_overhead", *_PROTO_FIELDS)
 _PROTO_KEYS = {"bw_efficiency", "base_latency", "nvlink_latency", "pcie_latency", "net_latency",
                "max_bw_per_channel", "max_bw"}
 
@@ -185,6 +185,8 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
     if "reduction_hbm_factor" in coll:
         out["reduction_hbm_factor"] = number(coll["reduction_hbm_factor"],
                                              "collective.reduction_hbm_factor")
+    if "net_overhead" in coll:
+        out["net_overhead_s"] = parse_time(coll["net_overhead"], "collective.net_overhead")
     if "reduction_overlap" in coll:
         out["reduction_overlap"] = _flag(coll["reduction_overlap"],
                                          "collective.reduction_overlap")
@@ -248,7 +250,8 @@ def _nccl_yaml(c: CollectiveTuning) -> dict[str, Any]:
     out: dict[str, Any] = {"model": c.model, "channels": c.channels,
                            "protocols": list(c.protocols), "algorithms": list(c.algorithms),
                            "reduction_hbm_factor": c.reduction_hbm_factor,
-                           "reduction_overlap": c.reduction_overlap}
+                           "reduction_overlap": c.reduction_overlap,
+                           "net_overhead": f"{c.net_overhead_s!r}s"}
     for key in _PROTO_FIELDS:
         p = c.protocol(*key.split("_"))
         out[key] = {"bw_efficiency": p.bw_efficiency,
