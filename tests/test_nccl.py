@@ -184,10 +184,11 @@ def test_bad_collective_fields_one_line_exit_2(tmp_path, field, value, needle):
     assert r.stderr.count("\n") == 1 and needle in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("scope", [Scope.INTER, Scope.INTRA])
+@pytest.mark.parametrize("scope", [Scope.GLOBAL, Scope.INTER, Scope.INTRA])
 def test_tree_on_sub_communicators_engine_matches_closed_form(scope):
-    """Inter scope (one GPU per node per instance) and intra scope of 2-node groups: Ring and
-    Tree with every protocol are candidates, and each runs in the engine as costed."""
+    """Global scope, inter scope (one GPU per node per instance) and intra scope of 2-node
+    groups: Ring and Tree with every protocol are candidates, and each runs in the engine as
+    costed."""
     from parosim.collectives import simulate_program
 
     spec = load_cluster("dgx-h100-ib", nodes=4, group_nodes=2)
