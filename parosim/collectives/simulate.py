@@ -29,7 +29,7 @@ class CollectiveResult:
     ring_size: int         # k: ranks per instance of the scope
     size_bytes: float
     time_s: float
-    closed_form_s: float
+    closed_form_s: float | None  # None where the closed form does not hold (heterogeneous)
     chunks: int
     events: int
     link_bytes: dict[str, float] = field(default_factory=dict)
@@ -37,6 +37,8 @@ class CollectiveResult:
     records: list[Record] = field(default_factory=list)
     protocol: str = ""     # protocols of the phases ("" = ideal wire model)
     choice: str = ""       # `nccl`: the (algorithm/protocol) it picked, e.g. "ring/simple"
+    symmetry_period_nodes: int = 0     # the reduction the engine proved and used
+    hot_links: list[dict] = field(default_factory=list)   # Network.hot_links
 
     @property
     def algbw_GBps(self) -> float:
@@ -57,12 +59,18 @@ class CollectiveResult:
             "links": {cls: {"bytes": self.link_bytes.get(cls, 0.0),
                             "busy_s": self.link_busy_s.get(cls, 0.0)}
                       for cls in sorted(self.link_bytes)},
+            "symmetry_period_nodes": self.symmetry_period_nodes,
+            "hot_links": self.hot_links,
         }
 
 
 def closed_form_time(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float,
                      algo: Algo) -> float:
-    """Alpha-beta time of one collective (no graph, no engine)."""
+    """Alpha-beta time of one collective (no graph, no engine); refused for a cluster whose
+    links are not all equal per class (overrides, ECMP hashing)."""
+    if not spec.closed_form_exact:
+        raise InputError(f"cluster {spec.name!r} has link overrides or ECMP hashing: the "
+                         "closed form assumes equal links; expected the engine")
     return program_time(spec, lower(spec, op, scope, size_bytes, algo))
 
 
@@ -83,9 +91,11 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
                             f"finish: no event pending at t = {env.now / PS} s")
     st = net.link_stats()
     return CollectiveResult(program.op, program.algo, program.scope, spec.gpus, program.gpus,
-                            program.size_bytes, env.now / PS, program_time(spec, program),
+                            program.size_bytes, env.now / PS,
+                            program_time(spec, program) if spec.closed_form_exact else None,
                             program.chunks, env.events, st.bytes, st.busy_s, records,
-                            program.protocols, program.choice)
+                            program.protocols, program.choice, net.period,
+                            net.hot_links(env.now / PS))
 
 
 def simulate_collective(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float,

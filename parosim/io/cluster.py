@@ -16,11 +16,22 @@ The YAML (units as strings, converted to SI here, once)::
     # protocols: [ll, ll128, simple], algorithms: [ring, tree], reduction_hbm_factor, and per
     # (algorithm, protocol) ring_ll ... tree_simple: {bw_efficiency, base_latency,
     # nvlink_latency, pcie_latency, net_latency, max_bw_per_channel, max_bw}
-    compute: {overlap_slowdown: 1.189}  # optional: compute slowdown beside collectives
+    compute: {overlap_slowdown: 1.189,    # optional: compute slowdown beside collectives
+              model: kernel, gemm_k_half: 948, attention_efficiency: 0.327,
+              hbm_efficiency: 1.0, kernel_overhead: 5us}   # optional (docs/compute.md)
     group_nodes: 1                                                     # optional
-    compute: {model: kernel, gemm_k_half: 118, attention_efficiency: 0.44,
-              hbm_efficiency: 0.5, kernel_overhead: 5us}   # optional (docs/compute.md)
     sources: free text saying where the numbers come from
+
+Heterogeneity (docs/heterogeneity.md), all optional::
+
+    network: {fabric: leaf-spine, nodes_per_leaf: 2, spines: 2, ecmp: hash, ecmp_seed: 0}
+    jitter: {distribution: lognormal, cv: 0.05}   # per compute op, per rank
+    overrides:                                    # applied in order
+      - {nodes: [3], nic: {bandwidth: 25Gbps}}    # also latency; intra_node; gpu; speed; memory
+      - {gpus: [n2/gpu5], speed: 0.8}             # also gpu: {...}, memory
+      - {links: [[n1/nic0, switch]], failed: true}   # or bandwidth / latency
+      - {nodes: [4, 5], gpu: {model: H100-SXM5-80GB, peak_tflops: 989, memory: 80GB,
+                              hbm_bandwidth: 3.35TB/s}}
 
 ``compute`` sets how compute is costed: ``model: flat`` (the default; FLOPs at the
 training's efficiency) or ``kernel`` (:mod:`parosim.kernels`, whose parameters the other keys
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +60,15 @@ from ..specs import (
     NetworkFabric,
     NetworkSpec,
     NICSpec,
+    Override,
     ProtocolCost,
 )
 from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .yamlspec import check_keys, number, positive_int, read_yaml, section
 
 _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
-        "collective", "group_nodes", "sources", "notes", "compute"}
+        "collective", "group_nodes", "sources", "notes", "compute", "overrides",
+        "jitter"}
 _COMPUTE_KEYS = {"model", "gemm_ceiling", "gemm_k_half", "attention_efficiency",
                  "hbm_efficiency", "kernel_overhead", "sm_count", "source",
                  "overlap_slowdown"}
@@ -90,7 +104,11 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
     pcie = section(data, "pcie", {"bandwidth", "latency"}, where)
     nic = section(data, "nic", {"per_node", "bandwidth", "latency"}, where)
     net = section(data, "network", {"fabric", "nodes_per_leaf", "oversubscription",
-                                    "uplink_latency"}, where)
+                                    "uplink_latency", "spines", "ecmp", "ecmp_seed"}, where)
+    jitter = section(data, "jitter", {"distribution", "cv"}, where)
+    if jitter.get("distribution", "lognormal") != "lognormal":
+        raise InputError(f"{where}: jitter.distribution = {jitter['distribution']!r} is not "
+                         "known; expected lognormal")
     coll = section(data, "collective", {"step_latency", "call_overhead", "phase_overhead",
                                           "ho_ring_max_chunks", "serial_progress", *_NCCL_KEYS},
                    where)
@@ -125,7 +143,9 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
             oversubscription=number(net.get("oversubscription", 1.0),
                                     "network.oversubscription"),
             uplink_latency_s=parse_time(net.get("uplink_latency", "1us"),
-                                        "network.uplink_latency")),
+                                        "network.uplink_latency"),
+            spines=net.get("spines", 0), ecmp=net.get("ecmp", "ideal"),
+            ecmp_seed=net.get("ecmp_seed", 0)),
         collective=CollectiveTuning(
             step_latency_s=parse_time(coll.get("step_latency", 0), "collective.step_latency"),
             call_overhead_s=parse_time(coll.get("call_overhead", 0),
@@ -141,7 +161,14 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
         overlap_slowdown=(None if comp.get("overlap_slowdown") is None else
                           number(comp["overlap_slowdown"], "compute.overlap_slowdown")),
         compute=_compute_profile(comp, where),
+        jitter_cv=number(jitter.get("cv", 0.0), "jitter.cv"),
     )
+    raw = data.get("overrides", [])
+    if not isinstance(raw, list):
+        raise InputError(f"{where}: overrides must be a list of mappings, got {raw!r}")
+    if raw:
+        spec = replace(spec, overrides=tuple(_override(o, spec.gpu, f"{where}: overrides[{k}]")
+                                             for k, o in enumerate(raw)))
     return spec
 
 
@@ -229,6 +256,75 @@ def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
     if "source" in comp:
         kw["source"] = str(comp["source"])
     return ComputeProfile(**kw)
+
+
+_OVERRIDE_KEYS = {"nodes": {"nic", "intra_node", "gpu", "speed", "memory"},
+                  "gpus": {"gpu", "speed", "memory"},
+                  "links": {"bandwidth", "latency", "failed"}}
+
+
+def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
+    """One ``overrides:`` entry (YAML names, unit strings) -> :class:`Override`."""
+    if not isinstance(o, dict):
+        raise InputError(f"{where} must be a mapping like {{nodes: [3], nic: {{bandwidth: "
+                         f"25Gbps}}}}, got {o!r}")
+    sel = [k for k in _OVERRIDE_KEYS if k in o]
+    if len(sel) != 1:
+        raise InputError(f"{where} selects {' and '.join(sel) or 'nothing'}; expected exactly "
+                         "one of nodes, gpus or links")
+    kind = sel[0]
+    check_keys(o, {kind} | _OVERRIDE_KEYS[kind], where)
+    what = o[kind]
+    if not isinstance(what, list) or not what:
+        raise InputError(f"{where}: {kind} must be a non-empty list, got {what!r}")
+    kw: dict[str, Any] = {}
+    if kind == "nodes":
+        for i in what:
+            if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+                raise InputError(f"{where}: node {i!r} must be a non-negative integer index")
+        kw["nodes"] = tuple(what)
+    elif kind == "gpus":
+        kw["gpus"] = tuple(str(x) for x in what)
+    else:
+        pairs = []
+        for pr in what:
+            if not (isinstance(pr, list) and len(pr) == 2):
+                raise InputError(f"{where}: link {pr!r} must be a pair [a, b] of graph node "
+                                 "names, e.g. [n1/nic0, switch]")
+            pairs.append((str(pr[0]), str(pr[1])))
+        kw["links"] = tuple(pairs)
+    for key, prefix in (("nic", "nic"), ("intra_node", "intra")):
+        if key in o:
+            sub = section(o, key, {"bandwidth", "latency"}, where)
+            if "bandwidth" in sub:
+                kw[f"{prefix}_bandwidth_Bps"] = parse_bandwidth(sub["bandwidth"],
+                                                                f"{key}.bandwidth")
+            if "latency" in sub:
+                kw[f"{prefix}_latency_s"] = parse_time(sub["latency"], f"{key}.latency")
+    if "gpu" in o:
+        g = section(o, "gpu", {"model", "memory", "peak_tflops", "hbm_bandwidth"}, where)
+        kw["gpu"] = GPUSpec(
+            model=str(g.get("model", base_gpu.model)),
+            memory_bytes=parse_size(g["memory"], "gpu.memory") if "memory" in g
+            else base_gpu.memory_bytes,
+            peak_flops=parse_flops(g["peak_tflops"]) if "peak_tflops" in g
+            else base_gpu.peak_flops,
+            hbm_bandwidth_Bps=parse_bandwidth(g["hbm_bandwidth"], "gpu.hbm_bandwidth")
+            if "hbm_bandwidth" in g else base_gpu.hbm_bandwidth_Bps)
+    if "speed" in o:
+        kw["speed"] = number(o["speed"], f"{where}: speed")
+    if "memory" in o:
+        kw["memory_bytes"] = parse_size(o["memory"], "memory")
+    if "bandwidth" in o:
+        kw["bandwidth_Bps"] = parse_bandwidth(o["bandwidth"], "bandwidth")
+    if "latency" in o:
+        kw["latency_s"] = parse_time(o["latency"], "latency")
+    if "failed" in o:
+        kw["failed"] = _flag(o["failed"], "failed")
+    try:
+        return Override(**kw)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
 
 
 def _flag(v: Any, name: str) -> bool:
@@ -325,4 +421,44 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
         data.setdefault("compute", {})["overlap_slowdown"] = spec.overlap_slowdown
     if spec.network.fabric is NetworkFabric.LEAF_SPINE:
         data["network"]["nodes_per_leaf"] = spec.network.nodes_per_leaf
+        if spec.network.spines:
+            data["network"].update(spines=spec.network.spines, ecmp=spec.network.ecmp,
+                                   ecmp_seed=spec.network.ecmp_seed)
+    if spec.jitter_cv:
+        data["jitter"] = {"distribution": "lognormal", "cv": spec.jitter_cv}
+    if spec.overrides:
+        data["overrides"] = [_override_to_dict(o) for o in spec.overrides]
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def _override_to_dict(o: Override) -> dict:
+    d: dict[str, Any] = {}
+    if o.nodes:
+        d["nodes"] = list(o.nodes)
+    if o.gpus:
+        d["gpus"] = list(o.gpus)
+    if o.links:
+        d["links"] = [list(p) for p in o.links]
+    for key, prefix in (("nic", "nic"), ("intra_node", "intra")):
+        sub = {}
+        if getattr(o, f"{prefix}_bandwidth_Bps") is not None:
+            sub["bandwidth"] = f"{getattr(o, f'{prefix}_bandwidth_Bps')!r}B/s"
+        if getattr(o, f"{prefix}_latency_s") is not None:
+            sub["latency"] = f"{getattr(o, f'{prefix}_latency_s')!r}s"
+        if sub:
+            d[key] = sub
+    if o.gpu is not None:
+        d["gpu"] = {"model": o.gpu.model, "memory": f"{o.gpu.memory_bytes}B",
+                    "peak_tflops": o.gpu.peak_flops / 1e12,
+                    "hbm_bandwidth": f"{o.gpu.hbm_bandwidth_Bps!r}B/s"}
+    if o.speed is not None:
+        d["speed"] = o.speed
+    if o.memory_bytes is not None:
+        d["memory"] = f"{o.memory_bytes}B"
+    if o.bandwidth_Bps is not None:
+        d["bandwidth"] = f"{o.bandwidth_Bps!r}B/s"
+    if o.latency_s is not None:
+        d["latency"] = f"{o.latency_s!r}s"
+    if o.failed:
+        d["failed"] = True
+    return d
