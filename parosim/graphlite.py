@@ -67,8 +67,8 @@ class _EdgeView:
 
 
 class LiteDiGraph:
-    """Directed graph: ``add_node``, ``add_edge``, ``update``, ``nodes``, ``edges``,
-    ``successors``, ``predecessors``, ``has_edge``, ``graph`` (graph attributes)."""
+    """Directed graph: ``add_node``, ``add_edge``, ``remove_edge``, ``update``, ``nodes``,
+    ``edges``, ``successors``, ``predecessors``, ``has_edge``, ``graph`` (attributes)."""
 
     def __init__(self, **attr):
         self.graph: dict[str, Any] = dict(attr)
@@ -94,6 +94,13 @@ class LiteDiGraph:
             succ[u][v] = self._pred[v][u] = attr  # a fresh dict from **attr
         else:
             d.update(attr)
+
+    def remove_edge(self, u, v) -> None:
+        try:
+            del self._succ[u][v]
+            del self._pred[v][u]
+        except KeyError:
+            raise KeyError(f"edge {u!r} -> {v!r} is not in the graph") from None
 
     def update(self, other: LiteDiGraph) -> None:
         """Add ``other``'s nodes and edges (attributes copied)."""
