@@ -34,9 +34,9 @@ import numpy as np
 from .collectives.types import Algo
 from .engine import CountingEnvironment, Record, run_program
 from .errors import InputError
-from .network import PS, Network, symmetry_period
+from .network import PS, Network
 from .plan import ComputeOp, Plan
-from .replay import ProgramCache
+from .replay import ProgramCache, plan_period
 from .specs import ClusterSpec
 from .topology import cluster_graph
 
@@ -121,13 +121,13 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     first rank of every speed class and the critical rank).
     """
     env = CountingEnvironment()
+    cache = cache or ProgramCache(spec, algo)
     if net is None:
         g = cluster_graph(spec)
-        net = Network(env, g, spec.nodes, symmetry_period(spec), spec.gpus_per_node)
+        net = Network(env, g, spec.nodes, plan_period(plan, spec, cache), spec.gpus_per_node)
     else:
         net.reset(env)
     net.record_links = record_links
-    cache = cache or ProgramCache(spec, algo)
     ops = plan.ops
     n = spec.gpus
     comp = [i for i, o in enumerate(ops) if isinstance(o, ComputeOp)]
@@ -298,9 +298,9 @@ def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 
     rng = np.random.default_rng(seed)
     comp = sum(1 for o in plan.ops if isinstance(o, ComputeOp))
     env = CountingEnvironment()
-    net = Network(env, cluster_graph(spec), spec.nodes, symmetry_period(spec),
-                  spec.gpus_per_node)
     cache = ProgramCache(spec, algo)
+    net = Network(env, cluster_graph(spec), spec.nodes, plan_period(plan, spec, cache),
+                  spec.gpus_per_node)
     times, crit = [], []
     res = None
     for k in range(repeats):

@@ -214,3 +214,22 @@ def test_net_overhead_floors_intra_steps_of_inter_node_rings():
     (p0,) = lower(tuned(one_node, net_overhead_s=0.0), Op.ALL_GATHER, Scope.GLOBAL, MiB,
                   Algo.RING).phases
     assert p1.fixed_s == p0.fixed_s  # a one-node ring has no network steps to launch
+
+
+def test_training_step_with_nccl_trees_runs_without_symmetry_reduction():
+    """A plan whose all-reduces the tuner lowers to trees runs on the whole network (a tree
+    is not translation-invariant), in the stream engine and in the per-rank engine alike."""
+    from parosim.models import preset
+    from parosim.plan import build_plan
+    from parosim.ranks import replay_ranks
+    from parosim.replay import ProgramCache, plan_period, replay
+    from parosim.training import TrainingSpec
+
+    spec = load_cluster("dgx-a100-ib", nodes=4)
+    plan = build_plan(preset("llama-7b"), "NNN", spec, TrainingSpec(accum_steps=1))
+    cache = ProgramCache(spec, Algo.NCCL)
+    assert any(cache.get(op).tree for op in plan.ops if hasattr(op, "scope"))
+    assert plan_period(plan, spec, cache) == 4
+    assert plan_period(plan, spec, ProgramCache(spec, Algo.RING)) == 2
+    a, b = replay(plan, spec, Algo.NCCL), replay_ranks(plan, spec, Algo.NCCL)
+    assert a.step_time_s == b.step_time_s > 0
