@@ -89,9 +89,11 @@ def test_ring_protocol_latency_is_nccl_formula():
     t = program_time(spec, lower(spec, Op.ALL_GATHER, Scope.GLOBAL, size, Algo.RING))
     k = 8
     ll = spec.collective.ring_ll
-    assert ll.max_bw_Bps == 19e9  # the preset's llMaxBws (AMD CPU row)
+    # llMaxBws rows: one node 87.7 GB/s (by GPU), 2 nodes 22.5, more 19.0 (the AMD CPU rows)
+    assert ll.caps(1) == (math.inf, 87.7e9)
+    assert ll.caps(2)[1] == 22.5e9 and ll.caps(3)[1] == ll.caps(64)[1] == 19e9
     hop = max(spec.intra.latency_s, ll.nvlink_latency_s)
-    bw = min(0.25 * spec.intra.bandwidth_Bps, ll.max_bw_Bps)
+    bw = min(0.25 * spec.intra.bandwidth_Bps, ll.max_bw_1node_Bps)
     expect = ll.base_latency_s + (k - 1) * hop + (k - 1) / k * size / bw
     assert t == pytest.approx(expect, rel=1e-9)
 

@@ -271,7 +271,8 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
             eff *= TREE_CORRECTION[proto][ls]
         lat = pc.base_latency_s + 2 * ((ppn - 1) * intra + log2i(nodes) * net)
         reduced = total
-    cap_bus = min(pc.max_bw_Bps, C * pc.max_bw_per_channel_Bps)
+    per_channel, whole = pc.caps(nodes)
+    cap_bus = min(whole, C * per_channel)
     cap = cap_bus / max(1, ph.ringset.rings_per_rank)
     red = 0.0
     if ph.op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE) and tun.reduction_hbm_factor:
