@@ -185,12 +185,9 @@ def _algos(text: str | None):
     return list(Algo) if text == "all" else [parse_enum(Algo, text, "--algo")]
 
 
-# flags that a jobs file sets per job or for the whole cluster (--jobs refuses them)
-_JOB_FLAGS = ("strategy", "algo", "mode", "model", "micro_batch", "accum", "seq_len",
-              "trainable_ratio", "recompute", "efficiency", "overlap_slowdown", "gpu_memory",
-              "nic_bandwidth", "intra_bandwidth", "cluster", "nodes", "group_nodes",
-              "repeats", "jitter_cv", "plot", "link_timeline", "runtime", "deepspeed_config",
-              "compute_model", "attention")
+# with --jobs only these simulate flags apply; every other one given is refused (a jobs file
+# sets the per-job and cluster fields; per-step features like --repeats are not modelled)
+_JOBS_OWN_FLAGS = ("command", "jobs", "json", "trace", "seed")
 
 
 def _cmd_jobs(a: argparse.Namespace) -> dict:
@@ -198,11 +195,15 @@ def _cmd_jobs(a: argparse.Namespace) -> dict:
     from .io.trace import write_chrome_trace
     from .jobs import run_jobs
 
-    defaults = build_parser().parse_args(["simulate"])
-    for f in _JOB_FLAGS:
-        if getattr(a, f) != getattr(defaults, f):
-            raise InputError(f"--{f.replace('_', '-')} cannot be combined with --jobs; "
-                             "expected it in the jobs file (per job, or at its top level)")
+    from .io.jobs import JOB_KEYS, TOP_KEYS
+
+    defaults = vars(build_parser().parse_args(["simulate"]))
+    for f, default in defaults.items():
+        if f in _JOBS_OWN_FLAGS or getattr(a, f) == default:
+            continue
+        where = ("expected it in the jobs file (per job, or at its top level)"
+                 if f in JOB_KEYS | TOP_KEYS else "it is not modelled for several jobs")
+        raise InputError(f"--{f.replace('_', '-')} cannot be combined with --jobs; {where}")
     cluster, jobs, steps = load_jobs(a.jobs)
     r = run_jobs(_seeded(cluster, a.seed), jobs, steps, trace=bool(a.trace))
     out = r.to_dict()
