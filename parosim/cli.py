@@ -265,8 +265,8 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     strategy = ds_strategy or a.strategy or "NIG"
     algo = _algos(a.algo)
     if len(algo) != 1:
-        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
-                         "ho-ring")
+        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical, "
+                         "ho-ring or nccl")
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
     per_rank = (cluster.compute_heterogeneous
@@ -584,7 +584,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    "default 1GiB")
     c.add_argument("--scope", default="global", help="global | intra | inter")
     c.add_argument("--algo", default=None,
-                   help="ring | hierarchical | ho-ring | all, or a comma list (default "
+                   help="ring | hierarchical | ho-ring | nccl | all, or a comma list (default "
                    "ho-ring; with --compare: nccl)")
     from .cli_nccl import add_arguments as _nccl_args
 
@@ -597,7 +597,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--strategy", default=None,
                    help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
     s.add_argument("--algo", "--collective", dest="algo", default=None,
-                   help="ring | hierarchical | ho-ring (default ho-ring; set by --runtime "
+                   help="ring | hierarchical | ho-ring | nccl (default ho-ring; set by --runtime "
                    "deepspeed / fsdp / paro)")
     s.add_argument("--mode", default="engine", choices=["engine", "analytic"])
     s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto); per "
@@ -619,7 +619,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     cmp_ = sub.add_parser("compare", help="all 14 strategies ranked (the main job)")
     cmp_.add_argument("--algo", "--collective", dest="algo", default=None,
-                      help="ring | hierarchical | ho-ring | all (default ho-ring; set by "
+                      help="ring | hierarchical | ho-ring | nccl | all (default ho-ring; set by "
                       "--runtime deepspeed / fsdp / paro)")
     cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"])
     cmp_.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
