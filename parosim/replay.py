@@ -72,6 +72,14 @@ class ProgramCache:
         return p
 
 
+def plan_period(plan: Plan, spec: ClusterSpec, cache: ProgramCache) -> int:
+    """The symmetry period for a plan's network: ``symmetry_period(spec)``, or every node when
+    a collective is lowered to an NCCL tree (not translation-invariant: no reduction)."""
+    if any(cache.get(op).tree for op in plan.ops if isinstance(op, CollectiveOp)):
+        return spec.nodes
+    return symmetry_period(spec)
+
+
 def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 1.0,
            trace: bool = False, graph=None, record_links: bool = False,
            period_nodes: int | None = None) -> ReplayResult:
@@ -81,13 +89,10 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     right for data-parallel plans; 3D plans pass their own, :mod:`parosim.plan3d`)."""
     env = CountingEnvironment()
     g = graph if graph is not None else cluster_graph(spec, lite=True)
-    # `nccl` may pick a tree, which is not translation-invariant: no symmetry reduction then
-    period = spec.nodes if algo == Algo.NCCL else symmetry_period(spec)
-    if period_nodes is not None:
-        period = period_nodes
+    cache = ProgramCache(spec, algo)
+    period = period_nodes if period_nodes is not None else plan_period(plan, spec, cache)
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     net.record_links = record_links
-    cache = ProgramCache(spec, algo)
     ops = plan.ops
     records: list[Record] = []
     in_flight = [0]
