@@ -576,6 +576,10 @@ def memory_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
               training: TrainingSpec, par: ParallelSpec) -> MemoryBreakdown:
     """Bytes per GPU of the most loaded pipeline stage (docs/parallelism.md, "Memory")."""
     model.require_shape("memory with tensor or pipeline parallelism")
+    if (training.memory_model or "korthikanti") != "korthikanti":
+        raise InputError("--tp / --pp / --sequence-parallel / --recompute selective use the "
+                         "Korthikanti et al. memory estimate; expected no --memory-model "
+                         "runtime with them")
     strategy = parse_strategy(strategy)
     rc = resolve_recompute_3d(model, strategy, cluster, training, par)
     return _memory(model, strategy, cluster, training, par, rc)
@@ -836,7 +840,7 @@ def check_supported(cluster: ClusterSpec, training: TrainingSpec, algo: Algo | N
     if compute_model(cluster, training) != "flat":
         raise InputError(f"{flags} use the flat compute model (FLOPs at --efficiency of "
                          "peak); expected no --compute-model kernel with them")
-    if training.memory_model != "korthikanti":
+    if (training.memory_model or "korthikanti") != "korthikanti":
         raise InputError(f"{flags} use the Korthikanti et al. memory estimate; expected no "
                          "--memory-model runtime with them")
     if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or not cluster.closed_form_exact:

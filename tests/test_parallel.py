@@ -206,6 +206,10 @@ def test_cli_simulate_json_has_3d_keys(capsys):
     (["--pp", "2", "--pp-schedule", "interleaved", "--accum", "3"], "multiple of --pp 2"),
     (["--sequence-parallel"], "--sequence-parallel needs --tp >= 2"),
     (["--pp-schedule", "interleaved"], "needs --pp >= 2"),
+    (["--tp", "2", "--memory-model", "runtime"], "expected no --memory-model runtime"),
+    (["--tp", "2", "--compute-model", "kernel"], "expected no --compute-model kernel"),
+    (["--tp", "2", "--algo", "nccl"], "--algo nccl is not modelled"),
+    (["--tp", "2", "--runtime", "deepspeed", "--strategy", "NGG"], "the ideal runtime"),
 ])
 def test_bad_parallel_flags_exit_2(argv, needle, capsys):
     rc = main(["simulate", "--mode", "analytic", *argv])
