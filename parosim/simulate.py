@@ -29,7 +29,7 @@ from .memory import MemoryBreakdown, memory_breakdown
 from .models import ModelSpec
 from .plan import CollectiveOp, ComputeOp, Plan, build_plan
 from .replay import replay
-from .runtime import effective_overlap_slowdown
+from .runtime import effective_overlap_slowdown, training_for_runtime
 from .specs import ClusterSpec
 from .strategies import ALL_STRATEGIES, Strategy, parse_strategy
 from .training import TrainingSpec
@@ -87,6 +87,7 @@ class StepResult:
                       if self.framework_stage else self.strategy.short),
             "overlap_slowdown": self.overlap_slowdown,
             **self.extra,
+            **getattr(self, "parallel", {}),   # tp, pp, dp, bubble_fraction (3D only)
         }
 
 
@@ -99,7 +100,8 @@ def memory_dict(strategy: Strategy, gpus: int, mem: MemoryBreakdown) -> dict:
             "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
             "shortfall_bytes": mem.shortfall_bytes, "params_bytes": mem.params_bytes,
             "grads_bytes": mem.grads_bytes, "optimizer_bytes": mem.optimizer_bytes,
-            "recompute": mem.recompute}
+            "recompute": mem.recompute, "memory_model": mem.memory_model,
+            "attention": mem.attention, "logit_bytes": mem.logit_bytes}
 
 
 @lru_cache(maxsize=256)
@@ -143,8 +145,12 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
                   training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
                   mode: str = "engine", trace: bool = False, runtime=None,
                   repeats: int = 1, seed: int = 0, jitter_cv: float | None = None,
-                  record_links: bool = False) -> StepResult:
+                  record_links: bool = False, parallel=None) -> StepResult:
     """Simulate one global step.
+
+    ``parallel``: a :class:`parosim.parallel.ParallelSpec` (TP / PP / sequence parallelism /
+    selective recomputation; docs/parallelism.md); None or a trivial one is plain data
+    parallelism, unchanged.
 
     ``runtime``: a :class:`parosim.runtime.RuntimeSpec` or a profile name (``ideal``,
     ``deepspeed``, ``fsdp``, ``paro``); None = ideal. The compute slowdown beside collectives
@@ -161,6 +167,15 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     >>> r.fits and r.step_time_s > 0
     True
     """
+    if parallel is not None and not parallel.trivial:
+        from .plan3d import simulate_3d
+
+        if (_runtime(runtime).name != "ideal" or repeats != 1 or jitter_cv
+                or record_links):
+            raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
+                             "the ideal runtime's single step; expected no --runtime, "
+                             "--repeats, --jitter-cv or --link-timeline with them")
+        return simulate_3d(model, cluster, strategy, training, parallel, algo, mode, trace)
     strategy = parse_strategy(strategy)
     algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
     if mode not in MODES:
@@ -178,6 +193,7 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
                          f"{cluster.name!r} has {why}; expected --mode engine")
     rt = _runtime(runtime)
     rt.require(strategy.short)
+    training = training_for_runtime(training, rt)   # memory settings the profile sets
     if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
         algo = Algo.RING
     slow = effective_overlap_slowdown(training.overlap_slowdown,
@@ -239,15 +255,9 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
 
 def _runtime(runtime):
     """A RuntimeSpec from None (ideal), a profile name or a spec."""
-    from .runtime import IDEAL, RuntimeSpec
+    from .runtime import as_runtime
 
-    if runtime is None:
-        return IDEAL
-    if isinstance(runtime, RuntimeSpec):
-        return runtime
-    from .io.runtime import load_runtime
-
-    return load_runtime(runtime)
+    return as_runtime(runtime)
 
 
 def rank_key(r: StepResult) -> tuple:
@@ -264,7 +274,7 @@ def _one(args: tuple) -> StepResult:
 def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             algos: list[Algo] | None = None, mode: str = "engine",
             strategies: list[Strategy] | None = None, workers: int = 1,
-            runtime=None) -> list[StepResult]:
+            runtime=None, parallel=None) -> list[StepResult]:
     """Every strategy (x every algorithm in ``algos``), ranked best first.
 
     With a ``runtime`` that names its stages (deepspeed, fsdp) only those strategies run.
@@ -276,6 +286,12 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     rt = _runtime(runtime)
     pool = [s for s in (strategies or ALL_STRATEGIES) if strategies or rt.supports(s.short)]
     jobs = [(model, cluster, s, training, a, mode, False, rt) for s in pool for a in algos]
+    if parallel is not None and not parallel.trivial:   # 3D: the ideal runtime only
+        if runtime is not None:
+            raise InputError("--tp / --pp / --sequence-parallel / --recompute selective "
+                             "model the ideal runtime; expected no --runtime with them")
+        jobs = [(model, cluster, s, training, a, mode, False, None, 1, 0, None, False,
+                 parallel) for s in pool for a in algos]
     if workers > 1 and mode == "engine" and len(jobs) > 2:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
