@@ -147,7 +147,9 @@ def default_params(meas: list[Measurement]) -> list[str]:
     nccl``) every protocol's base latency and per-hop latency over the node's link
     (``nvlink_latency``, or ``pcie_latency`` on a PCIe-switch node) and, on several nodes,
     over the network (``net_latency``), and the bandwidth efficiency of LL and LL128; for
-    ring and (on several nodes, for all-reduce) tree. Caps stay at NCCL's values."""
+    ring and (on several nodes, for all-reduce) tree; on several nodes also NCCL's
+    ``net_overhead`` (the floor of an inter-node ring's intra-node steps). Caps stay at NCCL's
+    values."""
     names = ["intra_node.bandwidth", "intra_node.latency", "collective.call_overhead"]
     multi = any(m.spec.nodes > 1 for m in meas)
     if multi:
@@ -157,6 +159,8 @@ def default_params(meas: list[Measurement]) -> list[str]:
         algs = [a for a in tun.algorithms
                 if a == "ring" or (multi and any(m.op is Op.ALL_REDUCE for m in meas))]
         spec0 = meas[0].spec
+        if multi and hasattr(tun, "net_overhead_s"):
+            names.append("collective.net_overhead")  # NCCL netOverhead (inter-node rings)
         hop = ("pcie_latency" if getattr(spec0.intra_fabric, "value", "") == "pcie-switch"
                else "nvlink_latency")
         for a in algs:
