@@ -29,12 +29,12 @@ def _common_cluster(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_collective(a: argparse.Namespace) -> dict:
+    from .cli_nccl import run as run_bench
+    from .cli_nccl import wants_bench
     from .collectives import Op, Scope, parse_enum, simulate_collective
     from .io import load_cluster
-    from .units import parse_size
-
-    from .cli_nccl import run as run_bench, wants_bench
     from .ncclbench import parse_algos
+    from .units import parse_size
 
     if wants_bench(a):  # nccl-tests form: -b/-e/-f sweep or --compare LOG...
         if a.seed is not None:
