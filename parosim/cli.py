@@ -92,9 +92,10 @@ def _setup(a: argparse.Namespace):
     cluster = load_cluster(a.cluster, a.nodes, a.group_nodes)
     cluster = with_overrides(
         cluster,
-        parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth") if a.nic_bandwidth else None,
-        parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth") if a.intra_bandwidth else None,
-        parse_size(a.gpu_memory, "--gpu-memory") if a.gpu_memory else None)
+        None if a.nic_bandwidth is None else parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth"),
+        None if a.intra_bandwidth is None
+        else parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth"),
+        None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
     training = TrainingSpec(
         micro_batch=a.micro_batch, accum_steps=a.accum, seq_len=a.seq_len,
         trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
@@ -161,6 +162,8 @@ def _print_simulate(r: dict) -> None:
 def _cmd_compare(a: argparse.Namespace) -> dict:
     from .simulate import compare
 
+    if a.workers < 1:
+        raise InputError(f"--workers = {a.workers} must be a positive integer")
     model, cluster, training = _setup(a)
     rows = [r.to_dict() for r in compare(model, cluster, training, _algos(a.algo), a.mode,
                                          workers=a.workers)]
@@ -223,6 +226,11 @@ def _print_sweep(res: dict) -> None:
 
 
 def _cmd_validate(a: argparse.Namespace) -> dict:
+    try:
+        import torch  # noqa: F401 - only `validate` needs it (the optional extra)
+    except ImportError:
+        raise InputError("parosim validate needs torch, which is not installed; install the "
+                         "extra with: pip install -e \".[validate]\"") from None
     from .validate.cli import run_validate
 
     return run_validate(a)
@@ -247,6 +255,7 @@ COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="parosim", description="Simulate data-parallel LLM training with PaRO "
                 "strategies and Ring / hierarchical / HO-Ring collectives.")
+    p.add_argument("--version", action="version", version=f"parosim {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("collective", help="simulate one collective")
     c.add_argument("--op", default="all-gather", help="all-gather | reduce-scatter | all-reduce")
@@ -297,6 +306,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Internal field names that core modules put in messages -> the flags a CLI user typed.
+_FLAGS = {"micro_batch": "--micro-batch", "accum_steps": "--accum", "seq_len": "--seq-len",
+          "compute_efficiency": "--efficiency", "overlap_slowdown": "--overlap-slowdown",
+          "trainable ratio": "--trainable-ratio", "trainable_ratio": "--trainable-ratio",
+          "nodes": "--nodes", "group_nodes": "--group-nodes"}
+
+
+def _flag_names(msg: str) -> str:
+    """``micro_batch = 0 must be ...`` -> ``--micro-batch = 0 must be ...``."""
+    for field_name, flag in _FLAGS.items():
+        if msg.startswith(field_name + " "):
+            return flag + msg[len(field_name):]
+    return msg
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("parosim")
+    except Exception:  # noqa: BLE001 - not installed (run from a checkout)
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -304,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = run(a)
     except InputError as e:
-        print(f"parosim: error: {e}", file=sys.stderr)
+        print(f"parosim: error: {_flag_names(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("parosim: interrupted (a sweep resumes when run again)", file=sys.stderr)

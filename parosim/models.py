@@ -46,6 +46,10 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+MAX_LAYERS = 10_000   # docs/limits.md: the plan has O(layers) operations per micro-step
+MAX_DIM = 2**24       # hidden, ffn_hidden, heads, vocab
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer of the LLaMA architecture, or a bare parameter count.
@@ -81,6 +85,10 @@ class ModelSpec:
             v = getattr(self, f)
             if not _is_int(v) or v < 1:
                 raise InputError(f"model {self.name!r}: {f} = {v!r} must be a positive integer")
+            hi = MAX_LAYERS if f == "layers" else MAX_DIM
+            if v > hi:
+                raise InputError(f"model {self.name!r}: {f} = {v!r} is more than {hi}, the "
+                                 f"simulator's limit; expected at most {hi}")
         if given:
             if self.hidden % self.heads:
                 raise InputError(f"model {self.name!r}: hidden = {self.hidden} is not divisible "

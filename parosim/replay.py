@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from .collectives.lowering import lower
 from .collectives.types import Algo, Program
 from .engine import CountingEnvironment, Record, check_finished, run_lanes, run_program
-from .network import PS, Network, symmetry_period, to_ps
+from .network import MAX_PS, PS, Network, horizon_error, symmetry_period, to_ps
 from .plan import CollectiveOp, ComputeOp, Plan
 from .specs import ClusterSpec
 from .topology import cluster_graph
@@ -84,6 +84,8 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     done = run_lanes(env, ops, lane, lambda i: ops[i].deps, lambda i: ops[i].name, body,
                      records.append if trace else None, kind)
     env.run()
+    if env.now > MAX_PS:
+        raise horizon_error(env.now / PS)
     check_finished(done, lambda i: ops[i].name, lambda i: ops[i].deps, lane, env)
     st = net.link_stats()
     step = env.now / PS

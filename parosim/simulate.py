@@ -27,6 +27,7 @@ from .compute import compute_seconds  # noqa: F401  (re-exported for notebooks)
 from .errors import InputError
 from .memory import MemoryBreakdown, memory_breakdown
 from .models import ModelSpec
+from .network import MAX_SIM_SECONDS, horizon_error
 from .plan import CollectiveOp, ComputeOp, Plan, build_plan
 from .replay import replay
 from .specs import ClusterSpec
@@ -34,6 +35,25 @@ from .strategies import ALL_STRATEGIES, Strategy, parse_strategy
 from .training import TrainingSpec
 
 MODES = ("engine", "analytic")
+
+# The engine replays every operation of the step (docs/limits.md): at most this many, counted
+# from a one-micro-step plan before the full plan is built. ~2 s and ~100 MB per 100,000 ops.
+# The analytic mode evaluates one micro-step and has no such limit.
+MAX_ENGINE_OPS = 500_000
+
+
+def check_engine_size(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
+                      training: TrainingSpec) -> None:
+    """Refuse, before building it, an engine plan of more than :data:`MAX_ENGINE_OPS` ops."""
+    one = build_plan(model, strategy, cluster, replace(training, accum_steps=1))
+    micro = sum(1 for o in one.ops if o.micro_step is not None)
+    total = len(one.ops) - micro + micro * training.accum_steps
+    if total > MAX_ENGINE_OPS:
+        most = max(1, (MAX_ENGINE_OPS - (len(one.ops) - micro)) // max(1, micro))
+        raise InputError(f"--accum {training.accum_steps} makes an engine step of {total} "
+                         f"operations, more than the engine's limit of {MAX_ENGINE_OPS}; "
+                         f"expected --accum <= {most} or --mode analytic (which evaluates one "
+                         "micro-step and scales it)")
 
 
 @dataclass
@@ -150,6 +170,8 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         repeat = training.accum_steps
         plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1))
     else:
+        if training.accum_steps > 100:
+            check_engine_size(model, strategy, cluster, training)
         plan = build_plan(model, strategy, cluster, training)
     if mode == "engine":
         rep = replay(plan, cluster, algo, training.overlap_slowdown, trace=trace)
@@ -163,6 +185,8 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         step, exposed = an.step_time_s, an.exposed_comm_s
         compute = an.t_comp_s + an.t_optimizer_s
         b_intra, b_inter = _analytic_bytes(plan, cluster, algo, repeat)
+        if not step <= MAX_SIM_SECONDS:  # the same range as the engine's clock
+            raise horizon_error(step)
     res.step_time_s = step
     res.exposed_comm_s = exposed
     res.compute_s = compute

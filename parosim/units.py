@@ -37,10 +37,32 @@ def _prefix(p: str | None) -> float:
     return float(_BIN[p]) if p in _BIN else float(_DEC[p])
 
 
+# Documented domain of every unit-carrying input (docs/limits.md). Values outside are refused
+# with one line: beyond them the simulator's integer-picosecond clock (2**63 ps ~ 107 days)
+# would overflow or the value cannot describe real hardware.
+MAX_SIZE_BYTES = 2**60              # 1 EiB: a buffer, a GPU memory
+MIN_BANDWIDTH_Bps = 1e3             # 8 kbps
+MAX_BANDWIDTH_Bps = 1e15            # 1 PB/s (8 Pbps)
+MAX_TIME_S = 3600.0                 # 1 h: a latency or a per-call overhead
+
+
 def _positive(value: float, text: object, what: str, allow_zero: bool) -> None:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    if math.isnan(value) or math.isinf(value):
+        raise InputError(f"{what} {text!r} must be finite")
+    if value < 0 or (value == 0 and not allow_zero):
         need = "non-negative" if allow_zero else "positive"
         raise InputError(f"{what} {text!r} must be {need}")
+
+
+def _within(value: float, text: object, what: str, lo: float | None, hi: float,
+            expected: str) -> None:
+    if value > hi or (lo is not None and 0 < value < lo):
+        raise InputError(f"{what} {text!r} is outside the supported range; expected {expected}")
+
+
+def _empty(text: object, what: str, example: str) -> None:
+    if isinstance(text, str) and not text.strip():
+        raise InputError(f"{what} is empty; expected a value such as {example!r}")
 
 
 def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = False) -> int:
@@ -51,6 +73,7 @@ def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = F
     """
     if isinstance(text, bool):
         raise InputError(f"{what} {text!r} is not a size; expected e.g. '80GB', '1GiB', 4096")
+    _empty(text, what, "80GB")
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -62,6 +85,7 @@ def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = F
                 "e.g. '80GB' or '1GiB'")
         value = float(m.group(1)) * _prefix(m.group(2))
     _positive(value, text, what, allow_zero)
+    _within(value, text, what, None, MAX_SIZE_BYTES, "at most 1EiB (2**60 bytes)")
     return int(round(value))
 
 
@@ -74,6 +98,7 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     if isinstance(text, bool):
         raise InputError(f"{what} {text!r} is not a bandwidth; expected e.g. '100Gbps' or "
                          "'25GB/s'")
+    _empty(text, what, "100Gbps")
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -86,6 +111,8 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
         if m.group(3) in ("bps", "bit/s", "b/s"):
             value /= 8.0
     _positive(value, text, what, allow_zero=False)
+    _within(value, text, what, MIN_BANDWIDTH_Bps, MAX_BANDWIDTH_Bps,
+            "between 8kbps (1kB/s) and 1PB/s")
     return value
 
 
@@ -97,6 +124,7 @@ def parse_time(text: str | int | float, what: str = "latency", allow_zero: bool 
     """
     if isinstance(text, bool):
         raise InputError(f"{what} {text!r} is not a time; expected e.g. '5us' or '2ms'")
+    _empty(text, what, "5us")
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -107,6 +135,7 @@ def parse_time(text: str | int | float, what: str = "latency", allow_zero: bool 
         mul, div = _TIME[m.group(2)]
         value = float(m.group(1)) * mul / div
     _positive(value, text, what, allow_zero)
+    _within(value, text, what, None, MAX_TIME_S, "at most 1h")
     return value
 
 
@@ -121,6 +150,7 @@ def parse_flops(text: str | int | float, what: str = "peak_tflops") -> float:
                              "TFLOP/s (e.g. 312) or '312TFLOPS'")
         value = float(m.group(1)) * _prefix(m.group(2))
     _positive(value, text, what, allow_zero=False)
+    _within(value, text, what, 1e9, 1e18, "between 0.001 and 1e6 TFLOP/s")
     return value
 
 
