@@ -277,7 +277,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
             points.append(p)
             ids.append(pid)
     columns = list(COLUMNS[spec.kind])
-    client = _connect(scheduler, scheduler_timeout_s) if scheduler else None
+    client = _connect(scheduler, scheduler_timeout_s) if scheduler is not None else None
     try:
         log = ResultsLog(out / "results.csv", columns)
     except BaseException:

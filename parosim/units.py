@@ -86,7 +86,11 @@ def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = F
         value = float(m.group(1)) * _prefix(m.group(2))
     _positive(value, text, what, allow_zero)
     _within(value, text, what, None, MAX_SIZE_BYTES, "at most 1EiB (2**60 bytes)")
-    return int(round(value))
+    n = int(round(value))
+    if abs(value - n) > 1e-9 * max(1.0, value) or (n == 0 and value > 0):
+        raise InputError(f"{what} {text!r} is not a whole number of bytes; expected e.g. "
+                         "'512B', '1.5GB' or '1GiB'")
+    return n
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:

@@ -185,6 +185,9 @@ def load_cluster(name_or_path: str | Path, nodes: int | None = None,
     128
     """
     text = str(name_or_path)
+    if not text.strip():
+        raise InputError(f"--cluster is empty; expected a YAML path or one of "
+                         f"{', '.join(available_presets()) or '(none found)'}")
     path = Path(text)
     if not (text.endswith((".yaml", ".yml")) or path.exists()):
         path = topologies_dir() / f"{text}.yaml"
