@@ -13,6 +13,18 @@ Evaluated on the *same Plan* the engine replays, with each collective's alpha-be
 * the accumulation boundary cannot overlap compute: T = max(t_comp, t_comm) + t_sync_g +
   t_optimizer + t_sync_p.
 
+Two refinements (both vanish for the ideal runtime with no slowdown, which gives the formula
+above exactly):
+
+* *exposed* collectives, those a runtime puts between two consecutive compute ops (a
+  gradient reduction that blocks the backward, ``overlap_comm: false``; a gather fetched on
+  demand, prefetch 0; the last bucket a micro-step waits for), add their time in full:
+  ``t_exposed``;
+* overlap slowdown f (compute advances at 1/f while a collective runs, as in the engine):
+  with c the overlappable communication and W the compute, the compute work done beside c
+  is c/f, so ``max(c, W + c (1 - 1/f))`` replaces ``max(W, c)`` (exact for this fluid model
+  when the communication runs during the compute).
+
 How it differs from the engine (documented, tested): the engine also pays the pipeline fill
 and drain of each step (the first parameter gather before any compute, the last gradient
 reduce-scatter after the last backward), lets the two communication streams overlap when they
@@ -42,13 +54,49 @@ class AnalyticResult:
     t_sync_g_s: float
     t_optimizer_s: float
     t_sync_p_s: float
+    t_exposed_s: float = 0.0     # micro-step collectives that block compute (all s)
 
     @property
     def exposed_comm_s(self) -> float:
-        return max(0.0, self.t_comm_s - self.t_comp_s) + self.t_sync_g_s + self.t_sync_p_s
+        return (self.step_time_s - self.t_comp_s - self.t_optimizer_s
+                if self.t_exposed_s else
+                max(0.0, self.t_comm_s - self.t_comp_s) + self.t_sync_g_s + self.t_sync_p_s)
 
 
-def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo, repeat: int = 1) -> AnalyticResult:
+def _exposed_ids(plan: Plan) -> set[int]:
+    """Collectives between two consecutive compute ops: one depends on the previous compute
+    op of the compute stream and the next compute op depends on it."""
+    prev: dict[int, int | None] = {}
+    last = None
+    for op in plan.ops:
+        if isinstance(op, ComputeOp):
+            prev[op.id] = last
+            last = op.id
+    out = set()
+    for op in plan.ops:
+        if isinstance(op, ComputeOp) and op.micro_step is not None:
+            for d in op.deps:
+                c = plan.ops[d]
+                if not isinstance(c, ComputeOp) and c.micro_step is not None and (
+                        prev[op.id] in c.deps or _chain_from(plan, c, prev[op.id])):
+                    out.add(d)
+    return out
+
+
+def _chain_from(plan: Plan, c, compute_id: int | None) -> bool:
+    """``c`` reaches back to ``compute_id`` through collectives only (a chain of reductions
+    issued after that compute op, e.g. reduce-scatter then inter all-reduce)."""
+    seen = 0
+    while c.deps and seen < 8:
+        d = plan.ops[c.deps[0]]
+        if isinstance(d, ComputeOp):
+            return d.id == compute_id
+        c, seen = d, seen + 1
+    return False
+
+
+def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo, repeat: int = 1,
+             overlap_slowdown: float = 1.0) -> AnalyticResult:
     """Closed-form step time of ``plan`` (milliseconds of wall time, no simpy).
 
     ``repeat``: count every micro-step op that many times. Micro-steps are identical, so the
@@ -64,7 +112,8 @@ def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo, repeat: int = 1) -> Anal
     True
     """
     cache: dict[tuple, float] = {}
-    comp = comm = sync_g = sync_p = opt = 0.0
+    comp = comm = sync_g = sync_p = opt = exposed = 0.0
+    blocking = _exposed_ids(plan) if plan.runtime != "ideal" else set()
     for op in plan.ops:
         if isinstance(op, ComputeOp):
             if op.micro_step is None:
@@ -72,17 +121,21 @@ def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo, repeat: int = 1) -> Anal
             else:
                 comp += op.duration_s
             continue
-        key = (op.op, op.scope, op.size_bytes)
+        a = op.algo or algo                 # a runtime may fix the algorithm per call
+        key = (op.op, op.scope, op.size_bytes, a)
         t = cache.get(key)
         if t is None:
-            t = cache[key] = program_time(spec, lower(spec, op.op, op.scope, op.size_bytes,
-                                                      algo))
-        if op.purpose == "sync-grad":
+            t = cache[key] = program_time(spec, lower(spec, op.op, op.scope, op.size_bytes, a))
+        if op.id in blocking:
+            exposed += t
+        elif op.purpose == "sync-grad":
             sync_g += t
         elif op.purpose == "sync-param":
             sync_p += t
         else:
             comm += t
-    comp, comm = comp * repeat, comm * repeat
-    step = max(comp, comm) + sync_g + opt + sync_p
-    return AnalyticResult(step, comp, comm, sync_g, opt, sync_p)
+    comp, comm, exposed = comp * repeat, comm * repeat, exposed * repeat
+    f = overlap_slowdown
+    overlapped = max(comp, comm) if f == 1.0 else max(comm, comp + comm * (1.0 - 1.0 / f))
+    step = exposed + overlapped + sync_g + opt + sync_p
+    return AnalyticResult(step, comp, comm + exposed, sync_g, opt, sync_p, exposed)

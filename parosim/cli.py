@@ -29,15 +29,22 @@ def _common_cluster(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_collective(a: argparse.Namespace) -> dict:
-    from .collectives import Algo, Op, Scope, parse_enum, simulate_collective
+    from .collectives import Op, Scope, parse_enum, simulate_collective
     from .io import load_cluster
     from .units import parse_size
 
+    from .cli_nccl import run as run_bench, wants_bench
+    from .ncclbench import parse_algos
+
+    if wants_bench(a):  # nccl-tests form: -b/-e/-f sweep or --compare LOG...
+        return run_bench(a)
+    if a.plot or a.in_place:
+        raise InputError("--plot and --in-place go with -b/-e/-f or --compare")
     spec = load_cluster(a.cluster, a.nodes, a.group_nodes)
-    op = parse_enum(Op, a.op, "--op")
+    op = parse_enum(Op, a.op or "all-gather", "--op")
     scope = parse_enum(Scope, a.scope, "--scope")
-    algos = list(Algo) if a.algo == "all" else [parse_enum(Algo, a.algo, "--algo")]
-    size = parse_size(a.size, "--size")
+    algos = parse_algos(a.algo or "ho-ring")
+    size = parse_size(a.size if a.size is not None else "1GiB", "--size")
     results = [simulate_collective(spec, op, scope, size, al).to_dict() for al in algos]
     for r in results:
         r["cluster"] = spec.name
@@ -47,6 +54,10 @@ def _cmd_collective(a: argparse.Namespace) -> dict:
 def _print_collective(res: dict) -> None:
     from .units import fmt_bytes, fmt_time
 
+    if "rows" in res:  # nccl-tests form (sweep or --compare)
+        from .cli_nccl import print_result
+
+        return print_result(res)
     rows = res.get("results", [res])
     r0 = rows[0]
     print(f"{r0['op']} of {fmt_bytes(r0['size_bytes'])} over scope {r0['scope']} "
@@ -62,7 +73,8 @@ def _print_collective(res: dict) -> None:
 
 def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama-7b",
-                   help="llama-7b | llama-13b | llama-30b | llama-65b or a YAML path")
+                   help="a preset (llama-7b/13b/30b/65b, llama-2-7b/13b/70b, llama-3-8b/70b, "
+                        "gpt3-175b, mpt-125m ... mpt-70b) or a YAML path")
     p.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per micro-step")
     p.add_argument("--accum", type=int, default=10, help="accumulation micro-steps s")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
@@ -72,8 +84,20 @@ def _training_args(p: argparse.ArgumentParser) -> None:
                    help="activation recomputation (auto: on only when needed to fit)")
     p.add_argument("--efficiency", type=float, default=None,
                    help="fraction of peak FLOP/s that compute achieves (default 0.5)")
-    p.add_argument("--overlap-slowdown", type=float, default=1.0,
-                   help="compute slowdown factor while communication overlaps (>= 1)")
+    p.add_argument("--overlap-slowdown", type=float, default=None,
+                   help="compute slowdown factor while a collective runs beside it (>= 1; "
+                   "default: the cluster YAML's compute.overlap_slowdown, else the runtime's)")
+    p.add_argument("--runtime", default=None,
+                   help="framework schedule: ideal (default) | deepspeed | fsdp | paro | a YAML "
+                   "path (see runtimes/ and docs/runtimes.md)")
+    p.add_argument("--deepspeed-config", default=None, metavar="DS_CONFIG_JSON",
+                   help="a DeepSpeed JSON config: stage, buckets, overlap_comm, micro-batch, "
+                   "accumulation (implies --runtime deepspeed)")
+    p.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
+                   help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
+                        "(docs/compute.md); default: the cluster YAML's compute.model (flat)")
+    p.add_argument("--attention", default="flash", choices=["flash", "eager"],
+                   help="attention kernel: flash (no stored s x s scores, default) or eager")
     p.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 16GB")
     p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
     p.add_argument("--intra-bandwidth", default=None,
@@ -102,13 +126,51 @@ def _setup(a: argparse.Namespace):
         recompute={"auto": None, "on": True, "off": False}[a.recompute],
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
-        overlap_slowdown=a.overlap_slowdown)
+        overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
+        attention=a.attention)
     return model, cluster, training
 
 
-def _algos(text: str):
+def _runtime_setup(a: argparse.Namespace, cluster, training):
+    """(runtime, training, strategy from the DeepSpeed config or None, config info)."""
+    from dataclasses import replace
+
+    from .io.runtime import deepspeed_config_runtime, load_runtime
+
+    info = None
+    name = a.runtime
+    ds = getattr(a, "deepspeed_config", None)
+    if ds and name not in (None, "deepspeed"):
+        raise InputError(f"--deepspeed-config is read into --runtime deepspeed; got --runtime "
+                         f"{name!r}; expected no --runtime or --runtime deepspeed")
+    rt = load_runtime(name or ("deepspeed" if ds else "ideal"))
+    strategy = None
+    if ds:
+        rt, strategy, tr, no_effect = deepspeed_config_runtime(ds, rt, cluster.gpus)
+        for key, flag, default in (("micro_batch", "--micro-batch", 4),
+                                   ("accum", "--accum", 10)):
+            given = getattr(a, key)
+            if key in tr and given != default and given != tr[key]:
+                raise InputError(f"{flag} = {given} disagrees with the DeepSpeed config's "
+                                 f"{tr[key]}; expected one of them")
+        training = replace(training, micro_batch=tr.get("micro_batch", training.micro_batch),
+                           accum_steps=tr.get("accum", training.accum_steps))
+        if no_effect:
+            print("parosim: note: DeepSpeed config keys without effect on the simulated step "
+                  f"(not used): {', '.join(no_effect)}", file=sys.stderr)
+        info = {"path": str(ds), "strategy": strategy, "no_effect_keys": no_effect}
+    if rt.collective_algo is not None and getattr(a, "algo", None) not in (None,):
+        raise InputError(f"--algo {a.algo} cannot apply: --runtime {rt.name} fixes each "
+                         f"collective's algorithm ({rt.collective_algo}); expected no --algo, "
+                         "or --runtime ideal")
+    return rt, training, strategy, info
+
+
+def _algos(text: str | None):
     from .collectives import Algo, parse_enum
 
+    if text is None:
+        return [Algo.HO_RING]
     return list(Algo) if text == "all" else [parse_enum(Algo, text, "--algo")]
 
 
@@ -117,16 +179,26 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     from .simulate import simulate_step
 
     model, cluster, training = _setup(a)
+    rt, training, ds_strategy, info = _runtime_setup(a, cluster, training)
+    if ds_strategy and a.strategy is not None:
+        from .strategies import parse_strategy
+
+        if parse_strategy(a.strategy).short != ds_strategy:
+            raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
+                             f"stage ({ds_strategy}); expected one of them")
+    strategy = ds_strategy or a.strategy or "NIG"
     algo = _algos(a.algo)
     if len(algo) != 1:
         raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
                          "ho-ring")
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
-    r = simulate_step(model, cluster, a.strategy, training, algo[0], a.mode,
-                      trace=bool(a.trace))
+    r = simulate_step(model, cluster, strategy, training, algo[0], a.mode,
+                      trace=bool(a.trace), runtime=rt)
     out = r.to_dict()
     out.update(model=model.name, cluster=cluster.name)
+    if info:
+        out["deepspeed_config"] = info
     if a.trace and r.fits:
         out["trace"] = str(write_chrome_trace(a.trace, r.records,
                                               f"{r.strategy.name} {model.name}"))
@@ -139,8 +211,8 @@ def _row(r: dict) -> str:
     mem = r["memory"]
     if not r["fits"]:
         lacks = "does not fit: lacks " + fmt_bytes(mem["shortfall_bytes"])
-        return f"{r['strategy']:<10}{r['algo']:<14}{lacks:<58}{fmt_bytes(mem['total_bytes']):>12}"
-    return (f"{r['strategy']:<10}{r['algo']:<14}{r['step_time_s']:>10.3f}"
+        return f"{_name(r):<10}{r['algo']:<14}{lacks:<58}{fmt_bytes(mem['total_bytes']):>12}"
+    return (f"{_name(r):<10}{r['algo']:<14}{r['step_time_s']:>10.3f}"
             f"{r['tokens_per_s']:>12.0f}{r['tflops_per_gpu']:>9.1f}{r['mfu']:>7.3f}"
             f"{r['exposed_comm_s']:>10.3f}{fmt_bytes(r['bytes_inter']):>10}"
             f"{fmt_bytes(mem['total_bytes']):>12}")
@@ -150,9 +222,16 @@ _HEADER = (f"{'strategy':<10}{'algo':<14}{'step s':>10}{'tokens/s':>12}{'TFLOPS'
            f"{'MFU':>7}{'exposed s':>10}{'inter/GPU':>10}{'memory/GPU':>12}")
 
 
+def _name(r: dict) -> str:
+    """``PaRO-NGG (ZeRO-2)``: the framework stage beside the PaRO name, when there is one."""
+    st = r.get("framework_stage")
+    return f"{r['strategy']} ({st}) " if st else r["strategy"]
+
+
 def _print_simulate(r: dict) -> None:
     """One row; a configuration that does not fit shows its shortfall (and exits 2)."""
-    print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}")
+    print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}, runtime "
+          f"{r.get('runtime', 'ideal')}")
     print(_HEADER)
     print(_row(r))
     if r.get("trace"):
@@ -165,15 +244,19 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
     if a.workers < 1:
         raise InputError(f"--workers = {a.workers} must be a positive integer")
     model, cluster, training = _setup(a)
+    rt, training, _, info = _runtime_setup(a, cluster, training)
     rows = [r.to_dict() for r in compare(model, cluster, training, _algos(a.algo), a.mode,
-                                         workers=a.workers)]
-    return {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
-            "mode": a.mode, "results": rows}
+                                         workers=a.workers, runtime=rt)]
+    out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
+           "mode": a.mode, "runtime": rt.name, "results": rows}
+    if info:
+        out["deepspeed_config"] = info
+    return out
 
 
 def _print_compare(res: dict) -> None:
     print(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), mode {res['mode']}, "
-          "best first")
+          f"runtime {res.get('runtime', 'ideal')}, best first")
     print(f"{'#':>3} " + _HEADER)
     for i, r in enumerate(res["results"], 1):
         print(f"{i:>3} " + _row(r))
@@ -185,11 +268,19 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
     from .strategies import ALL_STRATEGIES, parse_strategy
 
     model, cluster, training = _setup(a)
-    strategies = ALL_STRATEGIES if a.strategy == "all" else [parse_strategy(a.strategy)]
+    rt, training, ds_strategy, info = _runtime_setup(a, cluster, training)
+    if ds_strategy and a.strategy == "all":
+        strategies = [parse_strategy(ds_strategy)]
+    elif a.strategy == "all":
+        strategies = [s for s in ALL_STRATEGIES if rt.supports(s.short)]
+    else:
+        strategies = [parse_strategy(a.strategy)]
     rows = []
     for s in strategies:
-        d = memory_dict(s, cluster.gpus, memory_breakdown(model, s, cluster, training))
-        d["max_micro_batch"] = max_micro_batch(model, s, cluster, training)
+        rt.require(s.short)
+        d = memory_dict(s, cluster.gpus, memory_breakdown(model, s, cluster, training, rt))
+        d["max_micro_batch"] = max_micro_batch(model, s, cluster, training, runtime=rt)
+        d["runtime"], d["framework_stage"] = rt.name, rt.stage(s.short)
         rows.append(d)
     res = rows[0] if len(rows) == 1 else {"results": rows}
     return res
@@ -202,7 +293,7 @@ def _print_memory(res: dict) -> None:
     print(f"{'strategy':<10}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
           f"{'total':>11}{'capacity':>11}  fits  max micro-batch")
     for r in rows:
-        print(f"{r['strategy']:<10}{fmt_bytes(r['model_states_bytes']):>11}"
+        print(f"{_name(r):<10}{fmt_bytes(r['model_states_bytes']):>11}"
               f"{fmt_bytes(r['activations_bytes']):>11}{fmt_bytes(r['buffers_bytes']):>11}"
               f"{fmt_bytes(r['margin_bytes']):>11}{fmt_bytes(r['total_bytes']):>11}"
               f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"
@@ -242,7 +333,20 @@ def _print_validate(res: dict) -> None:
     print(format_table(res))
 
 
+def _cmd_calibrate(a: argparse.Namespace) -> dict:
+    from .cli_calibrate import run
+
+    return run(a)
+
+
+def _print_calibrate(res: dict) -> None:
+    from .cli_calibrate import print_result
+
+    print_result(res)
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
+    "calibrate": (_cmd_calibrate, _print_calibrate),
     "sweep": (_cmd_sweep, _print_sweep),
     "validate": (_cmd_validate, _print_validate),
     "collective": (_cmd_collective, _print_collective),
@@ -258,25 +362,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"parosim {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("collective", help="simulate one collective")
-    c.add_argument("--op", default="all-gather", help="all-gather | reduce-scatter | all-reduce")
-    c.add_argument("--size", default="1GiB",
-                   help="full buffer as nccl-tests counts it (AG output, RS input, AR buffer)")
+    c.add_argument("--op", default=None,
+                   help="all-gather (default) | reduce-scatter | all-reduce")
+    c.add_argument("--size", default=None,
+                   help="full buffer as nccl-tests counts it (AG output, RS input, AR buffer); "
+                   "default 1GiB")
     c.add_argument("--scope", default="global", help="global | intra | inter")
-    c.add_argument("--algo", default="ho-ring", help="ring | hierarchical | ho-ring | all")
+    c.add_argument("--algo", default=None,
+                   help="ring | hierarchical | ho-ring | all, or a comma list (default "
+                   "ho-ring; with --compare: nccl)")
+    from .cli_nccl import add_arguments as _nccl_args
+
+    _nccl_args(c)
     _common_cluster(c)
 
     s = sub.add_parser("simulate", help="simulate one training step of one strategy")
-    s.add_argument("--strategy", default="NIG", help="e.g. NIG, PaRO-NIG, zero3, ddp")
-    s.add_argument("--algo", "--collective", dest="algo", default="ho-ring",
-                   help="ring | hierarchical | ho-ring")
+    s.add_argument("--strategy", default=None,
+                   help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
+    s.add_argument("--algo", "--collective", dest="algo", default=None,
+                   help="ring | hierarchical | ho-ring (default ho-ring; set by --runtime "
+                   "deepspeed / fsdp / paro)")
     s.add_argument("--mode", default="engine", choices=["engine", "analytic"])
     s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto)")
     _training_args(s)
     _common_cluster(s)
 
     cmp_ = sub.add_parser("compare", help="all 14 strategies ranked (the main job)")
-    cmp_.add_argument("--algo", "--collective", dest="algo", default="ho-ring",
-                      help="ring | hierarchical | ho-ring | all")
+    cmp_.add_argument("--algo", "--collective", dest="algo", default=None,
+                      help="ring | hierarchical | ho-ring | all (default ho-ring; set by "
+                      "--runtime deepspeed / fsdp / paro)")
     cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"])
     cmp_.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                       help="processes to simulate in (default: up to 2)")
@@ -298,6 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
+
+    cal = sub.add_parser("calibrate", help="fit a cluster to measurements (nccl-tests logs) "
+                         "and write a cluster YAML")
+    from .cli_calibrate import add_arguments as _calibrate_args
+
+    _calibrate_args(cal)
 
     m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")

@@ -5,6 +5,8 @@ FLOP counts (a multiply-add = 2 FLOPs), per token, following Narayanan et al. 20
 a layer's forward is 24·b·s·h² + 4·b·s²·h for a 4h MLP), written for LLaMA's shapes:
 
 * decoder-layer matmuls, forward: ``2·(4h² + 3·h·ffn)`` (q, k, v, o; SwiGLU gate, up, down);
+  in general twice the layer's matmul weights, ``2·(2h² + 2·h·kv_dim + mlp)`` with
+  grouped-query attention and ``mlp = 2·h·ffn`` for a GELU MLP;
 * attention scores QKᵀ and the weighted sum AV, forward: ``2·2·s·h`` (causal masking not
   exploited, as in the reference);
 * LM head, forward: ``2·h·vocab``; embedding lookup, norms, softmax, activation functions:
@@ -16,8 +18,11 @@ a layer's forward is 24·b·s·h² + 4·b·s²·h for a 4h MLP), written for LLa
   layers, LoRA-like.)
 * activation recomputation adds one forward before each layer's backward.
 
-Times are FLOPs / (peak FLOP/s x ``training.compute_efficiency``). The optimizer step is
-memory-bound and costed by the bytes it touches over HBM bandwidth (:data:`ADAM_BYTES_PER_PARAM`).
+Times, flat model (the default): FLOPs / (peak FLOP/s x ``training.compute_efficiency``).
+Kernel model (:mod:`parosim.kernels`, chosen by ``training.compute_model`` or the cluster's
+``compute.model``): each kernel from its shape; :func:`op_seconds` gives both. The optimizer
+step is memory-bound and costed by the bytes it touches over HBM bandwidth
+(:data:`ADAM_BYTES_PER_PARAM`; x ``hbm_efficiency`` under the kernel model).
 
 >>> from parosim.models import preset
 >>> from parosim.training import TrainingSpec
@@ -28,6 +33,7 @@ memory-bound and costed by the bytes it touches over HBM bandwidth (:data:`ADAM_
 
 from __future__ import annotations
 
+from .kernels import embed_times, head_times, layer_times
 from .models import ModelSpec
 from .specs import ClusterSpec
 from .strategies import Strategy
@@ -42,8 +48,7 @@ ADAM_BYTES_PER_PARAM = 28
 def layer_linear_flops_per_token(model: ModelSpec) -> float:
     """Forward matmul FLOPs of one decoder layer per token: 2·(4h² + 3·h·ffn)."""
     model.require_shape("compute cost")
-    h = model.hidden
-    return 2.0 * (4 * h * h + 3 * h * model.ffn_hidden)
+    return 2.0 * (model.attention_matmul_params + model.mlp_matmul_params)
 
 
 def layer_attention_flops_per_token(model: ModelSpec, seq_len: int) -> float:
@@ -115,7 +120,54 @@ def optimizer_step_seconds(model: ModelSpec, strategy: Strategy, cluster: Cluste
     '94.3 ms'
     """
     shard = optimizer_shard_params(model, strategy, cluster, training)
-    return ADAM_BYTES_PER_PARAM * shard / cluster.gpu.hbm_bandwidth_Bps
+    bw = cluster.gpu.hbm_bandwidth_Bps
+    if compute_model(cluster, training) == "kernel":
+        bw *= cluster.compute.hbm_efficiency
+    return ADAM_BYTES_PER_PARAM * shard / bw
+
+
+def compute_model(cluster: ClusterSpec, training: TrainingSpec) -> str:
+    """``training.compute_model`` if set, else the cluster's ``compute.model``.
+
+    >>> compute_model(ClusterSpec(), TrainingSpec()), compute_model(ClusterSpec(),
+    ...                                                             TrainingSpec(compute_model="kernel"))
+    ('flat', 'kernel')
+    """
+    return training.compute_model or cluster.compute.model
+
+
+def op_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
+               ) -> dict[tuple[str, str], float]:
+    """Seconds of each compute op of a micro-step: keys ``(unit kind, phase)`` with kind in
+    layer / head / embed and phase in fwd / bwd.
+
+    Flat model: FLOPs / (peak x efficiency), the embedding free. Kernel model: the kernels
+    of :mod:`parosim.kernels`.
+
+    >>> from parosim.models import preset
+    >>> t = op_seconds(preset("llama-7b"), ClusterSpec(), TrainingSpec())
+    >>> t[("layer", "fwd")] == compute_seconds(layer_forward_flops(preset("llama-7b"),
+    ...                                        TrainingSpec()), ClusterSpec(), TrainingSpec())
+    True
+    """
+    if compute_model(cluster, training) == "flat":
+        def sec(f: float) -> float:
+            return compute_seconds(f, cluster, training)
+        return {("layer", "fwd"): sec(layer_forward_flops(model, training)),
+                ("layer", "bwd"): sec(layer_backward_flops(model, training)),
+                ("head", "fwd"): sec(head_forward_flops(model, training)),
+                ("head", "bwd"): sec(head_backward_flops(model, training)),
+                ("embed", "fwd"): 0.0, ("embed", "bwd"): 0.0}
+    gpu, p = cluster.gpu, cluster.compute
+    sms = p.sms(gpu.model)
+    b, s, r = training.micro_batch, training.seq_len, training.trainable_ratio
+    lt = layer_times(model, b, s, r, training.attention, gpu.peak_flops,
+                     gpu.hbm_bandwidth_Bps, p, sms)
+    hf, hb = head_times(model, b, s, r, gpu.peak_flops, gpu.hbm_bandwidth_Bps, p, sms)
+    ef, eb = embed_times(model, b, s, r, gpu.hbm_bandwidth_Bps, p)
+    return {("layer", "fwd"): lt.forward_s, ("layer", "bwd"): lt.backward_s,
+            ("head", "fwd"): hf, ("head", "bwd"): hb, ("embed", "fwd"): ef,
+            ("embed", "bwd"): eb}
 
 
 def step_flops(model: ModelSpec, training: TrainingSpec, tokens: float) -> float:

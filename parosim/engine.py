@@ -106,9 +106,10 @@ def run_phase(env: simpy.Environment, net: Network, phase: Phase, tuning: Collec
     if phase.steps == 0:
         return
     fs = net.flowset(phase.ringset)
-    yield net.transfer(fs, phase.bytes_per_rank)
+    # a protocol moves bytes / bw_eff on the wire, its data rate capped at cap_Bps
+    yield net.transfer(fs, phase.bytes_per_rank / phase.bw_eff, phase.cap_Bps / phase.bw_eff)
     latency = to_ps(phase.steps * (fs.alpha_s + tuning.step_latency_s)
-                    + tuning.phase_overhead_s)
+                    + tuning.phase_overhead_s + phase.fixed_s)
     if tuning.serial_progress:  # one progress thread per rank: latency parts queue (FIFO)
         with net.progress.request() as req:
             yield req

@@ -29,6 +29,29 @@
   plus :data:`RUNTIME_RESERVE_BYTES` (CUDA context, cuBLAS workspaces, NCCL buffers). Our
   choice, not a measurement.
 
+Two memory models (``TrainingSpec.memory_model``):
+
+* ``"korthikanti"``: the estimate above, unchanged (materialised attention scores, fp32
+  logits, 10% + 1 GiB).
+* ``"runtime"`` (the default): as PyTorch runtimes (FSDP, DeepSpeed) keep memory, itemised
+  per saved tensor of a pre-norm decoder layer in bf16, without dropout (LLaMA, MPT, GPT-3
+  reproductions train with dropout 0) — :func:`runtime_layer_activation_bytes`:
+
+  - ``s·b·h·(4 + 2 + 2 + 4·kv_dim/h + 2 + 2)``: the two norm inputs (residual stream), the
+    q/k/v projection input, q, k and v (grouped-query attention shrinks k and v), the
+    attention output (also the o-projection input), the MLP input;
+  - MLP: ``4·s·b·ffn`` for GELU (its input and output), ``8·s·b·ffn`` for SwiGLU (gate and up
+    outputs, SiLU output, their product);
+  - attention: FlashAttention (``attention = "flash"``) keeps only the fp32 log-sum-exp,
+    ``4·b·heads·s``; eager attention keeps the bf16 probabilities, ``2·b·heads·s²``;
+  - output side: final-norm and LM-head inputs ``4·s·b·h``, and ``training.logit_bytes``
+    per logit (default :data:`LOGIT_BYTES` = 10: the bf16 logits autocast produces (2), their
+    fp32 upcast (4) and the fp32 log-softmax cross-entropy saves (4), all live at the loss;
+    2 for a fused bf16 cross-entropy such as flash-attn's, llm-foundry's default);
+  - with full recomputation: each layer's bf16 input ``2·s·b·h`` plus one layer's working set;
+  - margin: :data:`FRAGMENTATION_FRACTION` (fitted on published llm-foundry runs, see
+    docs/memory.md) of everything else, plus :data:`RUNTIME_RESERVE_BYTES`.
+
 A configuration that does not fit is a result (``fits`` False, ``shortfall_bytes`` > 0), not
 an error.
 
@@ -39,7 +62,7 @@ an error.
 >>> mb = memory_breakdown(preset("llama-7b"), parse_strategy("NIG"), ClusterSpec(nodes=4),
 ...                       TrainingSpec())
 >>> mb.fits, f"{mb.total_bytes / 1e9:.1f} GB"
-(True, '37.7 GB')
+(True, '30.3 GB')
 """
 
 from __future__ import annotations
@@ -61,6 +84,13 @@ from .training import (
 MARGIN_FRACTION = 0.10             # allocator fragmentation, fraction of everything else
 RUNTIME_RESERVE_BYTES = 2**30      # CUDA context + cuBLAS workspace + NCCL buffers, 1 GiB
 BUFFERED_LAYERS = 2                # the layer in use + the one being prefetched / reduced
+# Runtime memory model. Bytes per logit at the loss: bf16 logits (2) + fp32 upcast (4) + fp32
+# log-softmax saved for backward (4) (PyTorch autocast + F.cross_entropy).
+LOGIT_BYTES = 10
+# Caching-allocator fragmentation, fraction of the allocated bytes: fitted one-sided on half
+# of the llm-foundry runs (the largest fraction under which every fit-half run still fits;
+# experiments/08_memory/check_memory.py, docs/memory.md).
+FRAGMENTATION_FRACTION = 0.0
 
 
 @dataclass(frozen=True)
@@ -104,13 +134,49 @@ def output_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int) ->
     return 4 * sb * model.hidden + 4 * sb * model.vocab
 
 
-def activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int, recompute: bool) -> float:
-    """Activation bytes per GPU for one micro-batch in flight (see module docstring)."""
-    per_layer = layer_activation_bytes(model, micro_batch, seq_len)
+def runtime_layer_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
+                                   attention: str = "flash") -> float:
+    """Bytes one decoder layer keeps for backward, runtime model (module docstring).
+
+    >>> from parosim.models import preset
+    >>> f"{runtime_layer_activation_bytes(preset('llama-7b'), 4, 512) / 2**20:.0f} MiB"
+    '300 MiB'
+    """
+    model.require_shape("activation memory")
+    s, b, h, a = seq_len, micro_batch, model.hidden, model.heads
+    sb = s * b
+    per = sb * h * (4 + 2 + 2 + 4 * model.kv_dim / h + 2 + 2)
+    per += sb * model.ffn_hidden * (8 if model.mlp == "swiglu" else 4)
+    per += 4 * b * a * s if attention == "flash" else 2 * b * a * s * s
+    return per
+
+
+def runtime_output_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
+                                    logit_bytes: int = LOGIT_BYTES) -> float:
+    """Final norm + LM-head inputs (bf16) and the logits at the loss: 4·s·b·h +
+    logit_bytes·s·b·vocab (10 for autocast + F.cross_entropy, 2 for a fused bf16 loss)."""
+    model.require_shape("activation memory")
+    sb = seq_len * micro_batch
+    return 4 * sb * model.hidden + logit_bytes * sb * model.vocab
+
+
+def activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int, recompute: bool,
+                     attention: str = "eager", memory_model: str = "korthikanti",
+                     logit_bytes: int = LOGIT_BYTES) -> float:
+    """Activation bytes per GPU for one micro-batch in flight (see module docstring).
+
+    The defaults are the Korthikanti estimate; ``memory_model="runtime"`` the runtime one.
+    """
+    if memory_model == "runtime":
+        per_layer = runtime_layer_activation_bytes(model, micro_batch, seq_len, attention)
+        out = runtime_output_activation_bytes(model, micro_batch, seq_len, logit_bytes)
+    else:
+        per_layer = layer_activation_bytes(model, micro_batch, seq_len)
+        out = output_activation_bytes(model, micro_batch, seq_len)
     kept = (BYTES_PER_ACTIVATION * seq_len * micro_batch * model.hidden if recompute
             else per_layer)
     working = per_layer if recompute else 0.0
-    return model.layers * kept + working + output_activation_bytes(model, micro_batch, seq_len)
+    return model.layers * kept + working + out
 
 
 def buffer_bytes(model: ModelSpec, strategy: Strategy, trainable_ratio: float) -> float:
@@ -125,28 +191,37 @@ def buffer_bytes(model: ModelSpec, strategy: Strategy, trainable_ratio: float) -
 
 
 def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
-               training: TrainingSpec, recompute: bool) -> MemoryBreakdown:
+               training: TrainingSpec, recompute: bool, runtime=None) -> MemoryBreakdown:
     n, m = cluster.gpus, cluster.group_size
     psi, psi_t = model.params, model.params * training.trainable_ratio
     d_p, d_g, d_os = strategy.divisors(n, m)
     states = model_states_bytes(strategy, psi, psi_t, n, m)
     shaped = nominal_shape(model)
-    acts = activation_bytes(shaped, training.micro_batch, training.seq_len, recompute)
+    acts = activation_bytes(shaped, training.micro_batch, training.seq_len, recompute,
+                            training.attention, training.memory_model, training.logit_bytes)
     bufs = buffer_bytes(shaped, strategy, training.trainable_ratio)
-    margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
+    extra_params = 0.0
+    if runtime is not None and not runtime.is_ideal:  # parosim.runtime_plan: the framework's
+        from .runtime_plan import runtime_memory_terms  # persistence and buffers
+
+        extra_params, bufs = runtime_memory_terms(shaped, strategy, cluster, training, runtime)
+        states += extra_params
+    frac = (FRAGMENTATION_FRACTION if training.memory_model == "runtime" else MARGIN_FRACTION)
+    margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
     total = states + acts + bufs + margin
     cap = float(cluster.gpu.memory_bytes)
     return MemoryBreakdown(
         model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
         margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
-        shortfall_bytes=max(0.0, total - cap), params_bytes=BYTES_PER_PARAM * psi / d_p,
+        shortfall_bytes=max(0.0, total - cap),
+        params_bytes=BYTES_PER_PARAM * psi / d_p + extra_params,
         grads_bytes=BYTES_PER_GRAD * psi_t / d_g,
         optimizer_bytes=BYTES_PER_OPTIM_STATE * psi_t / d_os, recompute=recompute,
         shape_estimated=not model.has_shape)
 
 
 def resolve_recompute(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
-                      training: TrainingSpec) -> bool:
+                      training: TrainingSpec, runtime=None) -> bool:
     """``training.recompute`` if set; auto (None): on iff it would not fit without.
 
     >>> from parosim.models import preset
@@ -157,23 +232,23 @@ def resolve_recompute(model: ModelSpec, strategy: Strategy | str, cluster: Clust
     if training.recompute is not None:
         return training.recompute
     strategy = parse_strategy(strategy)
-    return not _breakdown(model, strategy, cluster, training, recompute=False).fits
+    return not _breakdown(model, strategy, cluster, training, False, runtime).fits
 
 
 def memory_breakdown(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
-                     training: TrainingSpec) -> MemoryBreakdown:
+                     training: TrainingSpec, runtime=None) -> MemoryBreakdown:
     """Bytes per GPU for ``strategy`` on ``cluster`` (see module docstring for the terms).
 
     Works for params-only models too: activations then use :func:`nominal_shape` and
     ``shape_estimated`` is True.
     """
     strategy = parse_strategy(strategy)
-    recompute = resolve_recompute(model, strategy, cluster, training)
-    return _breakdown(model, strategy, cluster, training, recompute)
+    recompute = resolve_recompute(model, strategy, cluster, training, runtime)
+    return _breakdown(model, strategy, cluster, training, recompute, runtime)
 
 
 def max_micro_batch(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
-                    training: TrainingSpec, limit: int = 1 << 16) -> int:
+                    training: TrainingSpec, limit: int = 1 << 16, runtime=None) -> int:
     """The largest micro-batch that fits (0 if even 1 does not), up to ``limit``.
 
     Memory grows with b (activations are linear in b), and under auto recomputation
@@ -188,7 +263,8 @@ def max_micro_batch(model: ModelSpec, strategy: Strategy | str, cluster: Cluster
         raise InputError(f"limit = {limit!r} must be a positive integer")
 
     def fits(b: int) -> bool:
-        return memory_breakdown(model, strategy, cluster, training.with_micro_batch(b)).fits
+        return memory_breakdown(model, strategy, cluster, training.with_micro_batch(b),
+                                runtime).fits
 
     if not fits(1):
         return 0

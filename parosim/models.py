@@ -13,6 +13,17 @@ Foundation Language Models"; the HuggingFace ``LlamaForCausalLM`` layout):
   up and down projections ``3·h·ffn``; two RMSNorm weight vectors ``2·h``;
 * token embedding ``vocab·h``; a separate (untied) LM head ``vocab·h``; a final RMSNorm ``h``.
 
+Beyond LLaMA, a shape can say (all optional, LLaMA's choice is the default):
+
+* ``kv_heads``: grouped-query attention (Ainslie et al. 2023): k and v projections have
+  ``kv_heads·head_dim`` outputs each, so attention weights are ``2h² + 2·h·kv_heads·head_dim``;
+* ``mlp``: ``"swiglu"`` (gate, up, down: ``3·h·ffn``) or ``"gelu"`` (up, down: ``2·h·ffn``,
+  GPT-2/3, MPT);
+* ``norm``: ``"rmsnorm"`` (a weight, ``h``) or ``"layernorm"`` (weight and bias, ``2h``);
+* ``bias``: linear layers carry biases (GPT-2/3, the llm-foundry benchmark MPTs);
+* ``tied_embeddings``: the LM head reuses the token embedding (no second ``vocab·h``);
+* ``pos_embedding``: rows of a learned position embedding (GPT-2/3: the context length).
+
 LLaMA-7B comes to 6,738,415,616 parameters, the published count:
 
 >>> m = preset("llama-7b")
@@ -40,6 +51,59 @@ LLAMA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     "llama-65b": (80, 8192, 22016, 64),
 }
 LLAMA_VOCAB = 32000
+
+MLPS = ("swiglu", "gelu")
+NORMS = ("rmsnorm", "layernorm")
+_ARCH_FIELDS = ("kv_heads", "mlp", "norm", "bias", "tied_embeddings", "pos_embedding")
+
+# Further presets: shape and architecture, each from its published config. Parameter counts
+# are tested against the published numbers (tests/test_models.py).
+# (layers, hidden, ffn_hidden, heads, vocab, extra architecture fields, source)
+_LLAMA3 = dict(kv_heads=8)
+EXTRA_PRESETS: dict[str, tuple] = {
+    # HuggingFace meta-llama/Llama-2-*-hf config.json; Touvron et al. 2023b ("Llama 2"),
+    # table 1: GQA for 70B only.
+    "llama-2-7b": (32, 4096, 11008, 32, 32000, {}, "meta-llama/Llama-2-7b-hf config.json"),
+    "llama-2-13b": (40, 5120, 13824, 40, 32000, {}, "meta-llama/Llama-2-13b-hf config.json"),
+    "llama-2-70b": (80, 8192, 28672, 64, 32000, {"kv_heads": 8},
+                    "meta-llama/Llama-2-70b-hf config.json (num_key_value_heads 8)"),
+    # HuggingFace meta-llama/Meta-Llama-3-*B config.json; vocabulary 128256, GQA 8 kv heads.
+    "llama-3-8b": (32, 4096, 14336, 32, 128256, _LLAMA3,
+                   "meta-llama/Meta-Llama-3-8B config.json"),
+    "llama-3-70b": (80, 8192, 28672, 64, 128256, _LLAMA3,
+                    "meta-llama/Meta-Llama-3-70B config.json"),
+    # Brown et al. 2020 ("Language Models are Few-Shot Learners"), table 2.1: 96 layers,
+    # d_model 12288, 96 heads, d_ff = 4 d_model, context 2048; GPT-2 architecture (learned
+    # positions, LayerNorm, biases, tied embedding), BPE vocabulary 50257 (Radford et al. 2019).
+    "gpt3-175b": (96, 12288, 49152, 96, 50257,
+                  dict(mlp="gelu", norm="layernorm", bias=True, tied_embeddings=True,
+                       pos_embedding=2048), "Brown et al. 2020, table 2.1"),
+}
+# MosaicML MPT as llm-foundry benchmarks it (scripts/train/yamls/pretrain/mpt-*.yaml and
+# scripts/train/benchmarking/README.md @8c8dd48f: GELU MLP of 4·d_model, LayerNorm with bias,
+# biased linears, tied embedding, learned positions of max_seq_len rows, vocabulary 50368).
+# The preset is the seq-2048 benchmark model; the counts match that table's 'params' column.
+MPT_SHAPES: dict[str, tuple[int, int, int]] = {   # layers, d_model, heads
+    "mpt-125m": (12, 768, 12), "mpt-350m": (24, 1024, 16), "mpt-760m": (24, 1536, 12),
+    "mpt-1b": (24, 2048, 16), "mpt-3b": (32, 2560, 20), "mpt-7b": (32, 4096, 32),
+    "mpt-13b": (40, 5120, 40), "mpt-30b": (48, 7168, 56), "mpt-70b": (80, 8192, 64),
+}
+MPT_VOCAB = 50368
+for _name, (_l, _h, _a) in MPT_SHAPES.items():
+    EXTRA_PRESETS[_name] = (_l, _h, 4 * _h, _a, MPT_VOCAB,
+                            dict(mlp="gelu", norm="layernorm", bias=True,
+                                 tied_embeddings=True, pos_embedding=2048),
+                            "llm-foundry benchmarking README @8c8dd48f (seq 2048 rows)")
+
+
+def mpt(name: str, seq_len: int = 2048) -> "ModelSpec":
+    """An llm-foundry benchmark MPT whose learned position embedding has ``seq_len`` rows.
+
+    >>> mpt("mpt-7b", 1024).params      # llm-foundry benchmark table, seq 1024 row
+    6654664704
+    """
+    return replace(preset(name), name=f"{name} (seq {seq_len})", pos_embedding=seq_len,
+                   params=None)
 
 
 def _is_int(v: object) -> bool:
@@ -71,6 +135,12 @@ class ModelSpec:
     heads: int | None = None
     vocab: int | None = None
     params: int | None = None
+    kv_heads: int | None = None
+    mlp: str = "swiglu"
+    norm: str = "rmsnorm"
+    bias: bool = False
+    tied_embeddings: bool = False
+    pos_embedding: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -89,7 +159,31 @@ class ModelSpec:
             if v > hi:
                 raise InputError(f"model {self.name!r}: {f} = {v!r} is more than {hi}, the "
                                  f"simulator's limit; expected at most {hi}")
+        if self.mlp not in MLPS:
+            raise InputError(f"model {self.name!r}: mlp = {self.mlp!r} is not known; expected "
+                             f"one of {', '.join(MLPS)}")
+        if self.norm not in NORMS:
+            raise InputError(f"model {self.name!r}: norm = {self.norm!r} is not known; "
+                             f"expected one of {', '.join(NORMS)}")
+        for f in ("bias", "tied_embeddings"):
+            if not isinstance(getattr(self, f), bool):
+                raise InputError(f"model {self.name!r}: {f} = {getattr(self, f)!r} must be "
+                                 "true or false")
+        if not _is_int(self.pos_embedding) or self.pos_embedding < 0:
+            raise InputError(f"model {self.name!r}: pos_embedding = {self.pos_embedding!r} "
+                             "must be a non-negative integer (rows of a learned position "
+                             "embedding)")
+        if not given:
+            arch = [f for f in _ARCH_FIELDS
+                    if getattr(self, f) != getattr(_ARCH_DEFAULTS, f, None)]
+            if arch:
+                raise InputError(f"model {self.name!r}: {', '.join(arch)} describe a shape; "
+                                 f"give the shape ({', '.join(_SHAPE_FIELDS)}) too")
         if given:
+            if self.kv_heads is not None and (not _is_int(self.kv_heads) or self.kv_heads < 1
+                                              or self.heads % self.kv_heads):
+                raise InputError(f"model {self.name!r}: kv_heads = {self.kv_heads!r} must be a "
+                                 f"positive divisor of heads = {self.heads}")
             if self.hidden % self.heads:
                 raise InputError(f"model {self.name!r}: hidden = {self.hidden} is not divisible "
                                  f"by heads = {self.heads}; expected hidden = heads x head_dim")
@@ -111,8 +205,40 @@ class ModelSpec:
 
     # -- counts -------------------------------------------------------------------------
     def _count_from_shape(self) -> int:
-        h, v = self.hidden, self.vocab
-        return self.layers * _layer_count(h, self.ffn_hidden) + v * h + (v * h + h)
+        return self.layers * self._layer() + self._embedding() + self._head()
+
+    def _norm_params(self) -> int:
+        return self.hidden * (2 if self.norm == "layernorm" else 1)
+
+    @property
+    def kv_dim(self) -> int:
+        """Outputs of the k (and of the v) projection: kv_heads x head_dim (= h without GQA)."""
+        self.require_shape("the key/value width")
+        return (self.kv_heads or self.heads) * (self.hidden // self.heads)
+
+    @property
+    def attention_matmul_params(self) -> int:
+        """Weights of q, k, v, o: 2h² + 2·h·kv_dim (4h² without GQA)."""
+        h = self.hidden
+        return 2 * h * h + 2 * h * self.kv_dim
+
+    @property
+    def mlp_matmul_params(self) -> int:
+        """Weights of the MLP: 3·h·ffn (SwiGLU) or 2·h·ffn (GELU)."""
+        return (3 if self.mlp == "swiglu" else 2) * self.hidden * self.ffn_hidden
+
+    def _layer(self) -> int:
+        h, f = self.hidden, self.ffn_hidden
+        n = self.attention_matmul_params + self.mlp_matmul_params + 2 * self._norm_params()
+        if self.bias:  # q, k, v, o and the MLP's output-side biases
+            n += 2 * h + 2 * self.kv_dim + (2 * f if self.mlp == "swiglu" else f) + h
+        return n
+
+    def _embedding(self) -> int:
+        return (self.vocab + self.pos_embedding) * self.hidden
+
+    def _head(self) -> int:
+        return self._norm_params() + (0 if self.tied_embeddings else self.vocab * self.hidden)
 
     @property
     def has_shape(self) -> bool:
@@ -129,21 +255,21 @@ class ModelSpec:
 
     @property
     def layer_params(self) -> int:
-        """Parameters of one decoder layer: 4h² + 3·h·ffn + 2h."""
+        """Parameters of one decoder layer: 4h² + 3·h·ffn + 2h for LLaMA."""
         self.require_shape("the per-layer parameter count")
-        return _layer_count(self.hidden, self.ffn_hidden)
+        return self._layer()
 
     @property
     def embedding_params(self) -> int:
-        """Token embedding: vocab·h."""
+        """Token embedding vocab·h, plus learned positions pos_embedding·h."""
         self.require_shape("the embedding parameter count")
-        return self.vocab * self.hidden
+        return self._embedding()
 
     @property
     def head_params(self) -> int:
-        """Final RMSNorm and untied LM head: h + vocab·h."""
+        """Final norm and untied LM head: h + vocab·h for LLaMA; only the norm when tied."""
         self.require_shape("the LM-head parameter count")
-        return self.vocab * self.hidden + self.hidden
+        return self._head()
 
     @property
     def head_dim(self) -> int:
@@ -154,18 +280,31 @@ class ModelSpec:
         """One line for humans: ``llama-7b: 6.74B params, 32 x 4096 (ffn 11008, 32 heads)``."""
         if not self.has_shape:
             return f"{self.name}: {self.params / 1e9:.2f}B params (no shape)"
+        kv = f", {self.kv_heads} kv heads" if self.kv_heads else ""
+        mlp = "" if self.mlp == "swiglu" else f", {self.mlp}"
         return (f"{self.name}: {self.params / 1e9:.2f}B params, {self.layers} x {self.hidden} "
-                f"(ffn {self.ffn_hidden}, {self.heads} heads, vocab {self.vocab})")
+                f"(ffn {self.ffn_hidden}{mlp}, {self.heads} heads{kv}, vocab {self.vocab})")
 
 
-def _layer_count(h: int, ffn: int) -> int:
-    # attention q,k,v,o (no bias) + SwiGLU gate/up/down + 2 RMSNorm weights
-    return 4 * h * h + 3 * h * ffn + 2 * h
+_ARCH_DEFAULTS = ModelSpec.__dataclass_fields__
+_ARCH_DEFAULTS = type("_D", (), {f: _ARCH_DEFAULTS[f].default for f in _ARCH_FIELDS})
 
 
 def known_models() -> list[str]:
-    """Preset names, e.g. ``['llama-13b', 'llama-30b', 'llama-65b', 'llama-7b']``."""
-    return sorted(LLAMA_SHAPES)
+    """Preset names, e.g. ``llama-13b``, ``llama-2-70b``, ``mpt-7b``, ``gpt3-175b``."""
+    return sorted([*LLAMA_SHAPES, *EXTRA_PRESETS])
+
+
+def preset_source(name: str) -> str:
+    """Where a preset's shape comes from.
+
+    >>> preset_source("llama-3-8b")
+    'meta-llama/Meta-Llama-3-8B config.json'
+    """
+    key = preset(name).name
+    if key in EXTRA_PRESETS:
+        return EXTRA_PRESETS[key][-1]
+    return "Touvron et al. 2023 (LLaMA), table 2; HuggingFace LlamaForCausalLM layout"
 
 
 def preset(name: str) -> ModelSpec:
@@ -175,6 +314,11 @@ def preset(name: str) -> ModelSpec:
     80
     """
     key = str(name).strip().lower().replace("_", "-")
+    for k in (key, key.replace("llama", "llama-").replace("--", "-"), f"llama-{key}"):
+        if k in EXTRA_PRESETS:
+            layers, hidden, ffn, heads, vocab, arch, _src = EXTRA_PRESETS[k]
+            return ModelSpec(k, layers=layers, hidden=hidden, ffn_hidden=ffn, heads=heads,
+                             vocab=vocab, **arch)
     if not key.startswith("llama"):
         key = f"llama-{key}"
     key = key.replace("llama-", "llama").replace("llama", "llama-")

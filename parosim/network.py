@@ -79,10 +79,37 @@ class Router:
         self._kind = dict(graph.nodes(data="kind"))
         self._cache: dict[tuple[str, str], list[str]] = {}
 
+    def _fast(self, src: str, dst: str) -> list[str] | None:
+        """The unique shortest path on a graph built by :func:`parosim.topology.cluster_graph`
+        (GPU - hub - GPU, or GPU - NIC - switch(es) - NIC - GPU), without a search; None when
+        the graph is not one of those (then the search runs)."""
+        if not self.graph.graph.get("parosim_builder"):
+            return None
+        g, kind = self.graph, self._kind
+        if g.nodes[src].get("node") == g.nodes[dst].get("node"):
+            hubs = [h for h in g.successors(src) if kind[h] != "nic" and g.has_edge(h, dst)]
+            return [src, hubs[0], dst] if hubs else None
+        na = [v for v in g.successors(src) if kind[v] == "nic"]
+        nb = [v for v in g.predecessors(dst) if kind[v] == "nic"]
+        if len(na) != 1 or len(nb) != 1:
+            return None
+        sa = [v for v in g.successors(na[0]) if kind[v] == "switch"]
+        sb = [v for v in g.predecessors(nb[0]) if kind[v] == "switch"]
+        if len(sa) != 1 or len(sb) != 1:
+            return None
+        if sa[0] == sb[0]:
+            return [src, na[0], sa[0], nb[0], dst]
+        mid = [v for v in g.successors(sa[0]) if kind[v] == "switch" and g.has_edge(v, sb[0])]
+        return [src, na[0], sa[0], mid[0], sb[0], nb[0], dst] if len(mid) == 1 else None
+
     def path(self, src: str, dst: str) -> list[str]:
         key = (src, dst)
         p = self._cache.get(key)
         if p is None:
+            p = self._fast(src, dst)
+            if p is not None:
+                self._cache[key] = p
+                return p
             kind = self._kind
 
             def weight(u, v, d):  # no transit through a GPU other than the source
@@ -116,6 +143,7 @@ class _Transfer:
     remaining: float
     event: simpy.Event
     rate: float = 0.0      # bytes per picosecond per flow
+    cap: float = math.inf  # most bytes per picosecond per flow
 
 
 class _Late(simpy.Event):
@@ -243,14 +271,21 @@ class Network:
             limit = self.period * self.gpn
             hops = [(a, b) for a, b in hops if a < limit]
         counts: Counter = Counter()
-        alpha = 0.0
+        lat_of: dict[tuple[int, int], float] = {}
+        edges = self.graph.edges
         for a, b in hops:
             path = self.router.path(self._rank_name[a], self._rank_name[b])
             lat = 0.0
             for u, v in zip(path, path[1:], strict=False):
                 counts[self._link(u, v)] += 1
-                lat += self.graph.edges[u, v]["latency_s"]
-            alpha = max(alpha, lat)
+                lat += edges[u, v]["latency_s"]
+            lat_of[a, b] = lat
+        # per-step latency: the largest mean hop latency of a ring (over its routed hops)
+        alpha = 0.0
+        for ring in ringset.ring_hops():
+            lats = [lat_of[h] for h in ring if h in lat_of]
+            if lats:
+                alpha = max(alpha, sum(lats) / len(lats))
         idx = np.array(sorted(counts), dtype=np.int64)
         cnt = np.array([counts[i] for i in idx], dtype=float)
         if self.scale > 1:
@@ -260,14 +295,17 @@ class Network:
         return fs
 
     # -- fluid engine ---------------------------------------------------------------------
-    def transfer(self, fs: FlowSet, nbytes: float) -> simpy.Event:
-        """Move ``nbytes`` on every flow of ``fs``; the event fires when all are done."""
+    def transfer(self, fs: FlowSet, nbytes: float, max_rate_Bps: float = math.inf
+                 ) -> simpy.Event:
+        """Move ``nbytes`` on every flow of ``fs``; the event fires when all are done.
+        ``max_rate_Bps`` caps each flow's rate (a protocol's throughput limit)."""
         ev = self.env.event()
         if nbytes <= 0 or len(fs.links) == 0:
             ev.succeed()
             return ev
         self._seq += 1
-        self._pending.append(_Transfer(self._seq, fs, nbytes, nbytes, ev))
+        self._pending.append(_Transfer(self._seq, fs, nbytes, nbytes, ev,
+                                       cap=max_rate_Bps / PS))
         self._schedule_update(0)
         return ev
 
@@ -321,20 +359,22 @@ class Network:
     def _waterfill(self) -> None:
         """Weighted max-min fair rates by progressive filling (cached per active multiset;
         the active list is in start order, and equal flow sets get equal rates)."""
-        key = tuple(t.fs.id for t in self._active)
+        key = tuple((t.fs.id, t.cap) for t in self._active)
         hit = self._fill_cache.get(key)
         if hit is None:
-            hit = self._fill_cache[key] = self._progressive_filling([t.fs for t in
-                                                                      self._active])
+            hit = self._fill_cache[key] = self._progressive_filling(
+                [t.fs for t in self._active], [t.cap for t in self._active])
         rates, self._load = hit
         self._key = key
         for t, r in zip(self._active, rates, strict=True):
             t.rate = r
 
-    def _progressive_filling(self, sets: list[FlowSet]) -> tuple[list[float], np.ndarray]:
+    def _progressive_filling(self, sets: list[FlowSet], caps: list[float] | None = None
+                             ) -> tuple[list[float], np.ndarray]:
         cap = np.array(self._cap)
         load = np.zeros(len(cap))
         rates = [0.0] * len(sets)
+        caps = caps or [math.inf] * len(sets)
         todo = list(range(len(sets)))
         while todo:
             denom = np.zeros(len(cap))
@@ -343,7 +383,7 @@ class Network:
             used = denom > 0
             share = np.full(len(cap), np.inf)
             share[used] = np.maximum(cap[used], 0.0) / denom[used]
-            level = float(share.min())
+            level = min(float(share.min()), min(caps[i] for i in todo))
             if not level > 0:
                 names = [k for k, j in self._link_idx.items() if used[j] and share[j] <= 0]
                 raise RuntimeError(f"no capacity left on link {names[0]} for active transfers")
@@ -351,7 +391,7 @@ class Network:
             rest = []
             for i in todo:
                 fs = sets[i]
-                if bott[fs.links].any():
+                if caps[i] <= level * (1 + 1e-9) or bott[fs.links].any():
                     rates[i] = level
                     cap[fs.links] -= fs.counts * level
                     load[fs.links] += fs.counts * level
@@ -392,11 +432,13 @@ class Network:
 
 def symmetry_period(spec) -> int:
     """The smallest translation (in nodes) that maps the cluster graph and every scope onto
-    itself: lcm(group_nodes, nodes_per_leaf for leaf-spine); ``spec.nodes`` when it does not
-    divide the node count (no reduction)."""
+    itself: lcm(group_nodes, nodes_per_leaf for leaf-spine, 2 with several NICs per node);
+    ``spec.nodes`` when it does not divide the node count (no reduction)."""
     from .specs import NetworkFabric
 
     t = spec.group_nodes
     if spec.network.fabric is NetworkFabric.LEAF_SPINE:
         t = math.lcm(t, spec.network.nodes_per_leaf)
+    if spec.nic.per_node > 1 and spec.gpus_per_node > 1:
+        t = math.lcm(t, 2)  # multi-NIC channel rings alternate entry/exit GPUs by node parity
     return t if spec.nodes % t == 0 else spec.nodes

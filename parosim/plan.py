@@ -79,13 +79,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .collectives.types import Op, Scope
+from .collectives.types import Algo, Op, Scope
 from .compute import (
-    compute_seconds,
     head_backward_flops,
     head_forward_flops,
     layer_backward_flops,
     layer_forward_flops,
+    op_seconds,
     optimizer_step_seconds,
     step_flops,
 )
@@ -153,6 +153,7 @@ class CollectiveOp:
     micro_step: int | None   # None = at the accumulation boundary
     stream: str
     deps: tuple[int, ...] = ()
+    algo: Algo | None = None     # None = the run's algorithm; a runtime may fix it per call
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ class Plan:
     tokens_per_step: int
     model_flops_per_step: float
     recompute: bool = False
+    runtime: str = "ideal"
 
     @property
     def groups(self) -> int:
@@ -238,11 +240,19 @@ def _units(model: ModelSpec) -> list[_Unit]:
 
 
 def build_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
-               training: TrainingSpec) -> Plan:
+               training: TrainingSpec, runtime=None) -> Plan:
     """The op list of one global step (see the module docstring for the schedule).
 
     Recomputation follows :func:`parosim.memory.resolve_recompute` (auto unless set).
+    ``runtime`` (a :class:`parosim.runtime.RuntimeSpec`): a framework's schedule, built by
+    :func:`parosim.runtime_plan.build_runtime_plan`; None or an ideal profile = this one.
     """
+    if runtime is not None:
+        runtime.require(parse_strategy(strategy).short)
+        if not runtime.is_ideal:
+            from .runtime_plan import build_runtime_plan
+
+            return build_runtime_plan(model, strategy, cluster, training, runtime)
     model.require_shape("a training-step plan")
     strategy = parse_strategy(strategy)
     n, m = cluster.gpus, cluster.group_size
@@ -255,6 +265,7 @@ def build_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
              ("head", "fwd"): head_forward_flops(model, training),
              ("head", "bwd"): head_backward_flops(model, training),
              ("embed", "fwd"): 0.0, ("embed", "bwd"): 0.0}
+    seconds = op_seconds(model, cluster, training)
     kinds = {("layer", "fwd"): "fwd", ("layer", "bwd"): "bwd", ("head", "fwd"): "head-fwd",
              ("head", "bwd"): "head-bwd", ("embed", "fwd"): "embed-fwd",
              ("embed", "bwd"): "embed-bwd"}
@@ -271,10 +282,10 @@ def build_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
                     u.layer, mb, COMM_PARAM, [done[-2] if len(done) >= 2 else None])
             if phase == "bwd" and recompute and u.kind == "layer":
                 b.compute(f"recompute {u.label} mb{mb}", "recompute", u.layer, mb, t_layer_f,
-                          compute_seconds(t_layer_f, cluster, training), [gather])
+                          seconds[("layer", "fwd")], [gather])
             f = flops[(u.kind, phase)]
             cid = b.compute(f"{phase} {u.label} mb{mb}", kinds[(u.kind, phase)], u.layer, mb,
-                            f, compute_seconds(f, cluster, training), [gather])
+                            f, seconds[(u.kind, phase)], [gather])
             done.append(cid)
             if phase == "bwd" and strategy.g is not Level.N:
                 b.collective(f"rs-grad {u.label} mb{mb}", Op.REDUCE_SCATTER,

@@ -4,9 +4,11 @@ Streams are lanes (:func:`parosim.engine.run_lanes`): the ``compute`` stream run
 ``comm-param`` and ``comm-grad`` run collectives, each lowered by the chosen algorithm and
 executed phase by phase on the shared network, so concurrent collectives contend for links.
 
-Overlap slowdown: a compute op that *starts* while any collective is in flight runs
-``training.overlap_slowdown`` times longer (NCCL kernels take SMs and memory bandwidth). The
-start-time rule is a simplification of a fluid slowdown; with the default 1.0 it is exact.
+Overlap slowdown (fluid, exact): while at least one collective is in flight, compute
+advances at 1/f of its speed (f = ``overlap_slowdown``: NCCL kernels take SMs and memory
+bandwidth from the matmuls). The rate changes at the instant a collective starts or ends
+during a compute op, so a compute op of work W that overlaps collectives for a share x of
+its work takes ``W (1 - x) + W x f``. With f = 1 the compute path is the plain timeout.
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ class ProgramCache:
         self._c: dict[tuple, Program] = {}
 
     def get(self, op: CollectiveOp) -> Program:
-        key = (op.op, op.scope, op.size_bytes)
+        algo = getattr(op, "algo", None) or self.algo   # a runtime may fix it per call
+        key = (op.op, op.scope, op.size_bytes, algo)
         p = self._c.get(key)
         if p is None:
-            p = self._c[key] = lower(self.spec, op.op, op.scope, op.size_bytes, self.algo)
+            p = self._c[key] = lower(self.spec, op.op, op.scope, op.size_bytes, algo)
         return p
 
 
@@ -57,24 +60,58 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     """Run ``plan`` on the cluster with collective algorithm ``algo``."""
     env = CountingEnvironment()
     g = graph if graph is not None else cluster_graph(spec)
-    net = Network(env, g, spec.nodes, symmetry_period(spec), spec.gpus_per_node)
+    # `nccl` may pick a tree, which is not translation-invariant: no symmetry reduction then
+    period = spec.nodes if algo == Algo.NCCL else symmetry_period(spec)
+    net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     cache = ProgramCache(spec, algo)
     ops = plan.ops
     records: list[Record] = []
     in_flight = [0]
     busy = [0]
+    wake: list = []      # change events of the compute ops running now (rate changes)
+
+    def flip(delta: int) -> None:
+        was = in_flight[0] > 0
+        in_flight[0] += delta
+        if overlap_slowdown != 1.0 and was != (in_flight[0] > 0):
+            for ev in wake:
+                if not ev.triggered:
+                    ev.succeed()
+
+    def compute(op: ComputeOp):
+        work = to_ps(op.duration_s)          # picoseconds at full speed
+        start = env.now
+        if overlap_slowdown == 1.0:
+            yield env.timeout(work)
+        else:
+            left = float(work)
+            while left > 0:
+                f = overlap_slowdown if in_flight[0] else 1.0
+                dt = int(round(left * f))
+                if dt <= 0:
+                    break
+                change = env.event()
+                wake.append(change)
+                t0 = env.now
+                timer = env.timeout(dt)
+                yield timer | change
+                wake.remove(change)
+                if timer.processed or env.now - t0 >= dt:
+                    break
+                left -= (env.now - t0) / f
+        busy[0] += env.now - start
+
+    last = [0]           # when the last op ended (a superseded rate timer may fire later)
 
     def body(i: int):
         op = ops[i]
         if isinstance(op, ComputeOp):
-            d = op.duration_s * (overlap_slowdown if in_flight[0] else 1.0)
-            t = to_ps(d)
-            busy[0] += t
-            yield env.timeout(t)
+            yield from compute(op)
         else:
-            in_flight[0] += 1
+            flip(+1)
             yield from run_program(env, net, cache.get(op), spec.collective)
-            in_flight[0] -= 1
+            flip(-1)
+        last[0] = max(last[0], env.now)
 
     def kind(i: int) -> str:
         op = ops[i]
@@ -88,7 +125,7 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
         raise horizon_error(env.now / PS)
     check_finished(done, lambda i: ops[i].name, lambda i: ops[i].deps, lane, env)
     st = net.link_stats()
-    step = env.now / PS
-    compute = busy[0] / PS
-    return ReplayResult(step, compute, max(0.0, step - compute), env.events, st.bytes,
+    step = (last[0] if overlap_slowdown != 1.0 else env.now) / PS
+    busy_s = busy[0] / PS
+    return ReplayResult(step, busy_s, max(0.0, step - busy_s), env.events, st.bytes,
                         st.busy_s, st.gpu_egress, records)

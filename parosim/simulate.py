@@ -30,6 +30,7 @@ from .models import ModelSpec
 from .network import MAX_SIM_SECONDS, horizon_error
 from .plan import CollectiveOp, ComputeOp, Plan, build_plan
 from .replay import replay
+from .runtime import effective_overlap_slowdown
 from .specs import ClusterSpec
 from .strategies import ALL_STRATEGIES, Strategy, parse_strategy
 from .training import TrainingSpec
@@ -43,9 +44,9 @@ MAX_ENGINE_OPS = 500_000
 
 
 def check_engine_size(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
-                      training: TrainingSpec) -> None:
+                      training: TrainingSpec, rt=None) -> None:
     """Refuse, before building it, an engine plan of more than :data:`MAX_ENGINE_OPS` ops."""
-    one = build_plan(model, strategy, cluster, replace(training, accum_steps=1))
+    one = build_plan(model, strategy, cluster, replace(training, accum_steps=1), rt)
     micro = sum(1 for o in one.ops if o.micro_step is not None)
     total = len(one.ops) - micro + micro * training.accum_steps
     if total > MAX_ENGINE_OPS:
@@ -77,6 +78,10 @@ class StepResult:
     bytes_inter: float | None = None
     events: int = 0
     records: list = field(default_factory=list)
+    runtime: str = "ideal"
+    framework_stage: str = ""
+    overlap_slowdown: float = 1.0
+    algo_label: str = ""          # a runtime's per-call rule, e.g. "paro-cc"
 
     @property
     def fits(self) -> bool:
@@ -85,7 +90,8 @@ class StepResult:
     def to_dict(self) -> dict:
         mem = self.memory
         return {
-            "strategy": self.strategy.name, "algo": self.algo.value, "mode": self.mode,
+            "strategy": self.strategy.name, "algo": self.algo_label or self.algo.value,
+            "mode": self.mode,
             "gpus": self.gpus, "fits": mem.fits,
             "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -94,6 +100,10 @@ class StepResult:
             "compute_s": self.compute_s, "bytes_intra": self.bytes_intra,
             "bytes_inter": self.bytes_inter, "events": self.events,
             "memory": memory_dict(self.strategy, self.gpus, mem),
+            "runtime": self.runtime, "framework_stage": self.framework_stage,
+            "label": (f"{self.strategy.short} ({self.framework_stage})"
+                      if self.framework_stage else self.strategy.short),
+            "overlap_slowdown": self.overlap_slowdown,
         }
 
 
@@ -127,10 +137,11 @@ def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo,
     for op in plan.ops:
         if not isinstance(op, CollectiveOp):
             continue
-        key = (op.op, op.scope, op.size_bytes)
+        a = op.algo or algo
+        key = (op.op, op.scope, op.size_bytes, a)
         prog = progs.get(key)
         if prog is None:
-            prog = progs[key] = lower(spec, op.op, op.scope, op.size_bytes, algo)
+            prog = progs[key] = lower(spec, op.op, op.scope, op.size_bytes, a)
         times = 1 if op.micro_step is None else repeat
         for ph in prog.phases:
             f = cross_node_fraction(ph.ringset, spec.gpus_per_node)
@@ -147,8 +158,12 @@ def hardware_flops(plan: Plan, repeat: int = 1) -> float:
 
 def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
                   training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
-                  mode: str = "engine", trace: bool = False) -> StepResult:
+                  mode: str = "engine", trace: bool = False, runtime=None) -> StepResult:
     """Simulate one global step.
+
+    ``runtime``: a :class:`parosim.runtime.RuntimeSpec` or a profile name (``ideal``,
+    ``deepspeed``, ``fsdp``, ``paro``); None = ideal. The compute slowdown beside collectives
+    is ``training.overlap_slowdown`` if set, else the cluster's, else the runtime's default.
 
     >>> from parosim.models import preset
     >>> r = simulate_step(preset("llama-7b"), ClusterSpec(nodes=4), "NIG", TrainingSpec(),
@@ -161,27 +176,35 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     if mode not in MODES:
         raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
     model.require_shape("a step simulation")
-    mem = memory_breakdown(model, strategy, cluster, training)
-    res = StepResult(strategy, algo, mode, cluster.gpus, mem)
+    rt = _runtime(runtime)
+    rt.require(strategy.short)
+    if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
+        algo = Algo.RING
+    slow = effective_overlap_slowdown(training.overlap_slowdown,
+                                      getattr(cluster, "overlap_slowdown", None), rt)
+    mem = memory_breakdown(model, strategy, cluster, training, rt)
+    res = StepResult(strategy, algo, mode, cluster.gpus, mem, runtime=rt.name,
+                     framework_stage=rt.stage(strategy.short), overlap_slowdown=slow,
+                     algo_label=rt.collective_algo or "")
     if not mem.fits:
         return res
     repeat = 1
     if mode == "analytic":  # micro-steps are identical: evaluate one, count it s times
         repeat = training.accum_steps
-        plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1))
+        plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1), rt)
     else:
         if training.accum_steps > 100:
-            check_engine_size(model, strategy, cluster, training)
-        plan = build_plan(model, strategy, cluster, training)
+            check_engine_size(model, strategy, cluster, training, rt)
+        plan = build_plan(model, strategy, cluster, training, rt)
     if mode == "engine":
-        rep = replay(plan, cluster, algo, training.overlap_slowdown, trace=trace)
+        rep = replay(plan, cluster, algo, slow, trace=trace)
         step, exposed, compute = rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s
         n = cluster.gpus
         b_intra = rep.gpu_egress.get("intra", 0.0) / n
         b_inter = rep.gpu_egress.get("inter", 0.0) / n
         res.events, res.records = rep.events, rep.records
     else:
-        an = evaluate(plan, cluster, algo, repeat)
+        an = evaluate(plan, cluster, algo, repeat, slow)
         step, exposed = an.step_time_s, an.exposed_comm_s
         compute = an.t_comp_s + an.t_optimizer_s
         b_intra, b_inter = _analytic_bytes(plan, cluster, algo, repeat)
@@ -199,6 +222,19 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     return res
 
 
+def _runtime(runtime):
+    """A RuntimeSpec from None (ideal), a profile name or a spec."""
+    from .runtime import IDEAL, RuntimeSpec
+
+    if runtime is None:
+        return IDEAL
+    if isinstance(runtime, RuntimeSpec):
+        return runtime
+    from .io.runtime import load_runtime
+
+    return load_runtime(runtime)
+
+
 def rank_key(r: StepResult) -> tuple:
     """Fitting configurations first, fastest first; then the others by smallest shortfall."""
     if r.fits:
@@ -212,15 +248,19 @@ def _one(args: tuple) -> StepResult:
 
 def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             algos: list[Algo] | None = None, mode: str = "engine",
-            strategies: list[Strategy] | None = None, workers: int = 1) -> list[StepResult]:
+            strategies: list[Strategy] | None = None, workers: int = 1,
+            runtime=None) -> list[StepResult]:
     """Every strategy (x every algorithm in ``algos``), ranked best first.
+
+    With a ``runtime`` that names its stages (deepspeed, fsdp) only those strategies run.
 
     ``workers > 1`` simulates the configurations in that many processes (each is a pure
     function of its inputs, so the result is the same).
     """
     algos = algos or [Algo.HO_RING]
-    jobs = [(model, cluster, s, training, a, mode)
-            for s in (strategies or ALL_STRATEGIES) for a in algos]
+    rt = _runtime(runtime)
+    pool = [s for s in (strategies or ALL_STRATEGIES) if strategies or rt.supports(s.short)]
+    jobs = [(model, cluster, s, training, a, mode, False, rt) for s in pool for a in algos]
     if workers > 1 and mode == "engine" and len(jobs) > 2:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
@@ -252,7 +292,8 @@ POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-ro
                   "nodes": None, "group_nodes": None, "strategy": "NIG", "algo": "ho-ring",
                   "trainable_ratio": "full", "micro_batch": 4, "accum": 10, "seq_len": 512,
                   "mode": "analytic", "nic_bandwidth": None, "intra_bandwidth": None,
-                  "gpu_memory": None, "recompute": None}
+                  "gpu_memory": None, "recompute": None, "runtime": "ideal",
+                  "overlap_slowdown": None}
 
 RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
                   "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu",
@@ -262,7 +303,7 @@ RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
 
 
 def point_setup(point: dict):
-    """(model, cluster, training, strategy, algo, mode) from a sweep point (raises
+    """(model, cluster, training, strategy, algo, mode, runtime) from a sweep point (raises
     :class:`InputError` on a bad value)."""
     from .io import load_cluster, load_model
     from .training import TrainingSpec, parse_trainable_ratio
@@ -279,12 +320,12 @@ def point_setup(point: dict):
     training = TrainingSpec(micro_batch=p["micro_batch"], accum_steps=p["accum"],
                             seq_len=p["seq_len"],
                             trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
-                            recompute=p["recompute"])
+                            recompute=p["recompute"], overlap_slowdown=p["overlap_slowdown"])
     if p["mode"] not in MODES:
         raise InputError(f"mode {p['mode']!r} is not known; expected one of "
                          f"{', '.join(MODES)}")
     return (load_model(p["model"]), cluster, training, parse_strategy(p["strategy"]),
-            parse_enum(Algo, p["algo"], "algo"), p["mode"])
+            parse_enum(Algo, p["algo"], "algo"), p["mode"], _runtime(p["runtime"]))
 
 
 def run_point(point: dict) -> dict:
@@ -301,8 +342,8 @@ def run_point(point: dict) -> dict:
     """
     row = {**point, **{c: None for c in RESULT_COLUMNS}}
     try:
-        model, cluster, training, strategy, algo, mode = point_setup(point)
-        r = simulate_step(model, cluster, strategy, training, algo, mode)
+        model, cluster, training, strategy, algo, mode, rt = point_setup(point)
+        r = simulate_step(model, cluster, strategy, training, algo, mode, runtime=rt)
     except InputError as e:
         row.update(status="error", reason=str(e))
         return row

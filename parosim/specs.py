@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from .errors import InputError
+from .kernels import ComputeProfile
 
 
 class IntraFabric(str, enum.Enum):
@@ -111,6 +112,55 @@ class NetworkSpec:
 
 
 @dataclass(frozen=True)
+class ProtocolCost:
+    """Cost of one NCCL (algorithm, protocol) pair, as NCCL's own tuning model states it.
+
+    ``bw_efficiency``: fraction of the link bandwidth that carries data (NCCL's busBw
+    refinements: LL 1/4, LL128 0.92, Simple 1; tree x 0.92). ``base_latency_s``: fixed cost per
+    call (NCCL ``baseLat``). ``nvlink_latency_s`` / ``pcie_latency_s`` / ``net_latency_s``: cost
+    per ring step (tree level) over that link type (NCCL ``hwLat``), added to the wire latency of
+    the hop. ``max_bw_per_channel_Bps``: bus-bandwidth cap per channel (``perChMax*Bws``);
+    ``max_bw_Bps``: cap for the whole call (``llMaxBws``); ``inf`` = none.
+    Defaults and sources: :mod:`parosim.collectives.nccl` and docs/collectives.md.
+    """
+
+    bw_efficiency: float = 1.0
+    base_latency_s: float = 0.0
+    nvlink_latency_s: float = 0.0
+    pcie_latency_s: float = 0.0
+    net_latency_s: float = 0.0
+    max_bw_per_channel_Bps: float = math.inf
+    max_bw_Bps: float = math.inf
+
+    def __post_init__(self) -> None:
+        _require(math.isfinite(self.bw_efficiency) and 0 < self.bw_efficiency <= 1,
+                 f"protocol bw_efficiency = {self.bw_efficiency!r} must be in (0, 1]")
+        for name in ("base_latency_s", "nvlink_latency_s", "pcie_latency_s", "net_latency_s"):
+            _pos(getattr(self, name), f"protocol {name[:-2]}", allow_zero=True)
+        for name in ("max_bw_per_channel_Bps", "max_bw_Bps"):
+            v = getattr(self, name)
+            _require(v > 0 and not math.isnan(v),
+                     f"protocol {name[:-4]} = {v!r} must be positive (or inf: no cap)")
+
+
+# NCCL 2.20.3, src/graph/tuning.cc (commit b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2):
+# baseLat, hwLat (NVLink / PCI / NET), busBw refinements and per-channel caps (Ampere, > 2 nodes,
+# Intel CPU row of llMaxBws). Latencies in us there, seconds here; bandwidths GB/s -> B/s.
+_US, _GB = 1e-6, 1e9
+NCCL_RING_LL = ProtocolCost(0.25, 6.6 * _US, 0.6 * _US, 1.0 * _US, 2.7 * _US,
+                            math.inf, 20.4 * _GB)
+NCCL_RING_LL128 = ProtocolCost(0.92, 14.0 * _US, 1.9 * _US, 2.5 * _US, 4.0 * _US, 20.0 * _GB)
+NCCL_RING_SIMPLE = ProtocolCost(1.0, 8.4 * _US, 3.4 * _US, 5.7 * _US, 14.0 * _US)
+NCCL_TREE_LL = ProtocolCost(0.92 / 3.8, 6.8 * _US, 0.6 * _US, 1.0 * _US, 5.0 * _US,
+                            17.8 * _GB / 3.8, 20.4 * _GB)
+NCCL_TREE_LL128 = ProtocolCost(0.92 * 120 / 128, 14.0 * _US, 1.25 * _US, 1.9 * _US, 8.5 * _US,
+                               min(17.8 * 120 / 128, 20.0) * _GB)
+NCCL_TREE_SIMPLE = ProtocolCost(0.92, 0.0, 28.0 * _US, 28.0 * _US, 28.0 * _US, 17.8 * _GB)
+PROTOCOLS = ("ll", "ll128", "simple")
+COLLECTIVE_MODELS = ("ideal", "nccl")
+
+
+@dataclass(frozen=True)
 class CollectiveTuning:
     """Software costs of the communication library, added to the wire model.
 
@@ -130,8 +180,39 @@ class CollectiveTuning:
     ho_ring_max_chunks: int = 64
     phase_overhead_s: float = 0.0
     serial_progress: bool = False
+    # NCCL model (docs/collectives.md). "ideal": wire alpha-beta only (the fields below unused);
+    # "nccl": every phase pays a protocol's latency/bandwidth and the reduction's HBM traffic.
+    model: str = "ideal"
+    channels: int = 0                   # NCCL channels; 0 = auto (see collectives.nccl)
+    protocols: tuple[str, ...] = PROTOCOLS  # NCCL_PROTO: the protocols the tuner may pick
+    algorithms: tuple[str, ...] = ("ring", "tree")  # NCCL_ALGO for the `nccl` algorithm
+    reduction_hbm_factor: float = 3.0   # HBM bytes moved per reduced byte (2 reads, 1 write)
+    ring_ll: ProtocolCost = NCCL_RING_LL
+    ring_ll128: ProtocolCost = NCCL_RING_LL128
+    ring_simple: ProtocolCost = NCCL_RING_SIMPLE
+    tree_ll: ProtocolCost = NCCL_TREE_LL
+    tree_ll128: ProtocolCost = NCCL_TREE_LL128
+    tree_simple: ProtocolCost = NCCL_TREE_SIMPLE
+
+    def protocol(self, algorithm: str, proto: str) -> ProtocolCost:
+        """The :class:`ProtocolCost` of ("ring" | "tree", "ll" | "ll128" | "simple")."""
+        return getattr(self, f"{algorithm}_{proto}")
 
     def __post_init__(self) -> None:
+        _require(self.model in COLLECTIVE_MODELS,
+                 f"collective.model = {self.model!r} is not known; expected one of "
+                 f"{', '.join(COLLECTIVE_MODELS)}")
+        _require(isinstance(self.channels, int) and not isinstance(self.channels, bool)
+                 and 0 <= self.channels <= 64,
+                 f"collective.channels = {self.channels!r} must be an integer in 0..64 "
+                 "(0 = auto)")
+        _require(bool(self.protocols) and all(p in PROTOCOLS for p in self.protocols),
+                 f"collective.protocols = {list(self.protocols)!r}: expected a non-empty list "
+                 f"of {', '.join(PROTOCOLS)}")
+        _require(bool(self.algorithms) and all(a in ("ring", "tree") for a in self.algorithms),
+                 f"collective.algorithms = {list(self.algorithms)!r}: expected a non-empty "
+                 "list of ring, tree")
+        _pos(self.reduction_hbm_factor, "collective.reduction_hbm_factor", allow_zero=True)
         _pos(self.step_latency_s, "collective.step_latency", allow_zero=True)
         _pos(self.call_overhead_s, "collective.call_overhead", allow_zero=True)
         _pos(self.phase_overhead_s, "collective.phase_overhead", allow_zero=True)
@@ -165,8 +246,16 @@ class ClusterSpec:
     collective: CollectiveTuning = field(default_factory=CollectiveTuning)
     group_nodes: int = 1
     notes: str = ""
+    compute: ComputeProfile = field(default_factory=ComputeProfile)
+    overlap_slowdown: float | None = None   # compute slowdown beside collectives; None = the
+    #                                         runtime's default (parosim.runtime)
 
     def __post_init__(self) -> None:
+        o = self.overlap_slowdown
+        if o is not None:
+            _require(not isinstance(o, bool) and isinstance(o, (int, float))
+                     and math.isfinite(o) and o >= 1,
+                     f"compute.overlap_slowdown = {o!r} must be a factor >= 1")
         for name in ("nodes", "gpus_per_node", "group_nodes"):
             v = getattr(self, name)
             _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,

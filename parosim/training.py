@@ -87,10 +87,30 @@ class TrainingSpec:
     ``compute_efficiency``: fraction of the GPU's peak FLOP/s that matmuls achieve; default
     0.5, the middle of the 40-60% MFU that dense training reaches (shared/HARDWARE.md).
 
-    ``overlap_slowdown`` (>= 1): factor the engine applies to compute time while
-    communication runs at the same time (NCCL kernels take SMs and HBM bandwidth from the
-    matmuls). Default 1.0, i.e. no contention: we have no measurement for the paper's cluster,
-    so the simulator stays an optimistic bound until :mod:`parosim.validate` fits it.
+    ``overlap_slowdown`` (>= 1): compute advances at 1/f of its speed while a collective
+    runs beside it (NCCL kernels take SMs and HBM bandwidth from the matmuls; exact fluid
+    model in the engine and the analytic mode). ``None`` (the default): the cluster YAML's
+    ``compute.overlap_slowdown`` if it sets one, else the runtime profile's default (1.0 for
+    the ideal runtime; the measured 1.189 for deepspeed / fsdp / paro, see
+    docs/runtimes.md). A number overrides both.
+
+    ``compute_model``: ``"flat"`` or ``"kernel"`` (:mod:`parosim.kernels`); ``None`` (the
+    default) takes the cluster's ``compute.model`` (itself ``"flat"`` unless the cluster YAML
+    says otherwise).
+
+    ``attention``: ``"flash"`` (FlashAttention / PyTorch SDPA: the s x s scores are never
+    stored, the default of current PyTorch runtimes) or ``"eager"`` (scores materialised, as
+    Korthikanti et al. 2022 count them). It sets activation memory (:mod:`parosim.memory`)
+    and, under the kernel compute model, the attention kernels' time.
+
+    ``memory_model``: ``"runtime"`` (default: activations as PyTorch runtimes keep them,
+    per ``attention``; logits and loss in the precision autocast keeps; fitted allocator
+    margin; see :mod:`parosim.memory`) or ``"korthikanti"`` (the earlier estimate:
+    Korthikanti et al. 2022 eq. 1 with materialised scores, fp32 logits, 10% + 1 GiB margin).
+    ``logit_bytes``: bytes per logit live at the loss under the runtime memory model: 10 for
+    PyTorch autocast + ``F.cross_entropy`` (bf16 logits, fp32 upcast, fp32 log-softmax), 2 for
+    a fused bf16 cross-entropy that writes its gradient in place (flash-attn's
+    ``CrossEntropyLoss``, llm-foundry's default ``loss_fn: fused_crossentropy``).
 
     >>> TrainingSpec(micro_batch=2).tokens_per_micro_step
     1024
@@ -102,7 +122,11 @@ class TrainingSpec:
     trainable_ratio: float = 1.0
     recompute: bool | None = None
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
-    overlap_slowdown: float = 1.0
+    overlap_slowdown: float | None = None
+    compute_model: str | None = None
+    attention: str = "flash"
+    memory_model: str = "runtime"
+    logit_bytes: int = 10
 
     def __post_init__(self) -> None:
         _pos_int(self.micro_batch, "micro_batch")
@@ -122,9 +146,22 @@ class TrainingSpec:
             raise InputError(f"compute_efficiency = {e!r} must be a fraction in (0, 1] of "
                              "peak FLOP/s")
         o = self.overlap_slowdown
-        if isinstance(o, bool) or not isinstance(o, (int, float)) or not (
-                math.isfinite(o) and o >= 1):
+        if o is not None and (isinstance(o, bool) or not isinstance(o, (int, float)) or not (
+                math.isfinite(o) and o >= 1)):
             raise InputError(f"overlap_slowdown = {o!r} must be a factor >= 1")
+        if self.compute_model not in (None, "flat", "kernel"):
+            raise InputError(f"compute_model = {self.compute_model!r} is not known; expected "
+                             "flat or kernel (or None: the cluster's)")
+        if self.attention not in ("flash", "eager"):
+            raise InputError(f"attention = {self.attention!r} is not known; expected flash or "
+                             "eager")
+        if isinstance(self.logit_bytes, bool) or not isinstance(self.logit_bytes, int) or \
+                not 2 <= self.logit_bytes <= 16:
+            raise InputError(f"logit_bytes = {self.logit_bytes!r} must be an integer from 2 "
+                             "(fused bf16 cross-entropy) to 16")
+        if self.memory_model not in ("runtime", "korthikanti"):
+            raise InputError(f"memory_model = {self.memory_model!r} is not known; expected "
+                             "runtime or korthikanti")
 
     @property
     def tokens_per_micro_step(self) -> int:

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from parosim.errors import InputError
 from parosim.memory import (
+    FRAGMENTATION_FRACTION,
     MARGIN_FRACTION,
     RUNTIME_RESERVE_BYTES,
     activation_bytes,
@@ -45,9 +46,11 @@ def test_recompute_keeps_layer_inputs_plus_one_layer():
     assert activation_bytes(m, b, s, True) < activation_bytes(m, b, s, False) / 10
 
 
+@pytest.mark.parametrize("memory_model", ["runtime", "korthikanti"])
 @pytest.mark.parametrize("strategy", ALL_STRATEGIES, ids=lambda s: s.short)
-def test_breakdown_sums_and_states_formula(strategy):
-    m, t = preset("llama-7b"), TrainingSpec(trainable_ratio=1 / 16)
+def test_breakdown_sums_and_states_formula(strategy, memory_model):
+    m = preset("llama-7b")
+    t = TrainingSpec(trainable_ratio=1 / 16, memory_model=memory_model)
     mb = memory_breakdown(m, strategy, PAPER, t)
     n, g = 32, 8
     d = {"N": 1, "I": g, "G": n}
@@ -57,7 +60,8 @@ def test_breakdown_sums_and_states_formula(strategy):
     assert mb.model_states_bytes == pytest.approx(
         mb.params_bytes + mb.grads_bytes + mb.optimizer_bytes)
     rest = mb.model_states_bytes + mb.activations_bytes + mb.buffers_bytes
-    assert mb.margin_bytes == pytest.approx(MARGIN_FRACTION * rest + RUNTIME_RESERVE_BYTES)
+    frac = MARGIN_FRACTION if memory_model == "korthikanti" else FRAGMENTATION_FRACTION
+    assert mb.margin_bytes == pytest.approx(frac * rest + RUNTIME_RESERVE_BYTES)
     assert mb.total_bytes == pytest.approx(rest + mb.margin_bytes)
     assert mb.capacity_bytes == 80e9
     assert mb.fits == (mb.total_bytes <= mb.capacity_bytes)

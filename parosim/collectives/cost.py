@@ -32,6 +32,11 @@ from .types import Phase, Program, RingSet
 def ring_alpha_beta(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float]:
     """(alpha_s, B_Bps) of a ring set on this cluster, from the spec.
 
+    alpha is the per-step latency: the largest, over the rings, of a ring's mean hop latency
+    (a chunk travels every hop of the ring once per pass, so k-1 steps cost (k-1)/k of the
+    ring's summed hop latencies, as NCCL's tuning model sums intra and inter steps), plus
+    ``collective.step_latency_s``. B is the per-flow bandwidth of the most loaded link.
+
     >>> from parosim.specs import ClusterSpec
     >>> from parosim.collectives.lowering import scope_rings
     >>> from parosim.collectives.types import Scope
@@ -40,6 +45,14 @@ def ring_alpha_beta(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float]:
     >>> b == c.nic.bandwidth_Bps / 8
     True
     """
+    alpha, bw, _ = ring_profile(spec, ringset)
+    return alpha, bw
+
+
+@lru_cache(maxsize=512)
+def ring_profile(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float, float]:
+    """(alpha_s, B_Bps, inter_fraction): :func:`ring_alpha_beta` plus the fraction of the
+    hops that leave a node (for the per-link-type protocol latencies of NCCL's model)."""
     gpn = spec.gpus_per_node
     net = spec.network
     nic_out: Counter = Counter()
@@ -48,28 +61,37 @@ def ring_alpha_beta(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float]:
     up_in: Counter = Counter()
     alpha, bw = 0.0, float("inf")
     inter_lat = 2 * spec.pcie.latency_s + spec.nic.latency_s
-    for a, b in ringset.hops():
-        na, nb = a // gpn, b // gpn
-        if na == nb:
-            alpha = max(alpha, spec.intra.latency_s)
-            bw = min(bw, spec.intra.bandwidth_Bps)
-            continue
-        ka, kb = spec.nic_of(a % gpn), spec.nic_of(b % gpn)
-        nic_out[na, ka] += 1
-        nic_in[nb, kb] += 1
-        bw = min(bw, spec.pcie.bandwidth_Bps)
-        lat = inter_lat
-        if net.fabric is NetworkFabric.LEAF_SPINE:
-            la, lb = na // net.nodes_per_leaf, nb // net.nodes_per_leaf
-            if la != lb:
-                up_out[la] += 1
-                up_in[lb] += 1
+    intra_lat = spec.intra.latency_s
+    n_hops = n_inter = 0
+    for hops in ringset.ring_hops():
+        total = 0.0
+        for a, b in hops:
+            na, nb = a // gpn, b // gpn
+            if na == nb:
+                total += intra_lat
+                continue
+            n_inter += 1
+            ka, kb = spec.nic_of(a % gpn), spec.nic_of(b % gpn)
+            nic_out[na, ka] += 1
+            nic_in[nb, kb] += 1
+            lat = inter_lat
+            if net.fabric is NetworkFabric.LEAF_SPINE:
+                la, lb = na // net.nodes_per_leaf, nb // net.nodes_per_leaf
+                if la != lb:
+                    up_out[la] += 1
+                    up_in[lb] += 1
+                    lat += 2 * net.uplink_latency_s
+            elif net.fabric is NetworkFabric.RAIL and ka != kb:
+                up_out[ka] += 1
+                up_in[kb] += 1
                 lat += 2 * net.uplink_latency_s
-        elif net.fabric is NetworkFabric.RAIL and ka != kb:
-            up_out[ka] += 1
-            up_in[kb] += 1
-            lat += 2 * net.uplink_latency_s
-        alpha = max(alpha, lat)
+            total += lat
+        n_hops += len(hops)
+        alpha = max(alpha, total / len(hops))
+    if n_hops > n_inter:
+        bw = min(bw, spec.intra.bandwidth_Bps / _intra_flows(spec, ringset))
+    if n_inter:
+        bw = min(bw, spec.pcie.bandwidth_Bps / _pcie_flows(spec, ringset))
     worst_nic = max([*nic_out.values(), *nic_in.values()], default=0)
     if worst_nic:
         bw = min(bw, spec.nic.bandwidth_Bps / worst_nic)
@@ -80,16 +102,43 @@ def ring_alpha_beta(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float]:
         else:
             cap = spec.nodes * spec.nic.bandwidth_Bps
         bw = min(bw, cap / net.oversubscription / worst_up)
-    return alpha + spec.collective.step_latency_s, bw
+    frac = n_inter / n_hops if n_hops else 0.0
+    return alpha + spec.collective.step_latency_s, bw, frac
+
+
+def _intra_flows(spec: ClusterSpec, ringset: RingSet) -> int:
+    """Most flows on one GPU's intra-node link (either direction): each GPU's own NVLink (or
+    PCIe-switch port) carries every intra hop it sends and every one it receives."""
+    gpn = spec.gpus_per_node
+    out: Counter = Counter()
+    inn: Counter = Counter()
+    for a, b in ringset.hops():
+        if a // gpn == b // gpn:
+            out[a] += 1
+            inn[b] += 1
+    return max([*out.values(), *inn.values()], default=1)
+
+
+def _pcie_flows(spec: ClusterSpec, ringset: RingSet) -> int:
+    """Most flows on one GPU's PCIe link to its NIC (either direction)."""
+    gpn = spec.gpus_per_node
+    out: Counter = Counter()
+    inn: Counter = Counter()
+    for a, b in ringset.hops():
+        if a // gpn != b // gpn:
+            out[a] += 1
+            inn[b] += 1
+    return max([*out.values(), *inn.values()], default=1)
 
 
 def phase_time(spec: ClusterSpec, phase: Phase) -> float:
-    """Uncontended time of one phase: steps * alpha + bytes_per_rank / B + phase overhead."""
+    """Uncontended time of one phase: steps * alpha + bytes_per_rank / min(eff * B, cap)
+    + phase overhead + the phase's fixed protocol and reduction time."""
     if phase.steps == 0:
         return 0.0
     alpha, bw = ring_alpha_beta(spec, phase.ringset)
-    return (phase.steps * alpha + phase.bytes_per_rank / bw
-            + spec.collective.phase_overhead_s)
+    return (phase.steps * alpha + phase.bytes_per_rank / min(bw * phase.bw_eff, phase.cap_Bps)
+            + spec.collective.phase_overhead_s + phase.fixed_s)
 
 
 def lane_schedule(program: Program, durations: list[float]) -> list[tuple[float, float]]:
@@ -106,11 +155,12 @@ def lane_schedule(program: Program, durations: list[float]) -> list[tuple[float,
 
 
 def latency_part(spec: ClusterSpec, phase: Phase) -> float:
-    """The part of :func:`phase_time` that is not bandwidth: steps x alpha + launch."""
+    """The part of :func:`phase_time` that is not bandwidth: steps x alpha + launch + the
+    fixed protocol/reduction time."""
     if phase.steps == 0:
         return 0.0
     alpha, _ = ring_alpha_beta(spec, phase.ringset)
-    return phase.steps * alpha + spec.collective.phase_overhead_s
+    return phase.steps * alpha + spec.collective.phase_overhead_s + phase.fixed_s
 
 
 def program_time(spec: ClusterSpec, program: Program) -> float:

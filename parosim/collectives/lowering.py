@@ -19,26 +19,34 @@ flat ring on that scope.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from ..specs import ClusterSpec
+from .nccl import make_phase
 from .types import Algo, Op, Phase, Program, RingSet, Scope
 
 
 @lru_cache(maxsize=256)
 def scope_rings(spec: ClusterSpec, scope: Scope) -> RingSet:
-    """The rings of a scope, in rank order. Ranks are node-major: rank = node * gpn + local.
+    """The rings of a scope. Ranks are node-major: rank = node * gpn + local. A ring that
+    spans several nodes with several NICs each is NCCL's channel rings
+    (:func:`parosim.collectives.nccl.channel_rings`); otherwise rings are in rank order.
 
     >>> from parosim.specs import ClusterSpec
     >>> c = ClusterSpec(nodes=2, gpus_per_node=2)
     >>> scope_rings(c, Scope.INTER).rings
     ((0, 2), (1, 3))
     """
+    from .nccl import channel_rings
+
     n, m, ng = spec.gpus, spec.group_size, spec.groups
+    gn = spec.group_nodes
     if scope is Scope.GLOBAL:
-        rings = (tuple(range(n)),)
+        rings = channel_rings(spec, list(range(spec.nodes)))
     elif scope is Scope.INTRA:
-        rings = tuple(tuple(range(g * m, (g + 1) * m)) for g in range(ng))
+        rings = tuple(r for g in range(ng)
+                      for r in channel_rings(spec, list(range(g * gn, (g + 1) * gn))))
     else:
         rings = tuple(tuple(g * m + j for g in range(ng)) for j in range(m))
     return RingSet(rings, scope.value)
@@ -56,9 +64,11 @@ class Ring:
 
     algo = Algo.RING
 
-    def lower(self, spec: ClusterSpec, op: Op, scope: Scope, size: float) -> Program:
+    def lower(self, spec: ClusterSpec, op: Op, scope: Scope, size: float,
+              proto: str | None = None) -> Program:
         rs = scope_rings(spec, scope)
-        phases = (Phase(f"{op.value} {scope.value}", op, rs, size, "main"),)
+        phases = (make_phase(spec, f"{op.value} {scope.value}", op, rs, size, "main",
+                             proto=proto),)
         return Program(op, scope, self.algo, size, rs.size, phases)
 
 
@@ -68,21 +78,26 @@ def _hierarchical(spec: ClusterSpec, op: Op, size: float, chunks: int, algo: Alg
     c_intra, c_inter = size / k, size / (m * k)
     lane_a, lane_b = ("intra", "inter") if k > 1 else ("main", "main")
     ph: list[Phase] = []
+    # one costed phase per kind (every chunk's phase of a kind costs the same)
     if op is Op.ALL_GATHER:
+        pa = make_phase(spec, "", op, inter, c_inter, lane_b)
+        pb = make_phase(spec, "", op, intra, c_intra, lane_a)
         for c in range(k):
-            ph.append(Phase(f"inter AG c{c}", op, inter, c_inter, lane_b))
-            ph.append(Phase(f"intra AG c{c}", op, intra, c_intra, lane_a, (len(ph) - 1,)))
+            ph.append(replace(pa, name=f"inter AG c{c}"))
+            ph.append(replace(pb, name=f"intra AG c{c}", deps=(len(ph) - 1,)))
     elif op is Op.REDUCE_SCATTER:
+        pa = make_phase(spec, "", op, intra, c_intra, lane_a)
+        pb = make_phase(spec, "", op, inter, c_inter, lane_b)
         for c in range(k):
-            ph.append(Phase(f"intra RS c{c}", op, intra, c_intra, lane_a))
-            ph.append(Phase(f"inter RS c{c}", op, inter, c_inter, lane_b, (len(ph) - 1,)))
+            ph.append(replace(pa, name=f"intra RS c{c}"))
+            ph.append(replace(pb, name=f"inter RS c{c}", deps=(len(ph) - 1,)))
     else:
-        rs = [Phase(f"intra RS c{c}", Op.REDUCE_SCATTER, intra, c_intra, lane_a)
-              for c in range(k)]
-        ar = [Phase(f"inter AR c{c}", Op.ALL_REDUCE, inter, c_inter, lane_b, (c,))
-              for c in range(k)]
-        ag = [Phase(f"intra AG c{c}", Op.ALL_GATHER, intra, c_intra, lane_a, (k + c,))
-              for c in range(k)]
+        prs = make_phase(spec, "", Op.REDUCE_SCATTER, intra, c_intra, lane_a)
+        par = make_phase(spec, "", Op.ALL_REDUCE, inter, c_inter, lane_b)
+        pag = make_phase(spec, "", Op.ALL_GATHER, intra, c_intra, lane_a)
+        rs = [replace(prs, name=f"intra RS c{c}") for c in range(k)]
+        ar = [replace(par, name=f"inter AR c{c}", deps=(c,)) for c in range(k)]
+        ag = [replace(pag, name=f"intra AG c{c}", deps=(k + c,)) for c in range(k)]
         # list order is execution order within a lane: intra lane runs RS*, then AG*
         ph = rs + ar + ag
     return Program(op, Scope.GLOBAL, algo, size, spec.gpus, tuple(ph), chunks)
@@ -124,50 +139,108 @@ def best_chunks(spec: ClusterSpec, op: Op, size: float) -> int:
     """The K in 1..max_chunks minimising the closed-form HO-Ring time (smallest K on ties).
 
     Evaluates the same lane recurrence as :func:`parosim.collectives.cost.program_time` on
-    per-chunk phase costs, without building a Program per K.
+    per-chunk phase costs (protocols chosen per chunk size), without building a Program per K.
     """
-    from .cost import ring_alpha_beta
+    from .cost import latency_part, phase_time
 
-    a_in, b_in = ring_alpha_beta(spec, scope_rings(spec, Scope.INTRA))
-    a_out, b_out = ring_alpha_beta(spec, scope_rings(spec, Scope.INTER))
-    m, ng = spec.group_size, spec.groups
+    intra, inter = scope_rings(spec, Scope.INTRA), scope_rings(spec, Scope.INTER)
+    m = spec.group_size
+    serial = spec.collective.serial_progress
 
-    over = spec.collective.phase_overhead_s
-
-    def ring(k: int, f: int, alpha: float, bw: float, buf: float) -> float:
-        return f * (k - 1) * alpha + f * (k - 1) / k * buf / bw + over
+    def cost(o: Op, rs, buf: float) -> tuple[float, float]:
+        p = make_phase(spec, "", o, rs, buf, "x")
+        return phase_time(spec, p), latency_part(spec, p)
 
     best_k, best_t = 1, float("inf")
     for k in range(1, spec.collective.ho_ring_max_chunks + 1):
-        intra = ring(m, 1, a_in, b_in, size / k)
-        f = 2 if op is Op.ALL_REDUCE else 1
-        inter = ring(ng, f, a_out, b_out, size / (m * k))
         if op is Op.ALL_REDUCE:
-            t = _ar_pipeline(k, intra, inter)
+            (rs, l_rs), (ag, l_ag) = (cost(Op.REDUCE_SCATTER, intra, size / k),
+                                      cost(Op.ALL_GATHER, intra, size / k))
+            ar, l_ar = cost(Op.ALL_REDUCE, inter, size / (m * k))
+            t = _ar_pipeline(k, rs, ar, ag)
+            if serial:  # as in cost.program_time
+                t = max(t, k * (l_rs + l_ag + l_ar) + min(rs - l_rs, ag - l_ag, ar - l_ar))
         else:
-            t = intra + inter + (k - 1) * max(intra, inter)
-        if spec.collective.serial_progress:  # as in cost.program_time
-            lat_in = (m - 1) * a_in + over
-            lat_out = f * (ng - 1) * a_out + over
-            n_intra = 2 * k if op is Op.ALL_REDUCE else k
-            t = max(t, n_intra * lat_in + k * lat_out
-                    + min(intra - lat_in, inter - lat_out))
+            if op is Op.ALL_GATHER:
+                a, la = cost(op, inter, size / (m * k))
+                b, lb = cost(op, intra, size / k)
+            else:
+                a, la = cost(op, intra, size / k)
+                b, lb = cost(op, inter, size / (m * k))
+            t = a + b + (k - 1) * max(a, b)
+            if serial:
+                t = max(t, k * (la + lb) + min(a - la, b - lb))
         if t < best_t * (1 - 1e-12):
             best_k, best_t = k, t
     return best_k
 
 
-def _ar_pipeline(k: int, rs: float, ar: float) -> float:
+def _ar_pipeline(k: int, rs: float, ar: float, ag: float | None = None) -> float:
     """End of the HO-Ring all-reduce lanes: intra RS x k, then intra AG x k; inter AR x k."""
+    ag = rs if ag is None else ag
     intra_free = k * rs                  # every RS done back to back first
     inter_free = 0.0
     for c in range(k):
         inter_free = max(inter_free, (c + 1) * rs) + ar
-        intra_free = max(intra_free, inter_free) + rs  # AG c (same cost as RS c)
+        intra_free = max(intra_free, inter_free) + ag  # AG c
     return intra_free
 
 
-ALGORITHMS = {Algo.RING: Ring(), Algo.HIERARCHICAL: Hierarchical(), Algo.HO_RING: HORing()}
+class NCCL:
+    """NCCL's tuner: every (algorithm, protocol) pair NCCL could run for this collective -
+    Ring with LL / LL128 / Simple, and for an all-reduce spanning several nodes Tree with
+    each protocol - lowered and costed; the fastest in the closed form is returned (ties:
+    ring before tree, then LL, LL128, Simple). See :mod:`parosim.collectives.nccl`."""
+
+    algo = Algo.NCCL
+
+    def candidates(self, spec: ClusterSpec, op: Op, scope: Scope, size: float) -> list[Program]:
+        from .nccl import tree_phase
+
+        tun = spec.collective
+        protos = list(tun.protocols) if tun.model == "nccl" else [None]
+        out = []
+        if "ring" in tun.algorithms or op is not Op.ALL_REDUCE:
+            for p in protos:
+                prog = Ring().lower(spec, op, scope, size, proto=p)
+                out.append(replace(prog, algo=self.algo,
+                                   choice=f"ring/{p}" if p else "ring"))
+        inst = _tree_instances(spec, scope)
+        if op is Op.ALL_REDUCE and "tree" in tun.algorithms and inst is not None:
+            nodes, locals_ = inst
+            for p in protos:
+                ph = tree_phase(spec, scope.value, size, p, nodes, locals_)
+                out.append(Program(op, scope, self.algo, size, ph.ringset.size, (ph,),
+                                   choice=f"tree/{p}" if p else "tree"))
+        return out
+
+    def lower(self, spec: ClusterSpec, op: Op, scope: Scope, size: float) -> Program:
+        from .cost import program_time
+
+        best, best_t = None, float("inf")
+        for prog in self.candidates(spec, op, scope, size):
+            t = program_time(spec, prog)
+            if t < best_t * (1 - 1e-12):
+                best, best_t = prog, t
+        return best
+
+
+def _tree_instances(spec: ClusterSpec, scope: Scope):
+    """(instances as node tuples, local GPUs per node) of a scope spanning several nodes, or
+    None when an instance lies in one node (NCCL's intra-node tree is a chain: left out)."""
+    gpn, gn = spec.gpus_per_node, spec.group_nodes
+    if scope is Scope.GLOBAL and spec.nodes > 1:
+        return (tuple(range(spec.nodes)),), tuple(range(gpn))
+    if scope is Scope.INTRA and gn > 1:
+        return (tuple(tuple(range(g * gn, (g + 1) * gn)) for g in range(spec.groups)),
+                tuple(range(gpn)))
+    if scope is Scope.INTER and spec.groups > 1 and gn == 1:
+        return None  # one GPU per node per instance: m trees, each its own NIC (below)
+    return None
+
+
+ALGORITHMS = {Algo.RING: Ring(), Algo.HIERARCHICAL: Hierarchical(), Algo.HO_RING: HORing(),
+              Algo.NCCL: NCCL()}
 
 
 def lower(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float, algo: Algo) -> Program:

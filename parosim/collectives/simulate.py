@@ -33,6 +33,8 @@ class CollectiveResult:
     link_bytes: dict[str, float] = field(default_factory=dict)
     link_busy_s: dict[str, float] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
+    protocol: str = ""     # protocols of the phases ("" = ideal wire model)
+    choice: str = ""       # `nccl`: the (algorithm/protocol) it picked, e.g. "ring/simple"
 
     @property
     def algbw_GBps(self) -> float:
@@ -49,6 +51,7 @@ class CollectiveResult:
             "time_s": self.time_s, "closed_form_s": self.closed_form_s,
             "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps,
             "chunks": self.chunks, "events": self.events,
+            "protocol": self.protocol, "nccl_choice": self.choice,
             "links": {cls: {"bytes": self.link_bytes.get(cls, 0.0),
                             "busy_s": self.link_busy_s.get(cls, 0.0)}
                       for cls in sorted(self.link_bytes)},
@@ -66,7 +69,8 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
     """Run a lowered collective on the simpy flow-level network of the cluster graph."""
     g = graph if graph is not None else cluster_graph(spec)
     env = CountingEnvironment()
-    period = symmetry_period(spec) if symmetric else spec.nodes
+    # a tree is not invariant under translation: no symmetry reduction
+    period = symmetry_period(spec) if symmetric and not program.tree else spec.nodes
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     records: list[Record] = []
     proc = env.process(run_program(env, net, program, spec.collective,
@@ -80,7 +84,8 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
     st = net.link_stats()
     return CollectiveResult(program.op, program.algo, program.scope, spec.gpus, program.gpus,
                             program.size_bytes, env.now / PS, program_time(spec, program),
-                            program.chunks, env.events, st.bytes, st.busy_s, records)
+                            program.chunks, env.events, st.bytes, st.busy_s, records,
+                            program.protocols, program.choice)
 
 
 def simulate_collective(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float,

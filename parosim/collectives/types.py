@@ -46,6 +46,7 @@ class Algo(str, enum.Enum):
     RING = "ring"
     HIERARCHICAL = "hierarchical"
     HO_RING = "ho-ring"
+    NCCL = "nccl"  # NCCL's tuner: the fastest (ring | tree, protocol) pair (collectives.nccl)
 
 
 def parse_enum(cls, text: str, what: str):
@@ -90,6 +91,48 @@ class RingSet:
                 for i in range(k):
                     yield ring[i], ring[(i + 1) % k]
 
+    def ring_hops(self):
+        """The hops grouped per ring (the per-step latency is a ring's mean hop latency)."""
+        for ring in self.rings:
+            k = len(ring)
+            if k > 1:
+                yield [(ring[i], ring[(i + 1) % k]) for i in range(k)]
+
+    @cached_property
+    def rings_per_rank(self) -> int:
+        """Rings each rank takes part in (channels of a flat ring; 1 for scope rings)."""
+        if not self.rings:
+            return 0
+        first = self.rings[0][0]
+        return sum(1 for r in self.rings if first in r)
+
+
+@dataclass(frozen=True)
+class HopSet:
+    """An explicit set of (src, dst) hops moving together (an NCCL tree: every edge of the
+    trees of every channel, up and down). Duck-types :class:`RingSet` for the network and the
+    closed form; ``size`` is k, the ranks of one instance."""
+
+    hop_list: tuple[tuple[int, int], ...]
+    label: str
+    size: int
+    rings_per_rank: int = 1
+    rings: tuple = ()
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.hop_list, self.label))
+            self.__dict__["_hash"] = h
+        return h
+
+    def hops(self):
+        return iter(self.hop_list)
+
+    def ring_hops(self):
+        if self.hop_list:
+            yield list(self.hop_list)
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -105,16 +148,31 @@ class Phase:
     buffer_bytes: float
     lane: str
     deps: tuple[int, ...] = ()
+    # protocol costs resolved at lowering (collectives.nccl); the defaults are the ideal wire
+    proto: str = ""              # "", "ll", "ll128", "simple"
+    bw_eff: float = 1.0          # data fraction of the wire rate
+    cap_Bps: float = float("inf")  # per-flow data-rate cap (channel caps, HBM)
+    fixed_s: float = 0.0         # protocol latency + reduction time, added once
+    tree_steps: int = 0          # > 0: an NCCL tree (``ringset`` is a HopSet)
 
     @cached_property
     def steps(self) -> int:
+        if self.tree_steps:
+            return self.tree_steps
         k = self.ringset.size
         return self.op.ring_factor * (k - 1) if k > 1 else 0
 
     @cached_property
     def bytes_per_rank(self) -> float:
+        """Bytes every flow of the phase moves (a tree flow moves its buffer once)."""
+        if self.tree_steps:
+            return self.buffer_bytes
         k = self.ringset.size
         return self.op.ring_factor * (k - 1) / k * self.buffer_bytes if k > 1 else 0.0
+
+    @property
+    def kind(self) -> str:
+        return "tree" if self.tree_steps else "ring"
 
 
 @dataclass(frozen=True)
@@ -128,3 +186,13 @@ class Program:
     gpus: int           # ranks taking part in one instance (k of the scope)
     phases: tuple[Phase, ...]
     chunks: int = 1     # HO-Ring chunk count (1 otherwise)
+    choice: str = ""    # what the `nccl` algorithm picked, e.g. "ring/simple", "tree/ll"
+
+    @property
+    def protocols(self) -> str:
+        """The protocols the phases use, e.g. "simple" or "ll128+simple" ("" = ideal)."""
+        return "+".join(sorted({p.proto for p in self.phases if p.proto}))
+
+    @property
+    def tree(self) -> bool:
+        return any(p.tree_steps for p in self.phases)

@@ -12,8 +12,16 @@ The YAML (units as strings, converted to SI here, once)::
     network: {fabric: single-switch}   # or leaf-spine (nodes_per_leaf, oversubscription,
                                        # uplink_latency) or rail (oversubscription)
     collective: {step_latency: 0us, call_overhead: 0us, phase_overhead: 0us}  # optional
+    compute: {overlap_slowdown: 1.189}  # optional: compute slowdown beside collectives
     group_nodes: 1                                                     # optional
+    compute: {model: kernel, gemm_k_half: 118, attention_efficiency: 0.44,
+              hbm_efficiency: 0.5, kernel_overhead: 5us}   # optional (docs/compute.md)
     sources: free text saying where the numbers come from
+
+``compute`` sets how compute is costed: ``model: flat`` (the default; FLOPs at the
+training's efficiency) or ``kernel`` (:mod:`parosim.kernels`, whose parameters the other keys
+override: ``gemm_ceiling``, ``gemm_k_half``, ``attention_efficiency``, ``hbm_efficiency``,
+``kernel_overhead``, ``sm_count``, ``source``).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
+from ..kernels import ComputeProfile
 from ..specs import (
     ClusterSpec,
     CollectiveTuning,
@@ -39,7 +48,10 @@ from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .yamlspec import check_keys, number, positive_int, read_yaml, section
 
 _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
-        "collective", "group_nodes", "sources", "notes"}
+        "collective", "group_nodes", "sources", "notes", "compute"}
+_COMPUTE_KEYS = {"model", "gemm_ceiling", "gemm_k_half", "attention_efficiency",
+                 "hbm_efficiency", "kernel_overhead", "sm_count", "source",
+                 "overlap_slowdown"}
 
 
 def topologies_dir() -> Path:
@@ -76,6 +88,7 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
     coll = section(data, "collective", {"step_latency", "call_overhead", "phase_overhead",
                                           "ho_ring_max_chunks", "serial_progress"},
                    where)
+    comp = section(data, "compute", _COMPUTE_KEYS, where)
     if "bandwidth" not in intra:
         raise InputError(f"{where}: intra_node needs 'bandwidth' (per GPU, e.g. 2000Gbps)")
     if "bandwidth" not in nic:
@@ -127,6 +140,9 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
                                   "collective.serial_progress")),
         group_nodes=positive_int(data.get("group_nodes", 1), "group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
+        overlap_slowdown=(None if comp.get("overlap_slowdown") is None else
+                          number(comp["overlap_slowdown"], "compute.overlap_slowdown")),
+        compute=_compute_profile(comp, where),
     )
     return spec
 
@@ -163,6 +179,23 @@ def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
         peak_flops=parse_flops(gpu.get("peak_tflops", base.peak_flops / 1e12)),
         hbm_bandwidth_Bps=parse_bandwidth(gpu.get("hbm_bandwidth", base.hbm_bandwidth_Bps),
                                           "gpu.hbm_bandwidth"))
+
+
+def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
+    """The ``compute`` section (unknown keys were refused by :func:`section`)."""
+    kw: dict[str, Any] = {}
+    if "model" in comp:
+        kw["model"] = str(comp["model"]).strip().lower()
+    for k in ("gemm_ceiling", "gemm_k_half", "attention_efficiency", "hbm_efficiency"):
+        if k in comp:
+            kw[k] = number(comp[k], f"{where}: compute.{k}")
+    if "kernel_overhead" in comp:
+        kw["kernel_overhead_s"] = parse_time(comp["kernel_overhead"], "compute.kernel_overhead")
+    if "sm_count" in comp:
+        kw["sm_count"] = positive_int(comp["sm_count"], "compute.sm_count")
+    if "source" in comp:
+        kw["source"] = str(comp["source"])
+    return ComputeProfile(**kw)
 
 
 def _flag(v: Any, name: str) -> bool:
@@ -227,6 +260,17 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
         "group_nodes": spec.group_nodes,
         "sources": spec.notes,
     }
+    if spec.compute != ComputeProfile():
+        c = spec.compute
+        data["compute"] = {"model": c.model, "gemm_ceiling": c.gemm_ceiling,
+                           "gemm_k_half": c.gemm_k_half,
+                           "attention_efficiency": c.attention_efficiency,
+                           "hbm_efficiency": c.hbm_efficiency,
+                           "kernel_overhead": f"{c.kernel_overhead_s!r}s", "source": c.source}
+        if c.sm_count:
+            data["compute"]["sm_count"] = c.sm_count
+    if spec.overlap_slowdown is not None:
+        data.setdefault("compute", {})["overlap_slowdown"] = spec.overlap_slowdown
     if spec.network.fabric is NetworkFabric.LEAF_SPINE:
         data["network"]["nodes_per_leaf"] = spec.network.nodes_per_leaf
     return yaml.safe_dump(data, sort_keys=False)

@@ -9,6 +9,19 @@ The YAML is either a shape (the parameter count is derived)::
     heads: 32
     vocab: 32000
 
+Optional architecture keys (defaults: LLaMA's): ``kv_heads`` (grouped-query attention),
+``mlp`` (swiglu | gelu), ``norm`` (rmsnorm | layernorm), ``bias`` (true: biased linears),
+``tied_embeddings`` (true: the LM head reuses the embedding), ``pos_embedding`` (rows of a
+learned position embedding)::
+
+    name: llama-3-8b
+    layers: 32
+    hidden: 4096
+    ffn_hidden: 14336
+    heads: 32
+    kv_heads: 8
+    vocab: 128256
+
 or a bare parameter count (only memory questions work for such a model)::
 
     name: my-7.5b
@@ -28,7 +41,8 @@ from ..models import ModelSpec, is_preset, known_models, preset
 from .yamlspec import check_keys, number, positive_int, read_yaml
 
 _SHAPE = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
-_KEYS = {"name", "params", "sources", "notes", *_SHAPE}
+_ARCH = ("kv_heads", "mlp", "norm", "bias", "tied_embeddings", "pos_embedding")
+_KEYS = {"name", "params", "sources", "notes", *_SHAPE, *_ARCH}
 
 
 def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
@@ -51,7 +65,23 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
         params = None
         if "params" in data:
             params = _count(data["params"], where)
-        return ModelSpec(name, params=params, **dims)
+        arch = {k: data[k] for k in _ARCH if k in data}
+        for k in ("kv_heads",):
+            if k in arch:
+                arch[k] = positive_int(arch[k], f"{where}: {k}")
+        if "pos_embedding" in arch:
+            v = arch["pos_embedding"]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise InputError(f"{where}: pos_embedding = {v!r} must be a non-negative "
+                                 "integer (rows of a learned position embedding)")
+        for k in ("mlp", "norm"):
+            if k in arch:
+                arch[k] = str(arch[k]).strip().lower()
+        return ModelSpec(name, params=params, **dims, **arch)
+    extra = [k for k in _ARCH if k in data]
+    if extra:
+        raise InputError(f"{where}: {', '.join(extra)} describe a shape; give the shape "
+                         f"({', '.join(_SHAPE)}) too, or only 'params'")
     if "params" not in data:
         raise InputError(f"{where}: needs either the shape ({', '.join(_SHAPE)}) or 'params'")
     return ModelSpec(name, params=_count(data["params"], where))

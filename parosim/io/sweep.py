@@ -78,6 +78,10 @@ _STEP_INPUTS: dict[str, str] = {
                   "preset's",
     "recompute": "full activation recomputation: True, False, or empty = automatic (on when "
                  "activations would not fit otherwise)",
+    "runtime": "framework schedule: ideal, deepspeed, fsdp, paro or a runtime YAML path; "
+               "empty = ideal (docs/runtimes.md)",
+    "overlap_slowdown": "compute slowdown factor beside a collective (>= 1); empty = the "
+                        "cluster's, else the runtime's default",
 }
 _COMMON_OUTPUTS: dict[str, str] = {
     "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
@@ -243,7 +247,22 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "accum": lambda v: positive_int(v, "accum"),
             "seq_len": lambda v: positive_int(v, "seq_len"),
             "gpu_memory": lambda v: parse_size(v, "gpu_memory"),
-            "recompute": _parse_bool}
+            "recompute": _parse_bool, "runtime": _parse_runtime,
+            "overlap_slowdown": _parse_slowdown}
+
+
+def _parse_runtime(v: Any) -> object:
+    from .runtime import load_runtime
+    return load_runtime(v)
+
+
+def _parse_slowdown(v: Any) -> float:
+    import math
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+            math.isfinite(v) and v >= 1):
+        raise InputError(f"overlap_slowdown = {v!r} must be a factor >= 1")
+    return float(v)
 
 
 def _parse_bool(v: Any) -> bool:

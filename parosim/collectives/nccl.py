@@ -1,0 +1,248 @@
+"""NCCL's collective model: channels, Ring and Tree, protocols LL / LL128 / Simple.
+
+Everything here follows NCCL's own tuning model, NCCL 2.20.3, ``src/graph/tuning.cc``
+(commit b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2), with the link bandwidths taken from the
+flow-level network instead of NCCL's topology search. docs/collectives.md has the formulas.
+
+Channels and NICs
+    NCCL runs a collective on C channels, each one ring (or tree) carrying 1/C of the data,
+    and spreads the channels over the node's NICs. A flat ring over several nodes is therefore
+    lowered to one ring per GPU of a node (:func:`channel_rings`): ring c enters a node at GPU
+    c and leaves it at GPU c + gpn/2 (the roles swap on every other node, so each inter-node
+    hop joins two GPUs of the same local index: the same NIC, the same rail). Each NIC then
+    carries one ring out and one in per node, every NIC of the node is used, and a node's
+    inter-node bandwidth is the sum of its NICs. With one NIC per node all rings share it,
+    which is the same as NCCL's channels all crossing one NIC.
+Protocols (per phase, i.e. per NCCL call)
+    time = base_latency + steps x (wire hop latency + protocol hop latency)
+           + bytes / min(bw_efficiency x B_links, cap) + reduction
+    with NCCL's ``baseLat``, ``hwLat`` (by link type: NVLink, PCI, NET), busBw refinements
+    (LL 1/4, LL128 0.92 or 0.7 when one GPU per node, Simple 1, tree 0.92 and tree LL 1/3.8,
+    tree LL128 x 120/128) and caps (``llMaxBws``, ``perChMaxRingLL128Bws``,
+    ``perChMaxTreeBws``, ``perChMaxTreeLL128Bws``: per channel x C). They are the
+    :class:`~parosim.specs.ProtocolCost` fields of ``collective.ring_*`` / ``collective.tree_*``
+    in the cluster YAML. NCCL's ring Simple all-reduce "plateau" (latency x 1.4 on Ampere and
+    newer when bytes / (C x nranks) >= 64) and the tree correction factors by size are applied
+    as NCCL applies them (:data:`TREE_CORRECTION`).
+Tree (all-reduce over several nodes)
+    NCCL's double binary tree: per channel, the GPUs of a node form a chain, the nodes two
+    binary trees (the second the mirror of the first, so a leaf of one is inner in the other);
+    each tree carries half the data up (reduce) and down (broadcast) at once. Its latency is
+    NCCL's ``2 ((ppn - 1) intraLat + log2(nNodes) interLat)``.
+Reduction
+    A reduce-scatter or all-reduce adds (k-1)/k of the buffer on every rank (a tree: the whole
+    buffer); each reduced byte moves ``collective.reduction_hbm_factor`` bytes through HBM
+    (default 3: two reads and a write) at ``gpu.hbm_bandwidth``, charged after the transfer
+    as ASTRA-sim charges it (NCCL fuses it into the copy: this is the pessimistic end).
+
+Protocol costs are resolved when a collective is lowered (stored in each
+:class:`~parosim.collectives.types.Phase`): lower again after changing ``collective.*``.
+Left out: NVLS (NVLink SHARP), CollNet / SHARP in-network reduction, PAT, NCCL's netOverhead
+floor on intra-node steps of inter-node rings, the thread-count and chunk-size heuristics.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from ..specs import ClusterSpec, IntraFabric
+from .cost import phase_time, ring_profile
+from .types import HopSet, Op, Phase, RingSet
+
+# NCCL 2.20.3 src/graph/tuning.cc, treeCorrectionFactor[protocol][log2(bytes / 64)]: "Trees are
+# not perfectly sticking to the model for medium sizes" (LL, LL128, Simple; 64 B ... 256 MiB).
+TREE_CORRECTION = {
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9),
+}
+RING_SIMPLE_PLATEAU = 1.4   # tuning.cc ncclTopoGetAlgoTime, minCompCap >= 80 (1.9 before)
+LL128_ONE_PPN = 0.7 / 0.92  # tuning.cc: LL128 busBw x 0.7 instead of 0.92 when ppn < 2
+NVLINK_BW_PER_CHANNEL_Bps = 20e9  # NCCL src/graph/topo.h SM80_NVLINK_BW (GB/s per NVLink)
+MAX_CHANNELS = 32           # NCCL MAXCHANNELS
+
+
+def log2i(x: int) -> int:
+    """floor(log2 x) for x >= 1, NCCL's ``log2i`` (0 for x < 1)."""
+    return int(x).bit_length() - 1 if x >= 1 else 0
+
+
+def channels(spec: ClusterSpec) -> int:
+    """NCCL channels C: ``collective.channels`` or, when 0, enough channels for every NIC twice
+    and for the NVLink bandwidth at NCCL's 20 GB/s per channel, in 2..32."""
+    c = spec.collective.channels
+    if c:
+        return c
+    want = max(2 * spec.nic.per_node,
+               math.ceil(spec.intra.bandwidth_Bps / NVLINK_BW_PER_CHANNEL_Bps))
+    return max(2, min(MAX_CHANNELS, want))
+
+
+# -- channel rings ------------------------------------------------------------------------
+
+def _order(gpn: int, enter: int, leave: int) -> list[int]:
+    mid = [(enter + j) % gpn for j in range(1, gpn)]
+    return [enter] + [x for x in mid if x != leave] + [leave]
+
+
+def channel_rings(spec: ClusterSpec, nodes: list[int]) -> tuple[tuple[int, ...], ...]:
+    """The rings of one flat ring over all GPUs of ``nodes`` (in that order), one per channel
+    pattern: a single rank-order ring when a node has one NIC (all channels share it) or one
+    GPU; otherwise ``gpus_per_node`` rings, ring c entering even-position nodes at GPU c and
+    leaving at GPU c + gpn/2, the other way round on odd positions (see module docstring).
+
+    >>> from parosim.specs import ClusterSpec, NICSpec
+    >>> c = ClusterSpec(nodes=2, gpus_per_node=2, nic=NICSpec(per_node=2))
+    >>> channel_rings(c, [0, 1])
+    ((0, 1, 3, 2), (1, 0, 2, 3))
+    """
+    gpn = spec.gpus_per_node
+    if len(nodes) == 1 or gpn == 1 or spec.nic.per_node <= 1:
+        return (tuple(n * gpn + j for n in nodes for j in range(gpn)),)
+    half = gpn // 2
+    rings = []
+    for c in range(gpn):
+        p, q = c, (c + half) % gpn
+        ring: list[int] = []
+        for pos, n in enumerate(nodes):
+            enter, leave = (p, q) if pos % 2 == 0 else (q, p)
+            ring += [n * gpn + j for j in _order(gpn, enter, leave)]
+        rings.append(tuple(ring))
+    return tuple(rings)
+
+
+# -- trees --------------------------------------------------------------------------------
+
+def _btree_parents(n: int, mirror: bool) -> list[int]:
+    """Parent position of each of n positions in a heap-ordered binary tree (-1: root); the
+    mirror tree numbers the positions from the other end, so inner nodes become leaves."""
+    par = []
+    for i in range(n):
+        j = n - 1 - i if mirror else i
+        pj = (j - 1) // 2 if j > 0 else -1
+        par.append(-1 if pj < 0 else (n - 1 - pj if mirror else pj))
+    return par
+
+
+@lru_cache(maxsize=64)
+def tree_hopset(spec: ClusterSpec, instances: tuple[tuple[int, ...], ...], locals_: tuple[int, ...],
+                label: str) -> HopSet:
+    """The hops of NCCL's double binary tree for every instance (a tuple of nodes) of a scope
+    whose ranks on a node are the GPUs ``locals_``: per tree channel a chain through the
+    node's GPUs from a head GPU (one head per NIC), the heads of the nodes joined by two
+    mirrored binary trees; every edge up and down. Each flow carries S / (2 Rt), Rt the tree
+    channels, so one rank's NCCL bus bytes (2 S) are ``4 Rt`` flow buffers (``rings_per_rank``).
+    """
+    gpn = spec.gpus_per_node
+    ppn = len(locals_)
+    nics = sorted({spec.nic_of(j) for j in locals_})
+    heads = [next(j for j in locals_ if spec.nic_of(j) == k) for k in nics]
+    hops: list[tuple[int, int]] = []
+    for nodes in instances:
+        L = len(nodes)
+        for h in heads:
+            i0 = locals_.index(h)
+            chain = [locals_[(i0 + j) % ppn] for j in range(ppn)]
+            for mirror in (False, True):
+                for n in nodes:  # the chain, up and down
+                    for a, b in zip(chain, chain[1:], strict=False):
+                        hops.append((n * gpn + b, n * gpn + a))
+                        hops.append((n * gpn + a, n * gpn + b))
+                for pos, par in enumerate(_btree_parents(L, mirror)):
+                    if par >= 0:
+                        child, parent = nodes[pos] * gpn + h, nodes[par] * gpn + h
+                        hops.append((child, parent))
+                        hops.append((parent, child))
+    rt = len(heads)
+    return HopSet(tuple(hops), label, ppn * len(instances[0]), 4 * rt)
+
+
+def tree_phase(spec: ClusterSpec, scope_label: str, size: float, proto: str | None,
+               instances: tuple[tuple[int, ...], ...], locals_: tuple[int, ...],
+               lane: str = "main") -> Phase:
+    """An all-reduce of ``size`` bytes as one NCCL tree phase (protocol chosen if None)."""
+    hs = tree_hopset(spec, instances, locals_, scope_label)
+    rt = hs.rings_per_rank // 4
+    n_nodes, ppn = len(instances[0]), len(locals_)
+    steps = 2 * ((ppn - 1) + log2i(n_nodes))
+    return make_phase(spec, f"all-reduce {scope_label} tree", Op.ALL_REDUCE, hs,
+                      size / (2 * rt), lane, (), proto, tree_steps=max(1, steps),
+                      total_bytes=size, nodes=n_nodes, ppn=ppn)
+
+
+# -- protocol costs -----------------------------------------------------------------------
+
+def _instance_shape(spec: ClusterSpec, rs: RingSet) -> tuple[int, int]:
+    """(nodes, ranks per node) of one instance of a ring set."""
+    gpn = spec.gpus_per_node
+    if not rs.rings:
+        return 1, 1
+    nodes = len({r // gpn for r in rs.rings[0]})
+    return nodes, max(1, len(rs.rings[0]) // nodes)
+
+
+def make_phase(spec: ClusterSpec, name: str, op: Op, ringset, total_bytes_or_buffer: float,
+               lane: str, deps: tuple[int, ...] = (), proto: str | None = None,
+               tree_steps: int = 0, total_bytes: float | None = None, nodes: int = 0,
+               ppn: int = 0) -> Phase:
+    """A phase with its protocol costs resolved.
+
+    For a ring set, ``total_bytes_or_buffer`` is the whole buffer of one instance (split over
+    the ring set's channel rings); for a tree it is one flow's buffer (``total_bytes`` is the
+    collective's size). ``proto`` None lets the tuner pick, per phase, the protocol of
+    ``collective.protocols`` with the smallest time (ties: the first). With
+    ``collective.model: ideal`` the phase has no protocol cost.
+    """
+    tree = tree_steps > 0
+    buffer = total_bytes_or_buffer if tree else total_bytes_or_buffer / max(
+        1, ringset.rings_per_rank)
+    base = Phase(name, op, ringset, buffer, lane, deps, tree_steps=tree_steps)
+    tun = spec.collective
+    if tun.model == "ideal" or base.steps == 0:
+        return base
+    if not tree:
+        nodes, ppn = _instance_shape(spec, ringset)
+        total_bytes = total_bytes_or_buffer
+    protos = [proto] if proto else list(tun.protocols)
+    best, best_t = base, math.inf
+    for p in protos:
+        ph = _costed(spec, base, "tree" if tree else "ring", p, float(total_bytes), nodes, ppn)
+        t = phase_time(spec, ph)
+        if t < best_t * (1 - 1e-12):
+            best, best_t = ph, t
+    return best
+
+
+def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: float,
+            nodes: int, ppn: int) -> Phase:
+    tun = spec.collective
+    pc = tun.protocol(algorithm, proto)
+    C = channels(spec)
+    _, _, frac = ring_profile(spec, ph.ringset)
+    intra = pc.nvlink_latency_s if spec.intra_fabric is IntraFabric.NVSWITCH else pc.pcie_latency_s
+    eff = pc.bw_efficiency
+    if algorithm == "ring":
+        if proto == "ll128" and ppn < 2:
+            eff *= LL128_ONE_PPN
+        lat = pc.base_latency_s + ph.steps * ((1 - frac) * intra + frac * pc.net_latency_s)
+        if (proto == "simple" and nodes > 1 and ph.op is Op.ALL_REDUCE
+                and total / (C * ph.ringset.size) >= 64):
+            lat *= RING_SIMPLE_PLATEAU
+        reduced = (ph.ringset.size - 1) / ph.ringset.size * total
+    else:
+        ls = log2i(int(total) >> 6)
+        if ls < len(TREE_CORRECTION[proto]):
+            eff *= TREE_CORRECTION[proto][ls]
+        lat = pc.base_latency_s + 2 * ((ppn - 1) * intra + log2i(nodes) * pc.net_latency_s)
+        reduced = total
+    cap_bus = min(pc.max_bw_Bps, C * pc.max_bw_per_channel_Bps)
+    cap = cap_bus / max(1, ph.ringset.rings_per_rank)
+    red = 0.0
+    if ph.op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE) and tun.reduction_hbm_factor:
+        red = tun.reduction_hbm_factor * reduced / spec.gpu.hbm_bandwidth_Bps
+    return Phase(ph.name, ph.op, ph.ringset, ph.buffer_bytes, ph.lane, ph.deps, proto,
+                 eff, cap, lat + red, ph.tree_steps)

@@ -1,0 +1,293 @@
+"""Kernel-level compute: a layer's time as the sum of the kernels a framework launches.
+
+The flat model (:func:`parosim.compute.compute_seconds`) charges every FLOP at one fraction
+of peak. This model (``compute.model: kernel`` in the cluster YAML, or
+``TrainingSpec(compute_model="kernel")``, CLI ``--compute-model kernel``) costs each kernel of
+a decoder layer from its shape, on the GPU's datasheet peak FLOP/s and HBM bandwidth:
+
+* **GEMMs** (q/k/v, o, MLP; LM head): ``2·M·N·K / (peak x e)`` with
+  ``e = gemm_ceiling x quantization(M, N) x K / (K + gemm_k_half)``. ``gemm_ceiling`` is the
+  measured ceiling of a large bf16 GEMM (SuperBench cutlass-profiler, A100 80GB: 261.2 of
+  312 TFLOP/s = 0.837); ``quantization`` is tile (256 x 128 output tiles) and wave
+  (``sm_count`` tiles at a time) quantization; ``gemm_k_half`` (fitted) is the reduction
+  depth at which the main loop's fixed prologue/epilogue halves the efficiency. A GEMM is
+  never faster than moving its operands over HBM. Backward = data-gradient GEMM (same
+  shape) + weight-gradient GEMM (``M = N_out, N = K_in, K = tokens``), the latter scaled by the
+  trainable ratio r.
+* **Attention**: with FlashAttention (``TrainingSpec.attention = "flash"``, default) one
+  kernel doing ``4·b·s²·h`` FLOPs forward, halved by the causal mask (FlashAttention-2 skips
+  masked blocks), backward 2.5 x forward (it recomputes QKᵀ: five matmuls instead of two),
+  at ``attention_efficiency`` of peak (fitted). Without it (``"eager"``) QKᵀ and AV are
+  batched GEMMs (K = head_dim) and the ``b·heads·s²`` scores go through HBM in softmax,
+  masking and their backward (:data:`EAGER_SCORE_BYTES_FWD` / ``_BWD`` bytes per score).
+* **Memory-bound kernels** (norms, residual adds, activation function, rotary embedding,
+  cross-entropy over the logits, embedding lookup and its gradient, the optimizer):
+  bytes / (HBM bandwidth x ``hbm_efficiency``); the bytes per token are itemised in
+  :func:`layer_elementwise_bytes`; ``hbm_efficiency`` is fitted (it absorbs the copies our
+  itemisation misses).
+* **Launch**: every kernel takes at least ``kernel_overhead_s`` (the host issues PyTorch eager
+  ops about that fast, so a stream of shorter kernels is host-bound).
+
+The fitted parameters and their held-out errors come from
+``experiments/07_compute_model/fit_compute.py`` on published llm-foundry MFU rows (see
+``docs/compute.md``).
+
+>>> from parosim.models import preset
+>>> from parosim.training import TrainingSpec
+>>> p = ComputeProfile(model="kernel")
+>>> g = gemm_seconds(8192, 4096, 4096, 312e12, 2e12, p)
+>>> f"{2 * 8192 * 4096 * 4096 / g / 1e12:.0f} TFLOP/s"
+'202 TFLOP/s'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from .errors import InputError
+from .models import ModelSpec
+
+COMPUTE_MODELS = ("flat", "kernel")
+ATTENTION_KINDS = ("flash", "eager")
+
+# SuperBench v0.4 gemm-flops (cutlass profiler), Azure NDmv4 A100 80GB, bf16 tensor cores:
+# 261227.8 GFLOPS, golden data averaged over 729 nodes (microsoft/superbench-results
+# v0.4.0/Azure-NDmv4-A100/baseline.json @5e77aa78). 261.2278 / 312 (datasheet peak).
+A100_GEMM_CEILING = 261.2278258330158 / 312.0
+
+# Fitted with scipy least squares on 31 of the 61 llm-foundry MPT configurations (A100 80GB,
+# FSDP; experiments/07_compute_model/fit_compute.py; held-out errors in docs/compute.md).
+# Rounded to 3 significant digits. hbm_efficiency ends on its upper bound 1.0: our itemised
+# bytes of the memory-bound kernels are an upper bound (fused kernels move fewer).
+FITTED_GEMM_K_HALF = 923.0
+FITTED_ATTENTION_EFFICIENCY = 0.327
+FITTED_HBM_EFFICIENCY = 1.0
+
+# PyTorch eager op issue time on the host: ~5-10 us per op on a modern CPU (our estimate; a
+# stream of kernels shorter than this is host-bound). Kept fixed, not fitted: the published
+# rows we fit on use kernels of milliseconds, which cannot tell its value.
+DEFAULT_KERNEL_OVERHEAD_S = 5e-6
+
+# Streaming multiprocessors per GPU (datasheets): wave quantization.
+SM_COUNTS = {"A100": 108, "H100": 132, "H200": 132, "V100": 80, "A10": 72, "L40": 142}
+TILE_M, TILE_N = 256, 128      # largest cutlass/cuBLAS bf16 tile on Ampere/Hopper
+
+# Eager attention: bytes through HBM per attention score (fp16/bf16, 2 B each), our
+# itemisation: forward writes QKᵀ (2), scale+mask+softmax read/write (4), AV reads it (2);
+# backward reads probabilities and grad (4), writes grad of scores (2), softmax backward
+# read/write (4), QKᵀ-grad GEMMs read it (2).
+EAGER_SCORE_BYTES_FWD = 8
+EAGER_SCORE_BYTES_BWD = 12
+# Cross-entropy over the logits, bytes per logit: forward reads bf16 logits (2), writes and
+# reads the fp32 upcast (4 + 4); backward writes fp32 softmax grad (4) and the bf16 logits
+# grad (2), reading the saved fp32 (4). Our itemisation.
+LOSS_BYTES_FWD = 10
+LOSS_BYTES_BWD = 10
+# Kernels per decoder layer besides GEMMs and attention (our itemisation of a PyTorch eager
+# pre-norm block): 2 norms, 2 residual adds, activation, 2 rotary (LLaMA), ~3 reshapes/copies
+# forward; backward about twice as many.
+ELEMENTWISE_KERNELS_FWD = 10
+ELEMENTWISE_KERNELS_BWD = 20
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    """How compute is costed. ``model``: ``"flat"`` (FLOPs at ``TrainingSpec.
+    compute_efficiency`` of peak, the default) or ``"kernel"`` (this module).
+
+    Every other field is a kernel-model parameter (fractions of the GPU's datasheet peak
+    FLOP/s or HBM bandwidth; ``gemm_k_half`` in elements; ``kernel_overhead_s`` in seconds;
+    ``sm_count`` 0 = from the GPU model name).
+    """
+
+    model: str = "flat"
+    gemm_ceiling: float = A100_GEMM_CEILING
+    gemm_k_half: float = FITTED_GEMM_K_HALF
+    attention_efficiency: float = FITTED_ATTENTION_EFFICIENCY
+    hbm_efficiency: float = FITTED_HBM_EFFICIENCY
+    kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
+    sm_count: int = 0
+    source: str = ("gemm_ceiling: SuperBench v0.4 cutlass bf16 GEMM, A100 80GB; other "
+                   "kernel parameters fitted on llm-foundry MFU rows (docs/compute.md)")
+
+    def __post_init__(self) -> None:
+        if self.model not in COMPUTE_MODELS:
+            raise InputError(f"compute.model = {self.model!r} is not known; expected one of "
+                             f"{', '.join(COMPUTE_MODELS)}")
+        for f in ("gemm_ceiling", "attention_efficiency", "hbm_efficiency"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise InputError(f"compute.{f} = {v!r} must be a fraction in (0, 1]")
+        for f in ("gemm_k_half", "kernel_overhead_s"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                    math.isfinite(v) and v >= 0):
+                raise InputError(f"compute.{f} = {v!r} must be a non-negative number")
+        if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or \
+                self.sm_count < 0:
+            raise InputError(f"compute.sm_count = {self.sm_count!r} must be a non-negative "
+                             "integer (0: from the GPU model)")
+
+    def sms(self, gpu_model: str) -> int:
+        """SM count: the field, else looked up by GPU model name (A100 108 if unknown)."""
+        if self.sm_count:
+            return self.sm_count
+        name = gpu_model.upper()
+        for key in sorted(SM_COUNTS, key=len, reverse=True):
+            if key in name:
+                return SM_COUNTS[key]
+        return SM_COUNTS["A100"]
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def gemm_efficiency(m: float, n: float, k: float, p: ComputeProfile, sms: int = 108,
+                    batch: int = 1) -> float:
+    """Fraction of peak a bf16 GEMM of output m x n and depth k reaches (module docstring).
+
+    >>> p = ComputeProfile()
+    >>> round(gemm_efficiency(16384, 16384, 16384, p), 3), round(gemm_efficiency(1024, 1024,
+    ...                                                                         1024, p), 3)
+    (0.791, 0.13)
+    """
+    tiles_m, tiles_n = math.ceil(m / TILE_M), math.ceil(n / TILE_N)
+    tiles = tiles_m * tiles_n * batch     # a batched GEMM's tiles share the waves
+    waves = math.ceil(tiles / sms)
+    quant = (m * n) / (tiles_m * TILE_M * tiles_n * TILE_N) * tiles / (waves * sms)
+    return p.gemm_ceiling * quant * k / (k + p.gemm_k_half)
+
+
+def gemm_seconds(m: float, n: float, k: float, peak_flops: float, hbm_Bps: float,
+                 p: ComputeProfile, batch: int = 1, sms: int = 108) -> float:
+    """One (batched) bf16 GEMM: max(compute, operand traffic, launch)."""
+    flops = 2.0 * m * n * k * batch
+    t_compute = flops / (peak_flops * gemm_efficiency(m, n, k, p, sms, batch))
+    t_memory = 2.0 * (m * k + k * n + m * n) * batch / (hbm_Bps * p.hbm_efficiency)
+    return max(t_compute, t_memory, p.kernel_overhead_s)
+
+
+def layer_gemm_shapes(model: ModelSpec) -> list[tuple[int, int]]:
+    """(N_out, K_in) of a decoder layer's weight GEMMs (M is the token count)."""
+    h, f, kv = model.hidden, model.ffn_hidden, model.kv_dim
+    mlp = [(2 * f, h), (h, f)] if model.mlp == "swiglu" else [(f, h), (h, f)]
+    return [(h + 2 * kv, h), (h, h), *mlp]
+
+
+def layer_elementwise_bytes(model: ModelSpec, tokens: int) -> float:
+    """HBM bytes of a layer's forward memory-bound kernels (bf16, 2 bytes per element).
+
+    Per token, in units of h elements read or written: 2 norms (read, write: 2 each),
+    2 residual adds (3 each), the activation (GELU: read and write ffn; SwiGLU: read 2·ffn,
+    write ffn), rotary embedding for RMSNorm/SwiGLU (LLaMA-style) models (read and write q and
+    k). Biases are fused into the GEMM epilogue.
+
+    >>> from parosim.models import preset
+    >>> layer_elementwise_bytes(preset("llama-7b"), 1) / (2 * 4096)
+    22.0625
+    """
+    h, f = model.hidden, model.ffn_hidden
+    units = 2 * 2 + 2 * 3
+    units += (3 * f if model.mlp == "swiglu" else 2 * f) / h
+    if model.mlp == "swiglu":          # LLaMA family: rotary on q and k
+        units += 2 * (h + model.kv_dim) / h
+    return 2.0 * units * h * tokens
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Seconds of one decoder layer for one micro-batch, split by kernel class."""
+
+    gemm_fwd_s: float
+    gemm_bwd_s: float
+    attention_fwd_s: float
+    attention_bwd_s: float
+    elementwise_fwd_s: float
+    elementwise_bwd_s: float
+
+    @property
+    def forward_s(self) -> float:
+        return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s
+
+    @property
+    def backward_s(self) -> float:
+        return self.gemm_bwd_s + self.attention_bwd_s + self.elementwise_bwd_s
+
+
+def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_ratio: float,
+                attention: str, peak_flops: float, hbm_Bps: float, p: ComputeProfile,
+                sms: int = 108) -> LayerTimes:
+    """Kernel times of one decoder layer (module docstring).
+
+    >>> from parosim.models import preset
+    >>> t = layer_times(preset("llama-7b"), 4, 512, 1.0, "flash", 312e12, 2e12,
+    ...                 ComputeProfile(model="kernel"))
+    >>> f"{t.forward_s * 1e3:.2f} ms fwd, {t.backward_s * 1e3:.2f} ms bwd"
+    '4.50 ms fwd, 9.63 ms bwd'
+    """
+    if attention not in ATTENTION_KINDS:
+        raise InputError(f"attention = {attention!r} is not known; expected one of "
+                         f"{', '.join(ATTENTION_KINDS)}")
+    model.require_shape("the kernel compute model")
+    tokens = micro_batch * seq_len
+    r = trainable_ratio
+
+    def g(m, n, k, batch=1):
+        return gemm_seconds(m, n, k, peak_flops, hbm_Bps, p, batch, sms)
+
+    fwd = bwd = 0.0
+    for n_out, k_in in layer_gemm_shapes(model):
+        fwd += g(tokens, n_out, k_in)
+        bwd += g(tokens, k_in, n_out) + r * g(n_out, k_in, tokens)
+    b, s, h, a, d = micro_batch, seq_len, model.hidden, model.heads, model.head_dim
+    if attention == "flash":
+        flops = 4.0 * b * s * s * h * 0.5
+        att_f = max(flops / (peak_flops * p.attention_efficiency), p.kernel_overhead_s)
+        att_b = max(2.5 * flops / (peak_flops * p.attention_efficiency), p.kernel_overhead_s)
+    else:
+        scores = float(b * a * s * s)
+        bw = hbm_Bps * p.hbm_efficiency
+        att_f = (g(s, s, d, b * a) + g(s, d, s, b * a)
+                 + max(EAGER_SCORE_BYTES_FWD * scores / bw, p.kernel_overhead_s))
+        att_b = (2 * g(s, s, d, b * a) + 2 * g(s, d, s, b * a)
+                 + max(EAGER_SCORE_BYTES_BWD * scores / bw, p.kernel_overhead_s))
+    ew = layer_elementwise_bytes(model, tokens) / (hbm_Bps * p.hbm_efficiency)
+    ew_f = max(ew, ELEMENTWISE_KERNELS_FWD * p.kernel_overhead_s)
+    ew_b = max(2.0 * ew, ELEMENTWISE_KERNELS_BWD * p.kernel_overhead_s)
+    return LayerTimes(fwd, bwd, att_f, att_b, ew_f, ew_b)
+
+
+def head_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_ratio: float,
+               peak_flops: float, hbm_Bps: float, p: ComputeProfile,
+               sms: int = 108) -> tuple[float, float]:
+    """(forward, backward) seconds of final norm + LM head GEMM + cross-entropy."""
+    tokens = micro_batch * seq_len
+    h, v = model.hidden, model.vocab
+    bw = hbm_Bps * p.hbm_efficiency
+    fwd = (gemm_seconds(tokens, v, h, peak_flops, hbm_Bps, p, 1, sms)
+           + max(LOSS_BYTES_FWD * tokens * v / bw, p.kernel_overhead_s)
+           + max(2 * 2.0 * tokens * h / bw, p.kernel_overhead_s))
+    bwd = (gemm_seconds(tokens, h, v, peak_flops, hbm_Bps, p, 1, sms)
+           + trainable_ratio * gemm_seconds(v, h, tokens, peak_flops, hbm_Bps, p, 1, sms)
+           + max(LOSS_BYTES_BWD * tokens * v / bw, p.kernel_overhead_s)
+           + max(3 * 2.0 * tokens * h / bw, p.kernel_overhead_s))
+    return fwd, bwd
+
+
+def embed_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_ratio: float,
+                hbm_Bps: float, p: ComputeProfile) -> tuple[float, float]:
+    """(forward, backward) seconds of the embedding lookup and its gradient.
+
+    Forward reads and writes ``tokens·h`` bf16 (plus the position rows when learned);
+    backward zero-fills the ``vocab·h`` gradient and scatter-adds ``tokens·h`` into it (only
+    when the embedding is trained, scaled by the trainable ratio).
+    """
+    tokens = micro_batch * seq_len
+    h = model.hidden
+    bw = hbm_Bps * p.hbm_efficiency
+    passes = 2 + (2 if model.pos_embedding else 0)
+    fwd = max(passes * 2.0 * tokens * h / bw, p.kernel_overhead_s)
+    bwd = max(trainable_ratio * (2.0 * model.vocab * h + 3 * 2.0 * tokens * h) / bw,
+              p.kernel_overhead_s)
+    return fwd, bwd
