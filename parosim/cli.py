@@ -41,9 +41,9 @@ def _cmd_collective(a: argparse.Namespace) -> dict:
     if a.plot or a.in_place:
         raise InputError("--plot and --in-place go with -b/-e/-f or --compare")
     spec = load_cluster(a.cluster, a.nodes, a.group_nodes)
-    op = parse_enum(Op, a.op or "all-gather", "--op")
+    op = parse_enum(Op, "all-gather" if a.op is None else a.op, "--op")
     scope = parse_enum(Scope, a.scope, "--scope")
-    algos = parse_algos(a.algo or "ho-ring")
+    algos = parse_algos("ho-ring" if a.algo is None else a.algo)
     size = parse_size(a.size if a.size is not None else "1GiB", "--size")
     results = [simulate_collective(spec, op, scope, size, al).to_dict() for al in algos]
     for r in results:
@@ -186,7 +186,7 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
         if parse_strategy(a.strategy).short != ds_strategy:
             raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
                              f"stage ({ds_strategy}); expected one of them")
-    strategy = ds_strategy or a.strategy or "NIG"
+    strategy = ds_strategy or ("NIG" if a.strategy is None else a.strategy)
     algo = _algos(a.algo)
     if len(algo) != 1:
         raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "

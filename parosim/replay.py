@@ -87,6 +87,8 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
             left = float(work)
             while left > 0:
                 f = overlap_slowdown if in_flight[0] else 1.0
+                if not left * f <= MAX_PS:
+                    raise horizon_error(left * f / PS)
                 dt = int(round(left * f))
                 if dt <= 0:
                     break
