@@ -196,7 +196,8 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode,
                       trace=bool(a.trace), runtime=rt)
     out = r.to_dict()
-    out.update(model=model.name, cluster=cluster.name)
+    out.update(model=model.name, cluster=cluster.name,
+               settings=_settings(a, cluster, training, rt))
     if info:
         out["deepspeed_config"] = info
     if a.trace and r.fits:
@@ -205,35 +206,98 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     return out
 
 
+_COLS = (("strategy", 26, "<"), ("algo", 12, "<"), ("step s", 9, ">"),
+         ("tokens/s", 10, ">"), ("TFLOPS", 7, ">"), ("MFU", 6, ">"), ("exposed s", 10, ">"),
+         ("inter/GPU", 11, ">"), ("memory/GPU", 11, ">"), ("recomp", 7, ">"))
+
+
+def _line(cells: list[str]) -> str:
+    """Columns of :data:`_COLS`, two spaces apart (a long value never runs into the next)."""
+    return "  ".join(f"{c:{al}{w}}" for c, (_, w, al) in zip(cells, _COLS, strict=False))
+
+
 def _row(r: dict) -> str:
     from .units import fmt_bytes
 
     mem = r["memory"]
+    recomp = "yes" if mem.get("recompute") else "no"
     if not r["fits"]:
         lacks = "does not fit: lacks " + fmt_bytes(mem["shortfall_bytes"])
-        return f"{_name(r):<10}{r['algo']:<14}{lacks:<58}{fmt_bytes(mem['total_bytes']):>12}"
-    return (f"{_name(r):<10}{r['algo']:<14}{r['step_time_s']:>10.3f}"
-            f"{r['tokens_per_s']:>12.0f}{r['tflops_per_gpu']:>9.1f}{r['mfu']:>7.3f}"
-            f"{r['exposed_comm_s']:>10.3f}{fmt_bytes(r['bytes_inter']):>10}"
-            f"{fmt_bytes(mem['total_bytes']):>12}")
+        return (_line([_name(r), r["algo"]]) + "  " + f"{lacks:<60}" + "  "
+                + f"{fmt_bytes(mem['total_bytes']):>11}  {recomp:>7}")
+    return _line([_name(r), r["algo"], f"{r['step_time_s']:.3f}", f"{r['tokens_per_s']:.0f}",
+                  f"{r['tflops_per_gpu']:.1f}", f"{r['mfu']:.3f}",
+                  f"{r['exposed_comm_s']:.3f}", fmt_bytes(r["bytes_inter"]),
+                  fmt_bytes(mem["total_bytes"]), recomp])
 
 
-_HEADER = (f"{'strategy':<10}{'algo':<14}{'step s':>10}{'tokens/s':>12}{'TFLOPS':>9}"
-           f"{'MFU':>7}{'exposed s':>10}{'inter/GPU':>10}{'memory/GPU':>12}")
+_HEADER = _line([c[0] for c in _COLS])
+_FOOTER = ("TFLOPS: hardware FLOP/s per GPU, recomputation included; MFU: model FLOPs (no "
+           "recomputation) / peak; recomp: activation recomputation on")
 
 
 def _name(r: dict) -> str:
-    """``PaRO-NGG (ZeRO-2)``: the framework stage beside the PaRO name, when there is one."""
+    """``NGG (ZeRO-2)``: the framework name beside the PaRO name, when there is one (the
+    runtime's stage, else the strategy's usual framework name)."""
+    from .strategies import FRAMEWORK_NAMES
+
     st = r.get("framework_stage")
-    return f"{r['strategy']} ({st}) " if st else r["strategy"]
+    short = r["strategy"].replace("PaRO-", "")
+    st = st or FRAMEWORK_NAMES.get(short)
+    return f"{r['strategy']} ({st})" if st else r["strategy"]
+
+
+def _settings(a: argparse.Namespace, cluster, training, rt=None) -> dict:
+    """Every input that shaped the result (echoed in the JSON and the text header)."""
+    out = {"nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
+           "group_nodes": cluster.group_nodes, "micro_batch": training.micro_batch,
+           "accum_steps": training.accum_steps, "seq_len": training.seq_len,
+           "global_batch_seqs": training.micro_batch * training.accum_steps * cluster.gpus,
+           "global_batch_tokens": (training.micro_batch * training.accum_steps * cluster.gpus
+                                   * training.seq_len),
+           "trainable_ratio": training.trainable_ratio,
+           "recompute": getattr(a, "recompute", "auto"),
+           "compute_efficiency": training.compute_efficiency,
+           "overlap_slowdown": training.overlap_slowdown,
+           "nic_bandwidth_Bps": cluster.nic.bandwidth_Bps,
+           "intra_bandwidth_Bps": cluster.intra.bandwidth_Bps,
+           "gpu_memory_bytes": cluster.gpu.memory_bytes,
+           "overrides": {k: v for k, v in (("nic_bandwidth", a.nic_bandwidth),
+                                           ("intra_bandwidth", a.intra_bandwidth),
+                                           ("gpu_memory", a.gpu_memory)) if v is not None}}
+    for k in ("compute_model", "attention", "memory_model"):
+        if hasattr(training, k):
+            out[k] = getattr(training, k)
+    if rt is not None:
+        out["runtime"] = rt.name
+    return out
+
+
+def _settings_text(s: dict) -> str:
+    ratio = s["trainable_ratio"]
+    names = {1.0: "full", 1 / 16: "partial", 3 / 1000: "peft"}
+    parts = [f"micro-batch {s['micro_batch']}", f"accum {s['accum_steps']}",
+             f"seq-len {s['seq_len']}",
+             f"global batch {s['global_batch_seqs']} seqs = {s['global_batch_tokens']} tokens",
+             f"trainable ratio {ratio:g}" + (f" ({names[ratio]})" if ratio in names else ""),
+             f"recompute {s['recompute']}", f"efficiency {s['compute_efficiency']:g}"]
+    if s.get("overlap_slowdown") is not None:
+        parts.append(f"overlap slowdown {s['overlap_slowdown']:g}")
+    if s["overrides"]:
+        parts.append("overrides: " + ", ".join(f"{k.replace('_', '-')} {v}"
+                                                for k, v in s["overrides"].items()))
+    return "settings: " + ", ".join(parts)
 
 
 def _print_simulate(r: dict) -> None:
     """One row; a configuration that does not fit shows its shortfall (and exits 2)."""
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}, runtime "
           f"{r.get('runtime', 'ideal')}")
+    if "settings" in r:
+        print(_settings_text(r["settings"]))
     print(_HEADER)
     print(_row(r))
+    print(_FOOTER)
     if r.get("trace"):
         print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
 
@@ -248,7 +312,8 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
     rows = [r.to_dict() for r in compare(model, cluster, training, _algos(a.algo), a.mode,
                                          workers=a.workers, runtime=rt)]
     out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
-           "mode": a.mode, "runtime": rt.name, "results": rows}
+           "mode": a.mode, "runtime": rt.name,
+           "settings": _settings(a, cluster, training, rt), "results": rows}
     if info:
         out["deepspeed_config"] = info
     return out
@@ -257,9 +322,12 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
 def _print_compare(res: dict) -> None:
     print(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), mode {res['mode']}, "
           f"runtime {res.get('runtime', 'ideal')}, best first")
-    print(f"{'#':>3} " + _HEADER)
+    if "settings" in res:
+        print(_settings_text(res["settings"]))
+    print(f"{'#':>3}  " + _HEADER)
     for i, r in enumerate(res["results"], 1):
-        print(f"{i:>3} " + _row(r))
+        print(f"{i:>3}  " + _row(r))
+    print(_FOOTER)
 
 
 def _cmd_memory(a: argparse.Namespace) -> dict:
@@ -282,7 +350,9 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
         d["max_micro_batch"] = max_micro_batch(model, s, cluster, training, runtime=rt)
         d["runtime"], d["framework_stage"] = rt.name, rt.stage(s.short)
         rows.append(d)
-    res = rows[0] if len(rows) == 1 else {"results": rows}
+    res = dict(rows[0]) if len(rows) == 1 else {"results": rows}
+    res.update(model=model.name, cluster=cluster.name,
+               settings=_settings(a, cluster, training, rt))
     return res
 
 
@@ -290,14 +360,18 @@ def _print_memory(res: dict) -> None:
     from .units import fmt_bytes
 
     rows = res.get("results", [res])
-    print(f"{'strategy':<10}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
-          f"{'total':>11}{'capacity':>11}  fits  max micro-batch")
+    if "model" in res:
+        print(f"{res['model']} on {res['cluster']} ({rows[0]['gpus']} GPUs), memory per GPU")
+    if "settings" in res:
+        print(_settings_text(res["settings"]))
+    print(f"{'strategy':<26}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
+          f"{'total':>11}{'capacity':>11}  fits  recomp  max micro-batch")
     for r in rows:
-        print(f"{_name(r):<10}{fmt_bytes(r['model_states_bytes']):>11}"
+        print(f"{_name(r):<26}{fmt_bytes(r['model_states_bytes']):>11}"
               f"{fmt_bytes(r['activations_bytes']):>11}{fmt_bytes(r['buffers_bytes']):>11}"
               f"{fmt_bytes(r['margin_bytes']):>11}{fmt_bytes(r['total_bytes']):>11}"
               f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"
-              f"  {r['max_micro_batch']}"
+              f"  {'yes' if r.get('recompute') else 'no':<6}  {r['max_micro_batch']}"
               + ("" if r["fits"] else f"   (lacks {fmt_bytes(r['shortfall_bytes'])})"))
 
 

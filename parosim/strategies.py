@@ -60,6 +60,16 @@ KNOWN_SYSTEMS: dict[str, str] = {
 }
 
 # Aliases accepted by parse_strategy (keys normalised: lower case, no '-', '_', ' ', '+').
+# The framework names of the strategies that frameworks ship (shown beside the PaRO name):
+# DDP keeps everything replicated; ZeRO stages 1/2/3 (DeepSpeed) shard the optimizer states,
+# then the gradients, then the parameters over all GPUs (PyTorch FSDP FULL_SHARD = ZeRO-3);
+# MiCS / FSDP HYBRID_SHARD shard everything inside a group and replicate across groups;
+# ZeRO++ hpZ keeps a secondary parameter shard inside the node.
+FRAMEWORK_NAMES: dict[str, str] = {
+    "NNN": "DDP", "NNG": "ZeRO-1", "NGG": "ZeRO-2", "GGG": "ZeRO-3 / FSDP",
+    "III": "MiCS / HSDP", "IGG": "ZeRO++ hpZ",
+}
+
 ALIASES: dict[str, str] = {
     "ddp": "NNN", "zero1": "NNG", "zero2": "NGG", "zero3": "GGG", "fsdp": "GGG",
     "mics": "III", "hsdp": "III", "zeropp": "IGG", "hpz": "IGG",
