@@ -14,14 +14,67 @@ from collections.abc import Callable
 from .errors import InputError
 
 
+class _Explicit(argparse.Action):
+    """Stores the value and remembers that the flag was given (``_given_<dest>``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"_given_{self.dest}", True)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (unless None/False or already in the help text) and keeps
+    the examples in the epilog as written."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if ("default" in h or action.default in (None, False, argparse.SUPPRESS)
+                or not action.option_strings):
+            return h
+        return h + " (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kw)
+
     def error(self, message: str):  # one clear line, exit 2
         self.exit(2, f"parosim: error: {message}\n")
 
 
+def _presets() -> list[str]:
+    """Preset names for --help (a directory listing; nothing is parsed)."""
+    from pathlib import Path
+
+    env = os.environ.get("PAROSIM_TOPOLOGIES")
+    d = Path(env) if env else Path(__file__).resolve().parents[1] / "topologies"
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+_MODE_HELP = ("engine: replay every operation of the step on the simpy flow-level network "
+              "(overlap and link sharing exact; slower); analytic: closed form of one "
+              "micro-step times --accum (fast; concurrent collectives do not share links)")
+
+_EXAMPLES = {
+    "collective": "examples:\n  parosim collective --op all-gather --size 1GB --algo all\n"
+                  "  parosim collective --op all-reduce --size 256MiB --nodes 16 --json",
+    "simulate": "examples:\n  parosim simulate --model llama-7b --strategy NIG\n"
+                "  parosim simulate --model llama-65b --strategy IIG --global-batch 1Mitok "
+                "--mode analytic",
+    "compare": "examples:\n  parosim compare --model llama-13b --nodes 8\n"
+               "  parosim compare --model llama-65b --trainable-ratio peft --mode analytic",
+    "memory": "examples:\n  parosim memory --model llama-65b\n"
+              "  parosim memory --model llama-13b --strategy zero3 --gpu-memory 40GB",
+    "sweep": "examples:\n  parosim sweep experiments/03_allgather_1gb/sweep.yaml --out "
+             "/tmp/ag",
+}
+
+
 def _common_cluster(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default="paper-a100-roce",
-                   help="preset name or YAML path (default: paper-a100-roce)")
+                   help=f"preset name ({', '.join(_presets()) or 'none found'}) or a YAML "
+                   "path (default: paper-a100-roce)")
     p.add_argument("--nodes", type=int, default=None, help="override the node count")
     p.add_argument("--group-nodes", type=int, default=None,
                    help="nodes per PaRO group (default 1: a group is a node)")
@@ -29,12 +82,12 @@ def _common_cluster(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_collective(a: argparse.Namespace) -> dict:
+    from .cli_nccl import run as run_bench
+    from .cli_nccl import wants_bench
     from .collectives import Op, Scope, parse_enum, simulate_collective
     from .io import load_cluster
-    from .units import parse_size
-
-    from .cli_nccl import run as run_bench, wants_bench
     from .ncclbench import parse_algos
+    from .units import parse_size
 
     if wants_bench(a):  # nccl-tests form: -b/-e/-f sweep or --compare LOG...
         return run_bench(a)
@@ -52,7 +105,7 @@ def _cmd_collective(a: argparse.Namespace) -> dict:
 
 
 def _print_collective(res: dict) -> None:
-    from .units import fmt_bytes, fmt_time
+    from .units import fmt_bytes, fmt_size, fmt_time
 
     if "rows" in res:  # nccl-tests form (sweep or --compare)
         from .cli_nccl import print_result
@@ -60,8 +113,9 @@ def _print_collective(res: dict) -> None:
         return print_result(res)
     rows = res.get("results", [res])
     r0 = rows[0]
-    print(f"{r0['op']} of {fmt_bytes(r0['size_bytes'])} over scope {r0['scope']} "
-          f"(k = {r0['ring_size']} ranks per ring) on {r0['cluster']}, {r0['gpus']} GPUs")
+    print(f"{r0['op']} of {fmt_size(r0['size_bytes'])} over scope {r0['scope']} "
+          f"(k = {r0['ring_size']} ranks per collective instance, the n of the busbw factor) "
+          f"on {r0['cluster']}, {r0['gpus']} GPUs")
     print(f"{'algo':<14}{'time':>14}{'algbw GB/s':>12}{'busbw GB/s':>12}{'chunks':>8}   "
           "link class: bytes (busiest link busy)")
     for r in rows:
@@ -76,7 +130,12 @@ def _training_args(p: argparse.ArgumentParser) -> None:
                    help="a preset (llama-7b/13b/30b/65b, llama-2-7b/13b/70b, llama-3-8b/70b, "
                         "gpt3-175b, mpt-125m ... mpt-70b) or a YAML path")
     p.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per micro-step")
-    p.add_argument("--accum", type=int, default=10, help="accumulation micro-steps s")
+    p.add_argument("--accum", type=int, default=10, action=_Explicit,
+                   help="accumulation micro-steps s")
+    p.add_argument("--global-batch", default=None, metavar="SEQS|TOKENS",
+                   help="global batch per optimizer step, in sequences (2048) or tokens "
+                   "(1Mitok = 2**20, 4Mtok = 4e6); sets --accum = global / (micro-batch x "
+                   "data-parallel GPUs), as DeepSpeed's train_batch_size does")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
     p.add_argument("--trainable-ratio", default="full",
                    help="full | partial (1/16) | peft (3/1000) | a number in (0, 1]")
@@ -120,8 +179,18 @@ def _setup(a: argparse.Namespace):
         None if a.intra_bandwidth is None
         else parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth"),
         None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
+    accum = a.accum
+    if getattr(a, "global_batch", None) is not None:
+        from .training import accum_for_global_batch
+
+        dp = cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+        accum = accum_for_global_batch(a.global_batch, a.micro_batch, dp, a.seq_len)
+        if getattr(a, "_given_accum", False) and a.accum != accum:
+            raise InputError(f"--accum {a.accum} disagrees with --global-batch "
+                             f"{a.global_batch} (which gives accum {accum}); expected one "
+                             "of them")
     training = TrainingSpec(
-        micro_batch=a.micro_batch, accum_steps=a.accum, seq_len=a.seq_len,
+        micro_batch=a.micro_batch, accum_steps=accum, seq_len=a.seq_len,
         trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
         recompute={"auto": None, "on": True, "off": False}[a.recompute],
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
@@ -435,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "strategies and Ring / hierarchical / HO-Ring collectives.")
     p.add_argument("--version", action="version", version=f"parosim {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    c = sub.add_parser("collective", help="simulate one collective")
+    c = sub.add_parser("collective", epilog=_EXAMPLES["collective"],
+                       help="simulate one collective")
     c.add_argument("--op", default=None,
                    help="all-gather (default) | reduce-scatter | all-reduce")
     c.add_argument("--size", default=None,
@@ -450,28 +520,32 @@ def build_parser() -> argparse.ArgumentParser:
     _nccl_args(c)
     _common_cluster(c)
 
-    s = sub.add_parser("simulate", help="simulate one training step of one strategy")
+    s = sub.add_parser("simulate", epilog=_EXAMPLES["simulate"],
+                       help="simulate one training step of one strategy")
     s.add_argument("--strategy", default=None,
                    help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
     s.add_argument("--algo", "--collective", dest="algo", default=None,
                    help="ring | hierarchical | ho-ring (default ho-ring; set by --runtime "
                    "deepspeed / fsdp / paro)")
-    s.add_argument("--mode", default="engine", choices=["engine", "analytic"])
+    s.add_argument("--mode", default="engine", choices=["engine", "analytic"], help=_MODE_HELP)
     s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto)")
     _training_args(s)
     _common_cluster(s)
 
-    cmp_ = sub.add_parser("compare", help="all 14 strategies ranked (the main job)")
+    cmp_ = sub.add_parser("compare", epilog=_EXAMPLES["compare"],
+                       help="all 14 strategies ranked (the main job)")
     cmp_.add_argument("--algo", "--collective", dest="algo", default=None,
                       help="ring | hierarchical | ho-ring | all (default ho-ring; set by "
                       "--runtime deepspeed / fsdp / paro)")
-    cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"])
+    cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"],
+                      help=_MODE_HELP)
     cmp_.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                       help="processes to simulate in (default: up to 2)")
     _training_args(cmp_)
     _common_cluster(cmp_)
 
-    sw = sub.add_parser("sweep", help="a grid of configurations, parallel and resumable")
+    sw = sub.add_parser("sweep", epilog=_EXAMPLES["sweep"],
+                       help="a grid of configurations, parallel and resumable")
     sw.add_argument("spec", help="sweep spec YAML (see experiments/)")
     sw.add_argument("--out", required=True, help="output directory (results.csv, figures/)")
     sw.add_argument("--workers", type=int, default=2, help="local worker processes")
@@ -493,7 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _calibrate_args(cal)
 
-    m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
+    m = sub.add_parser("memory", epilog=_EXAMPLES["memory"],
+                       help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
     _training_args(m)
     _common_cluster(m)

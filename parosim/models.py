@@ -96,7 +96,7 @@ for _name, (_l, _h, _a) in MPT_SHAPES.items():
                             "llm-foundry benchmarking README @8c8dd48f (seq 2048 rows)")
 
 
-def mpt(name: str, seq_len: int = 2048) -> "ModelSpec":
+def mpt(name: str, seq_len: int = 2048) -> ModelSpec:
     """An llm-foundry benchmark MPT whose learned position embedding has ``seq_len`` rows.
 
     >>> mpt("mpt-7b", 1024).params      # llm-foundry benchmark table, seq 1024 row

@@ -279,8 +279,9 @@ class ClusterSpec:
             per_leaf = self.network.nodes_per_leaf
             _require(self.nodes <= per_leaf or self.nodes % per_leaf == 0,
                      f"network.nodes_per_leaf = {per_leaf} does not divide the {self.nodes} "
-                     f"nodes of cluster {self.name!r} (a partly filled last leaf would give its nodes more uplink per node than the others: "
-                     f"not a homogeneous cluster); "
+                     f"nodes of cluster {self.name!r} (a partly filled last leaf would give "
+                     "its nodes more uplink per node than the others: not a homogeneous "
+                     "cluster); "
                      f"expected a node count that is a multiple of {per_leaf} or at most "
                      f"{per_leaf}")
         if self.nic.per_node:

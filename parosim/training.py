@@ -178,3 +178,41 @@ class TrainingSpec:
 
     def with_recompute(self, recompute: bool | None) -> TrainingSpec:
         return replace(self, recompute=recompute)
+
+
+def accum_for_global_batch(text: str | int, micro_batch: int, data_parallel: int,
+                           seq_len: int) -> int:
+    """Accumulation steps s from a global batch, as DeepSpeed relates them:
+    ``train_batch_size = micro_batch x s x data-parallel GPUs`` (sequences). ``text`` is a
+    number of sequences (``2048``) or of tokens (``1Mitok`` = 2**20, ``4Mtok`` = 4e6,
+    ``524288tokens``); a batch that is not a whole multiple is refused.
+
+    >>> accum_for_global_batch("1280", 4, 32, 512), accum_for_global_batch("1Mitok", 4, 32, 512)
+    (10, 16)
+    """
+    raw = str(text).strip()
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKMGT]i?)?\s*"
+                     r"(tok|toks|tokens?|seqs?|sequences?)?", raw)
+    if not m or (m.group(2) and not m.group(3)):
+        raise InputError(f"--global-batch {text!r} is not a batch size; expected sequences "
+                         "(e.g. 2048) or tokens (e.g. 1Mitok, 4Mtok, 524288tokens)")
+    scale = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10,
+             "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}[m.group(2) or ""]
+    value = float(m.group(1)) * scale
+    if not math.isfinite(value) or value <= 0 or value != int(value):
+        raise InputError(f"--global-batch {text!r} must be a positive whole number")
+    value = int(value)
+    tokens = (m.group(3) or "").startswith("tok")
+    if tokens:
+        if value % seq_len:
+            raise InputError(f"--global-batch {text!r} = {value} tokens is not a whole number "
+                             f"of {seq_len}-token sequences; expected a multiple of --seq-len")
+        value //= seq_len
+    per_step = micro_batch * data_parallel
+    if value % per_step or value < per_step:
+        lo = max(per_step, value // per_step * per_step)
+        raise InputError(f"--global-batch {text!r} = {value} sequences is not a positive "
+                         f"multiple of micro-batch x data-parallel GPUs = {micro_batch} x "
+                         f"{data_parallel} = {per_step}; expected e.g. {lo} or {lo + per_step}"
+                         " sequences")
+    return value // per_step

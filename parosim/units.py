@@ -166,6 +166,24 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def fmt_size(n: float) -> str:
+    """A size in the prefix family it is round in: ``1e9`` -> ``'1 GB'``, ``2**30`` ->
+    ``'1 GiB'``; otherwise :func:`fmt_bytes`.
+
+    >>> fmt_size(1e9), fmt_size(2**30), fmt_size(3 * 2**20), fmt_size(12345)
+    ('1 GB', '1 GiB', '3 MiB', '12.06 KiB')
+    """
+    if n == int(n) and n > 0:
+        i = int(n)
+        for k, b, d in ((5, "PiB", "PB"), (4, "TiB", "TB"), (3, "GiB", "GB"),
+                        (2, "MiB", "MB"), (1, "KiB", "kB")):
+            if i % 1024**k == 0:
+                return f"{i // 1024**k} {b}"
+            if i % 1000**k == 0:
+                return f"{i // 1000**k} {d}"
+    return fmt_bytes(n)
+
+
 def fmt_time(s: float) -> str:
     """Human-readable time: ``fmt_time(0.0123) == '12.300 ms'``."""
     if s >= 1:
