@@ -291,7 +291,7 @@ def with_overrides(cluster: ClusterSpec, nic_bandwidth_Bps: float | None = None,
 POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-roce",
                   "nodes": None, "group_nodes": None, "strategy": "NIG", "algo": "ho-ring",
                   "trainable_ratio": "full", "micro_batch": 4, "accum": 10, "seq_len": 512,
-                  "mode": "analytic", "nic_bandwidth": None, "intra_bandwidth": None,
+                  "mode": "engine", "nic_bandwidth": None, "intra_bandwidth": None,
                   "gpu_memory": None, "recompute": None, "runtime": "ideal",
                   "overlap_slowdown": None}
 
@@ -302,6 +302,25 @@ RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
                   "shortfall_bytes", "fits")
 
 
+def _check_point_keys(point: dict) -> None:
+    """A misspelled key is an error, not a silently ignored value (``mode`` defaults to
+    ``engine``, as on the command line)."""
+    from .io.sweep import INPUT_KEYS
+
+    if not isinstance(point, dict):
+        raise InputError(f"a point must be a dict of inputs, got {type(point).__name__}")
+    allowed = set(POINT_DEFAULTS) | set(INPUT_KEYS["step"]) | set(RESULT_COLUMNS) | {
+        "point_id"}
+    unknown = sorted(str(k) for k in point if k not in allowed)
+    if unknown:
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise InputError(f"point key {unknown[0]!r} is not known{hint}; expected some of "
+                         f"{', '.join(sorted(set(POINT_DEFAULTS) | set(INPUT_KEYS['step'])))}")
+
+
 def point_setup(point: dict):
     """(model, cluster, training, strategy, algo, mode, runtime) from a sweep point (raises
     :class:`InputError` on a bad value)."""
@@ -309,6 +328,7 @@ def point_setup(point: dict):
     from .training import TrainingSpec, parse_trainable_ratio
     from .units import parse_bandwidth, parse_size
 
+    _check_point_keys(point)
     p = {**POINT_DEFAULTS, **point}
     cluster = load_cluster(p["cluster"], p["nodes"], p["group_nodes"])
     cluster = with_overrides(
