@@ -58,7 +58,9 @@ def _log_x(ax, xs: Iterable[float]) -> None:
     ticks = sorted({v for v in xs if v == v and v > 0})
     if ticks:  # nothing positive to show (e.g. every point failed): keep a linear axis
         ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [f"{v:.4g}" if v < 1e5 else f"{v:.3g}" for v in ticks])
+        ax.set_xticks(ticks, [f"{int(v)}" if v == int(v) and v < 1e7 else f"{v:.4g}"
+                              for v in ticks],
+                      rotation=45 if len(ticks) > 4 else 0)
         ax.xaxis.set_minor_formatter(NullFormatter())
 
 
@@ -221,14 +223,27 @@ def _lines(ax, df, x: str, metric: str, series: list[str], per_gpu_eff: bool = F
     # series with the same points would draw on top of each other: one line, one legend entry
     # naming them all (``NGG = GNG``)
     groups: dict[tuple, list[str]] = {}
+    never: list[str] = []
     for s, pts in out.items():
+        if all(py != py for _, py in pts):
+            never.append(s)  # no point fits: nothing to draw, named once below
+            continue
         key = tuple((round(px, 9), None if py != py else float(f"{py:.9g}")) for px, py in pts)
         groups.setdefault(key, []).append(s)
     for k, names in enumerate(groups.values()):
         pts = out[names[0]]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=4,
-                label=" = ".join(names), color=COLORS[k % len(COLORS)])
+                label=_wrap(" = ", names), color=COLORS[k % len(COLORS)])
+    if never:
+        ax.plot([], [], linestyle="none", marker="x", color="#b00",
+                label=_wrap(", ", never, "no point fits: "))
     return out
+
+
+def _wrap(sep: str, names: list[str], head: str = "", per_line: int = 3) -> str:
+    """Names joined by ``sep``, ``per_line`` to a line (a legend entry stays narrow)."""
+    lines = [sep.join(names[i:i + per_line]) for i in range(0, len(names), per_line)]
+    return head + (sep.strip() + "\n").join(lines) if sep.strip() else head + "\n".join(lines)
 
 
 def _legend(ax, fig: Figure | None = None, **kw) -> None:
@@ -237,7 +252,7 @@ def _legend(ax, fig: Figure | None = None, **kw) -> None:
     if not handles:
         return
     if len(handles) > 8 and fig is not None:
-        kw = {k: v for k, v in kw.items() if k not in ("loc", "ncol")}
+        kw = {k: v for k, v in kw.items() if k not in ("loc", "ncol", "fontsize")}
         ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
                   borderaxespad=0.0, **kw)
     else:
@@ -267,14 +282,19 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
         base = next((py for _, py in pts if py == py), None)
         eff_series[name] = [(px, py / base if base and py == py else math.nan)
                             for px, py in pts]
+    colors = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
     groups: dict[tuple, list[str]] = {}
     for name, pts in eff_series.items():
+        if all(py != py for _, py in pts):
+            continue
         key = tuple((px, None if py != py else round(py, 9)) for px, py in pts)
         groups.setdefault(key, []).append(name)
     for k, names in enumerate(groups.values()):
         pts = eff_series[names[0]]
+        label = _wrap(" = ", names)
         ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=4,
-                 color=COLORS[k % len(COLORS)], label=" = ".join(names))
+                 color=colors.get(label, COLORS[k % len(COLORS)]), label=label)
+    ax2.ticklabel_format(axis="y", useOffset=False)
     ideal = ax2.axhline(1.0, color="k", linestyle=":", linewidth=1, label="linear scaling")
     for a in (ax, ax2):
         _log_x(a, _values(df, x))
@@ -286,7 +306,8 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
     ax2.set_title("tokens/s per GPU at n / the same at the smallest n", fontsize=9)
     handles, labels = ax.get_legend_handles_labels()
     ax2.legend(handles=[ideal], fontsize=8, loc="lower left")
-    fig.legend(handles, labels, loc="outside right upper", fontsize=7)
+    fig.legend(handles, labels, loc="outside lower center", fontsize=7,
+               ncol=min(4, max(1, len(handles))))
     _suptitle(fig, df, [metric], title)
     return fig
 
