@@ -93,7 +93,8 @@ _STEP_OUTPUTS: dict[str, str] = {
     "tokens_per_s": "training throughput of the whole job (tokens/s)",
     "tokens_per_s_per_gpu": "throughput per GPU (tokens/s/GPU)",
     "samples_per_s": "throughput of the whole job (sequences/s)",
-    "tflops_per_gpu": "achieved model TFLOP/s per GPU (1e12 FLOP/s)",
+    "tflops_per_gpu": "hardware TFLOP/s per GPU: FLOPs executed, activation recomputation "
+                      "included, / step time (1e12 FLOP/s); mfu counts model FLOPs only",
     "mfu": "model FLOPs utilisation: achieved / peak FLOP/s (fraction 0..1)",
     "exposed_comm_s": "communication time not hidden behind compute, per step (s)",
     "bytes_intra": "bytes sent per GPU per global step over intra-group links (bytes)",
