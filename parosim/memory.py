@@ -2,7 +2,7 @@
 
 ``total = model_states + activations + buffers + margin`` against the GPU's memory.
 
-* **Model states** (shared/PARO.md): ``2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os``
+* **Model states** (docs/model.md): ``2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os``
   (:func:`parosim.strategies.model_states_bytes`).
 * **Activations** (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
   Transformer Models", eq. 1 and section 4.3), fp16/bf16, sequence s, micro-batch b, hidden h,

@@ -42,7 +42,7 @@ from .errors import InputError
 
 _SHAPE_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 
-# The paper's LLaMA shapes (shared/PARO.md; Touvron et al. 2023, table 2): layers, hidden,
+# The paper's LLaMA shapes (docs/model.md; Touvron et al. 2023, table 2): layers, hidden,
 # ffn_hidden, heads; vocabulary 32000 for all.
 LLAMA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     "llama-7b": (32, 4096, 11008, 32),

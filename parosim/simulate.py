@@ -108,7 +108,7 @@ class StepResult:
 
 
 def memory_dict(strategy: Strategy, gpus: int, mem: MemoryBreakdown) -> dict:
-    """The ``memory`` JSON object (DESIGN.md contract plus the detail terms)."""
+    """The ``memory`` JSON object (the stable JSON contract plus the detail terms)."""
     return {"strategy": strategy.name, "gpus": gpus,
             "model_states_bytes": mem.model_states_bytes,
             "activations_bytes": mem.activations_bytes, "buffers_bytes": mem.buffers_bytes,

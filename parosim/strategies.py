@@ -1,7 +1,7 @@
 """The 14 PaRO strategies: partition levels, validity, parsing and model-state memory.
 
 A strategy gives a partition :class:`Level` to each of parameters (p), gradients (g) and
-optimizer states (os), written ``PaRO-<p><g><os>`` (shared/PARO.md). ``N`` = every GPU holds
+optimizer states (os), written ``PaRO-<p><g><os>`` (docs/model.md). ``N`` = every GPU holds
 a full copy, ``I`` = partitioned over the m GPUs of a group, ``G`` = partitioned over all n
 GPUs; N < I < G in fineness. Valid iff os is at least as fine as p and as g: a coarser os
 costs memory and saves no communication. That leaves 14 strategies.
@@ -53,7 +53,7 @@ class Level(enum.Enum):
                 "G": "partitioned over all GPUs"}[self.value]
 
 
-# Known systems (shared/PARO.md, "Known systems"); MiCS and hpZ are approximations.
+# Known systems (docs/model.md, "Partition levels"); MiCS and hpZ are approximations.
 KNOWN_SYSTEMS: dict[str, str] = {
     "NNN": "DDP", "NNG": "ZeRO-1", "NGG": "ZeRO-2", "GGG": "ZeRO-3 / FSDP",
     "III": "MiCS / HSDP (approx.)", "IGG": "ZeRO++ hpZ (approx.)",
@@ -132,7 +132,7 @@ def invalid_reason(p: Level, g: Level, os: Level) -> str:
             f"and saves no communication (did you mean PaRO-{p.value}{g.value}{fix}?)")
 
 
-# shared/PARO.md order.
+# docs/model.md order.
 ALL_STRATEGIES: tuple[Strategy, ...] = tuple(
     Strategy(Level(c[0]), Level(c[1]), Level(c[2]))
     for c in ("NNN", "NNI", "NII", "INI", "III", "NNG", "NIG", "NGG", "ING", "IIG", "IGG",
@@ -173,7 +173,7 @@ def parse_strategy(text: str | Strategy) -> Strategy:
 
 def model_states_bytes(strategy: Strategy, params: float, trainable_params: float, n: int,
                        m: int) -> float:
-    """Model-state bytes per GPU: 2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os (shared/PARO.md).
+    """Model-state bytes per GPU: 2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os (docs/model.md).
 
     >>> model_states_bytes(parse_strategy("GGG"), 1e9, 1e9, n=32, m=8)
     500000000.0

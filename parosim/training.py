@@ -1,6 +1,6 @@
 """Training configuration and the mixed-precision byte constants.
 
-Defaults are the PaRO paper's setting (shared/PARO.md, "experimental setting"): micro-batch
+Defaults are the PaRO paper's setting (docs/model.md, "The paper's setting"): micro-batch
 4, 10 accumulation micro-steps, sequence length 512, full training.
 
 >>> t = TrainingSpec()
@@ -18,16 +18,16 @@ from dataclasses import dataclass, replace
 
 from .errors import InputError
 
-# Mixed-precision Adam (shared/PARO.md, "Memory per GPU"; Rajbhandari et al. 2020, ZeRO):
+# Mixed-precision Adam (docs/model.md, "Memory per GPU"; Rajbhandari et al. 2020, ZeRO):
 BYTES_PER_PARAM = 2        # bf16/fp16 parameters, all Ψ (frozen ones too)
 BYTES_PER_GRAD = 2         # bf16/fp16 gradients, trainable Ψ' only
 BYTES_PER_OPTIM_STATE = 12  # fp32 master weights + Adam m + Adam v, trainable Ψ' only
 BYTES_PER_ACTIVATION = 2   # fp16/bf16 activations (Korthikanti et al. 2022 count in these)
 
-# Named trainable ratios Ψ'/Ψ (shared/PARO.md, "Symbols"):
+# Named trainable ratios Ψ'/Ψ (docs/model.md, "Symbols"):
 TRAINABLE_RATIOS: dict[str, float] = {"full": 1.0, "partial": 1 / 16, "peft": 3 / 1000}
 
-# Dense LLM training reaches roughly 40-60% of peak FLOPS (shared/HARDWARE.md, "typical
+# Dense LLM training reaches roughly 40-60% of peak FLOPS (docs/model.md, "Compute and hardware figures"; "typical
 # achieved"); we take the middle. It applies to matmul time, not to memory-bound work.
 DEFAULT_COMPUTE_EFFICIENCY = 0.5
 
@@ -85,7 +85,7 @@ class TrainingSpec:
     forward when memory allows.
 
     ``compute_efficiency``: fraction of the GPU's peak FLOP/s that matmuls achieve; default
-    0.5, the middle of the 40-60% MFU that dense training reaches (shared/HARDWARE.md).
+    0.5, the middle of the 40-60% MFU that dense training reaches (docs/model.md).
 
     ``overlap_slowdown`` (>= 1): compute advances at 1/f of its speed while a collective
     runs beside it (NCCL kernels take SMs and HBM bandwidth from the matmuls; exact fluid
