@@ -27,8 +27,8 @@ BYTES_PER_ACTIVATION = 2   # fp16/bf16 activations (Korthikanti et al. 2022 coun
 # Named trainable ratios Ψ'/Ψ (docs/model.md, "Symbols"):
 TRAINABLE_RATIOS: dict[str, float] = {"full": 1.0, "partial": 1 / 16, "peft": 3 / 1000}
 
-# Dense LLM training reaches roughly 40-60% of peak FLOPS (docs/model.md, "Compute and hardware figures"; "typical
-# achieved"); we take the middle. It applies to matmul time, not to memory-bound work.
+# Dense LLM training reaches roughly 40-60% of peak FLOPS (docs/model.md, "Compute and
+# hardware figures"); we take the middle. It applies to matmul time, not to memory-bound work.
 DEFAULT_COMPUTE_EFFICIENCY = 0.5
 
 

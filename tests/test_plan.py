@@ -160,7 +160,7 @@ def test_summary_mentions_strategy_and_traffic():
         TINY, "NIG", PAPER, TrainingSpec())) == text
 
 
-# --- traffic: closed form from docs/model.md --------------------------------------------------------
+# --- traffic: closed form from docs/model.md ------------------------------------------------
 def closed_form(short, psi, psi_t, n, m, s):
     """Bytes sent per GPU per step by scope, ring model, written from docs/model.md directly."""
     ng = n // m
