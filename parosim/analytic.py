@@ -64,22 +64,30 @@ class AnalyticResult:
 
 
 def _exposed_ids(plan: Plan) -> set[int]:
-    """Collectives between two consecutive compute ops: one depends on the previous compute
-    op of the compute stream and the next compute op depends on it."""
+    """Micro-step collectives that block compute: one the next compute op of the compute
+    stream waits for while it waits for the compute op before (a reduction on the compute
+    stream, a gather fetched on demand), or one the accumulation boundary waits for right
+    after the last backward (the last bucket of a micro-step: in a plan evaluated with one
+    micro-step it stands for the end-of-backward synchronisation of each)."""
     prev: dict[int, int | None] = {}
     last = None
     for op in plan.ops:
         if isinstance(op, ComputeOp):
             prev[op.id] = last
-            last = op.id
+            if op.micro_step is not None:
+                last = op.id
     out = set()
     for op in plan.ops:
-        if isinstance(op, ComputeOp) and op.micro_step is not None:
-            for d in op.deps:
-                c = plan.ops[d]
-                if not isinstance(c, ComputeOp) and c.micro_step is not None and (
-                        prev[op.id] in c.deps or _chain_from(plan, c, prev[op.id])):
-                    out.add(d)
+        waiter = op.micro_step is not None and isinstance(op, ComputeOp)
+        boundary = op.micro_step is None
+        if not (waiter or boundary):
+            continue
+        before = prev.get(op.id, last) if waiter else last
+        for d in op.deps:
+            c = plan.ops[d]
+            if not isinstance(c, ComputeOp) and c.micro_step is not None and (
+                    before in c.deps or _chain_from(plan, c, before)):
+                out.add(d)
     return out
 
 

@@ -90,10 +90,15 @@ def _cmd_collective(a: argparse.Namespace) -> dict:
     from .units import parse_size
 
     if wants_bench(a):  # nccl-tests form: -b/-e/-f sweep or --compare LOG...
+        if a.seed is not None:
+            raise InputError("--seed goes with one collective, not with -b/-e/-f or "
+                             "--compare; expected it without them")
         return run_bench(a)
     if a.plot or a.in_place:
         raise InputError("--plot and --in-place go with -b/-e/-f or --compare")
     spec = load_cluster(a.cluster, a.nodes, a.group_nodes)
+    if a.seed is not None:  # the ECMP hash seed (a leaf-spine fabric with ecmp: hash)
+        spec = _seeded(spec, a.seed)
     op = parse_enum(Op, "all-gather" if a.op is None else a.op, "--op")
     scope = parse_enum(Scope, a.scope, "--scope")
     algos = parse_algos("ho-ring" if a.algo is None else a.algo)
@@ -155,8 +160,15 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
                    help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
                         "(docs/compute.md); default: the cluster YAML's compute.model (flat)")
-    p.add_argument("--attention", default="flash", choices=["flash", "eager"],
-                   help="attention kernel: flash (no stored s x s scores, default) or eager")
+    p.add_argument("--attention", default="eager", choices=["eager", "flash"],
+                   help="attention kernel: eager (s x s scores stored, default) or flash "
+                        "(FlashAttention / SDPA)")
+    p.add_argument("--memory-model", default="korthikanti", choices=["korthikanti", "runtime"],
+                   help="korthikanti: Korthikanti et al. 2022 estimate (default); runtime: "
+                        "memory as PyTorch runtimes keep it (docs/memory.md)")
+    p.add_argument("--logit-bytes", type=int, default=None,
+                   help="bytes per logit live at the loss (default: 4 korthikanti, 10 "
+                        "runtime; 2 for a fused bf16 cross-entropy)")
     p.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 16GB")
     p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
     p.add_argument("--intra-bandwidth", default=None,
@@ -196,7 +208,7 @@ def _setup(a: argparse.Namespace):
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
         overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
-        attention=a.attention)
+        attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes)
     return model, cluster, training
 
 
@@ -243,11 +255,73 @@ def _algos(text: str | None):
     return list(Algo) if text == "all" else [parse_enum(Algo, text, "--algo")]
 
 
-def _cmd_simulate(a: argparse.Namespace) -> dict:
+# flags that a jobs file sets per job or for the whole cluster (--jobs refuses them)
+_JOB_FLAGS = ("strategy", "algo", "mode", "model", "micro_batch", "accum", "seq_len",
+              "trainable_ratio", "recompute", "efficiency", "overlap_slowdown", "gpu_memory",
+              "nic_bandwidth", "intra_bandwidth", "cluster", "nodes", "group_nodes",
+              "repeats", "jitter_cv", "plot", "link_timeline", "runtime", "deepspeed_config",
+              "compute_model", "attention")
+
+
+def _cmd_jobs(a: argparse.Namespace) -> dict:
+    from .io.jobs import load_jobs
     from .io.trace import write_chrome_trace
+    from .jobs import run_jobs
+
+    defaults = build_parser().parse_args(["simulate"])
+    for f in _JOB_FLAGS:
+        if getattr(a, f) != getattr(defaults, f):
+            raise InputError(f"--{f.replace('_', '-')} cannot be combined with --jobs; "
+                             "expected it in the jobs file (per job, or at its top level)")
+    cluster, jobs, steps = load_jobs(a.jobs)
+    r = run_jobs(_seeded(cluster, a.seed), jobs, steps, trace=bool(a.trace))
+    out = r.to_dict()
+    if a.trace:
+        out["trace"] = str(write_chrome_trace(a.trace, r.records, f"{len(jobs)} jobs"))
+    return out
+
+
+def _print_jobs(r: dict) -> None:
+    from .units import fmt_bytes
+
+    print(f"{len(r['jobs'])} jobs on {r['cluster']} ({r['gpus']} GPUs), step times over "
+          f"{r['steps_measured']} steps, all starting together")
+    print(f"{'job':<10}{'model':<12}{'strategy':<10}{'algo':<14}{'GPUs':>6}{'alone s':>11}"
+          f"{'shared s':>11}{'slowdown':>10}")
+    for j in r["jobs"]:
+        print(f"{j['name']:<10}{j['model']:<12}{j['strategy']:<10}{j['algo']:<14}"
+              f"{j['gpus']:>6}{j['step_time_alone_s']:>11.3f}{j['step_time_shared_s']:>11.3f}"
+              f"{j['slowdown']:>10.3f}")
+    print("busiest links (shared run):")
+    for ln in r["busiest_links"]:
+        print(f"  {ln['link']:<26}{ln['link_class']:<8}{ln['utilization']:>7.1%} busy, "
+              f"{fmt_bytes(ln['bytes'])}, jobs {', '.join(ln['jobs']) or '-'}")
+    if r.get("trace"):
+        print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
+
+
+def _seeded(spec, seed: int):
+    from dataclasses import replace
+
+    if seed < 0:
+        raise InputError(f"--seed = {seed} must be a non-negative integer")
+    if spec.network.ecmp == "hash":
+        spec = replace(spec, network=replace(spec.network, ecmp_seed=seed))
+    return spec
+
+
+def _cmd_simulate(a: argparse.Namespace) -> dict:
+    from .io.trace import write_chrome_trace, write_link_timeline
     from .simulate import simulate_step
 
+    if getattr(a, "jobs", None):
+        return _cmd_jobs(a)
     model, cluster, training = _setup(a)
+    cluster = _seeded(cluster, a.seed)
+    if a.jitter_cv is not None and not a.jitter_cv >= 0:
+        raise InputError(f"--jitter-cv = {a.jitter_cv} must be a non-negative number")
+    if a.repeats < 1:
+        raise InputError(f"--repeats = {a.repeats} must be a positive integer")
     rt, training, ds_strategy, info = _runtime_setup(a, cluster, training)
     if ds_strategy and a.strategy is not None:
         from .strategies import parse_strategy
@@ -262,42 +336,62 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
                          "ho-ring")
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
+    per_rank = (cluster.compute_heterogeneous
+                or (a.jitter_cv if a.jitter_cv is not None else cluster.jitter_cv) > 0)
+    links = bool(a.link_timeline or (a.trace and per_rank))
+    if a.link_timeline and a.mode != "engine":
+        raise InputError("--link-timeline needs --mode engine (the analytic mode has no "
+                         "timeline)")
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode,
-                      trace=bool(a.trace), runtime=rt)
+                      trace=bool(a.trace), runtime=rt, repeats=a.repeats, seed=a.seed,
+                      jitter_cv=a.jitter_cv, record_links=links)
     out = r.to_dict()
     out.update(model=model.name, cluster=cluster.name,
                settings=_settings(a, cluster, training, rt))
     if info:
         out["deepspeed_config"] = info
+    timeline = [(d["time_s"], d["utilization"]) for d in out.pop("link_timeline", [])]
     if a.trace and r.fits:
         out["trace"] = str(write_chrome_trace(a.trace, r.records,
-                                              f"{r.strategy.name} {model.name}"))
+                                              f"{r.strategy.name} {model.name}",
+                                              timeline or None))
+    if a.link_timeline and r.fits:
+        out["link_timeline"] = str(write_link_timeline(a.link_timeline, timeline))
+    if a.plot and r.fits:
+        from .plots_hetero import plot_step_distribution
+
+        out["plot"] = str(plot_step_distribution(
+            out.get("step_times_s", [r.step_time_s]), a.plot,
+            f"{model.name} {r.strategy.name} on {cluster.name} ({cluster.gpus} GPUs)"))
     return out
 
 
-_COLS = (("strategy", 26, "<"), ("algo", 12, "<"), ("step s", 9, ">"),
+_COLS = (("strategy", 10, "<"), ("algo", 12, "<"), ("step s", 9, ">"),
          ("tokens/s", 10, ">"), ("TFLOPS", 7, ">"), ("MFU", 6, ">"), ("exposed s", 10, ">"),
          ("inter/GPU", 11, ">"), ("memory/GPU", 11, ">"), ("recomp", 7, ">"))
 
 
-def _line(cells: list[str]) -> str:
-    """Columns of :data:`_COLS`, two spaces apart (a long value never runs into the next)."""
-    return "  ".join(f"{c:{al}{w}}" for c, (_, w, al) in zip(cells, _COLS, strict=False))
+def _line(cells: list[str], w: int = 10) -> str:
+    """Columns of :data:`_COLS` (the strategy column ``w`` wide), two spaces apart: a long
+    value never runs into the next."""
+    widths = [w] + [c[1] for c in _COLS[1:]]
+    return "  ".join(f"{c:{col[2]}{wd}}" for c, col, wd in zip(cells, _COLS, widths,
+                                                               strict=False))
 
 
-def _row(r: dict) -> str:
+def _row(r: dict, w: int = 10) -> str:
     from .units import fmt_bytes
 
     mem = r["memory"]
     recomp = "yes" if mem.get("recompute") else "no"
     if not r["fits"]:
         lacks = "does not fit: lacks " + fmt_bytes(mem["shortfall_bytes"])
-        return (_line([_name(r), r["algo"]]) + "  " + f"{lacks:<60}" + "  "
+        return (_line([_name(r), r["algo"]], w) + "  " + f"{lacks:<60}" + "  "
                 + f"{fmt_bytes(mem['total_bytes']):>11}  {recomp:>7}")
     return _line([_name(r), r["algo"], f"{r['step_time_s']:.3f}", f"{r['tokens_per_s']:.0f}",
                   f"{r['tflops_per_gpu']:.1f}", f"{r['mfu']:.3f}",
                   f"{r['exposed_comm_s']:.3f}", fmt_bytes(r["bytes_inter"]),
-                  fmt_bytes(mem["total_bytes"]), recomp])
+                  fmt_bytes(mem["total_bytes"]), recomp], w)
 
 
 _HEADER = _line([c[0] for c in _COLS])
@@ -358,15 +452,38 @@ def _settings_text(s: dict) -> str:
     return "settings: " + ", ".join(parts)
 
 
+def _width(rows: list[dict]) -> int:
+    """Width of the strategy column: 10, or the longest name with its stage."""
+    return max([10] + [len(_name(r)) for r in rows])
+
+
+def _header(w: int) -> str:
+    return _line([c[0] for c in _COLS], w)
+
+
 def _print_simulate(r: dict) -> None:
     """One row; a configuration that does not fit shows its shortfall (and exits 2)."""
+    if "jobs" in r:
+        return _print_jobs(r)
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}, runtime "
           f"{r.get('runtime', 'ideal')}")
     if "settings" in r:
         print(_settings_text(r["settings"]))
-    print(_HEADER)
-    print(_row(r))
+    w = _width([r])
+    print(_header(w))
+    print(_row(r, w))
     print(_FOOTER)
+    if r.get("critical_rank") is not None:
+        print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
+              f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
+              f"p90 {r['step_time_p90_s']:.4f} s, p99 {r['step_time_p99_s']:.4f} s; "
+              f"critical rank {r['critical_rank']} ({r['critical_rank_share']:.0%} of steps)")
+    hot = r.get("hot_links") or []
+    if hot and r.get("critical_rank") is not None:
+        print("hottest links: " + ", ".join(f"{h['link']} {h['utilization']:.0%}"
+                                            for h in hot[:3]))
+    if r.get("plot"):
+        print(f"step-time distribution plotted to {r['plot']}")
     if r.get("trace"):
         print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
 
@@ -393,9 +510,10 @@ def _print_compare(res: dict) -> None:
           f"runtime {res.get('runtime', 'ideal')}, best first")
     if "settings" in res:
         print(_settings_text(res["settings"]))
-    print(f"{'#':>3}  " + _HEADER)
+    w = _width(res["results"])
+    print(f"{'#':>3}  " + _header(w))
     for i, r in enumerate(res["results"], 1):
-        print(f"{i:>3}  " + _row(r))
+        print(f"{i:>3}  " + _row(r, w))
     print(_FOOTER)
 
 
@@ -406,7 +524,11 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
 
     model, cluster, training = _setup(a)
     rt, training, ds_strategy, info = _runtime_setup(a, cluster, training)
-    if ds_strategy and a.strategy == "all":
+    if ds_strategy and a.strategy not in ("all", None) and \
+            parse_strategy(a.strategy).short != ds_strategy:
+        raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
+                         f"stage ({ds_strategy}); expected one of them")
+    if ds_strategy:
         strategies = [parse_strategy(ds_strategy)]
     elif a.strategy == "all":
         strategies = [s for s in ALL_STRATEGIES if rt.supports(s.short)]
@@ -433,10 +555,11 @@ def _print_memory(res: dict) -> None:
         print(f"{res['model']} on {res['cluster']} ({rows[0]['gpus']} GPUs), memory per GPU")
     if "settings" in res:
         print(_settings_text(res["settings"]))
-    print(f"{'strategy':<26}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
+    w = _width(rows)
+    print(f"{'strategy':<{w}}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
           f"{'total':>11}{'capacity':>11}  fits  recomp  max micro-batch")
     for r in rows:
-        print(f"{_name(r):<26}{fmt_bytes(r['model_states_bytes']):>11}"
+        print(f"{_name(r):<{w}}{fmt_bytes(r['model_states_bytes']):>11}"
               f"{fmt_bytes(r['activations_bytes']):>11}{fmt_bytes(r['buffers_bytes']):>11}"
               f"{fmt_bytes(r['margin_bytes']):>11}{fmt_bytes(r['total_bytes']):>11}"
               f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"
@@ -476,6 +599,104 @@ def _print_validate(res: dict) -> None:
     print(format_table(res))
 
 
+def _cmd_run(a: argparse.Namespace) -> dict:
+    from .run import (
+        LLAMA3_GPU_MTBF_S,
+        LLAMA3_NODE_MTBF_S,
+        best_interval,
+        parse_count,
+        run_from_step,
+        run_report,
+        simulate_run,
+    )
+    from .simulate import simulate_step
+    from .units import parse_time
+
+    if a.replications < 1:
+        raise InputError(f"--replications = {a.replications} must be a positive integer")
+    if a.seed < 0:
+        raise InputError(f"--seed = {a.seed} must be a non-negative integer")
+    tokens = parse_count(a.tokens, "--tokens")
+    mtbf = {}
+    for flag, val, default in (("--gpu-mtbf", a.gpu_mtbf, LLAMA3_GPU_MTBF_S),
+                               ("--node-mtbf", a.node_mtbf, LLAMA3_NODE_MTBF_S)):
+        if val is None:
+            mtbf[flag] = default
+        elif str(val).strip().lower() in ("none", "inf", "never"):
+            mtbf[flag] = None
+        else:
+            mtbf[flag] = parse_time(val, flag, allow_zero=False)
+    if mtbf["--gpu-mtbf"] is None and mtbf["--node-mtbf"] is None:
+        raise InputError("--gpu-mtbf and --node-mtbf are both 'none'; expected at least one "
+                         "failure rate (e.g. --gpu-mtbf 50000h)")
+    ckpt = parse_time(a.checkpoint_time, "--checkpoint-time")
+    restart = parse_time(a.restart_time, "--restart-time")
+    if a.repeats < 1:
+        raise InputError(f"--repeats = {a.repeats} must be a positive integer")
+    if a.jitter_cv is not None and not a.jitter_cv >= 0:
+        raise InputError(f"--jitter-cv = {a.jitter_cv} must be a non-negative number")
+    model, cluster, training = _setup(a)
+    cluster = _seeded(cluster, a.seed)
+    rt, training, ds_strategy, _ = _runtime_setup(a, cluster, training)
+    if ds_strategy and a.strategy is not None:
+        from .strategies import parse_strategy
+
+        if parse_strategy(a.strategy).short != ds_strategy:
+            raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
+                             f"stage ({ds_strategy}); expected one of them")
+    strategy = ds_strategy or a.strategy or "NIG"
+    algo = _algos(a.algo)
+    if len(algo) != 1:
+        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
+                         "ho-ring")
+    r = simulate_step(model, cluster, strategy, training, algo[0], a.mode, runtime=rt,
+                      repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv)
+    if not r.fits:
+        raise InputError(f"{r.strategy.name} does not fit in GPU memory (short by "
+                         f"{r.memory.shortfall_bytes:.0f} bytes per GPU); expected a "
+                         "configuration that fits, see 'parosim memory'")
+    tps = training.tokens_per_gpu_step * cluster.gpus
+    samples = tuple((getattr(r, "extra", None) or {}).get("step_times_s") or ())
+    spec = run_from_step(r.step_time_s, tps, tokens, cluster.gpus, cluster.nodes, ckpt,
+                         restart, mtbf["--gpu-mtbf"], mtbf["--node-mtbf"], samples)
+    search = best_interval(spec, a.replications, a.seed, a.search_points)
+    fixed = None
+    if a.checkpoint_interval is not None:
+        tau = parse_time(a.checkpoint_interval, "--checkpoint-interval", allow_zero=False)
+        k = max(1, min(spec.steps, round(tau / spec.step_time_s)))
+        fixed = simulate_run(spec, k, a.replications, a.seed)
+    out = run_report(search, tokens, tps, fixed)
+    out.update(model=model.name, cluster=cluster.name, strategy=r.strategy.name,
+               algo=r.algo.value, mode=a.mode, seed=a.seed, runtime=rt.name)
+    return out
+
+
+def _print_run(r: dict) -> None:
+    def dur(s: float) -> str:
+        return f"{s / 86400:.2f} days" if s >= 86400 else f"{s / 3600:.2f} h"
+
+    print(f"{r['model']} {r['strategy']} ({r['algo']}) on {r['cluster']}, {r['gpus']} GPUs: "
+          f"{r['tokens']:.3g} tokens in {r['steps']} steps of {r['step_time_s']:.3f} s")
+    print(f"job MTBF {r['job_mtbf_s'] / 3600:.2f} h, checkpoint {r['checkpoint_s']:g} s, "
+          f"restart {r['restart_s']:g} s, {r['replications']} replications, seed {r['seed']}")
+    print(f"best checkpoint interval  {r['best_checkpoint_interval_s']:.0f} s "
+          f"(Young {r['young_interval_s']:.0f} s, Daly {r['daly_interval_s']:.0f} s)")
+    print(f"goodput                   {r['goodput']:.4f} (Daly {r['daly_goodput']:.4f})")
+    print(f"wall clock                {dur(r['wall_clock_s'])} (p90 "
+          f"{dur(r['wall_clock_p90_s'])}; without failures {dur(r['useful_s'])})")
+    print(f"failures                  {r['failures']:.1f} ({r['failures_gpu']:.1f} GPU, "
+          f"{r['failures_node']:.1f} node)")
+    print(f"lost work                 {dur(r['lost_work_s'])}; restarts "
+          f"{dur(r['restart_s_total'])}; checkpoint writes {dur(r['checkpoint_s_total'])}")
+    if r["failures_simulated"] < 200:
+        print(f"note: only {r['failures_simulated']:.0f} failures were simulated in all; the "
+              "best interval is uncertain (raise --replications)")
+    if "at_interval" in r:
+        f = r["at_interval"]
+        print(f"at interval {f['interval_s']:.0f} s: goodput {f['goodput']:.4f}, wall clock "
+              f"{dur(f['wall_clock_s'])}")
+
+
 def _cmd_calibrate(a: argparse.Namespace) -> dict:
     from .cli_calibrate import run
 
@@ -496,10 +717,13 @@ COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
     "simulate": (_cmd_simulate, _print_simulate),
     "compare": (_cmd_compare, _print_compare),
     "memory": (_cmd_memory, _print_memory),
+    "run": (_cmd_run, _print_run),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``command`` (the subcommand about to run, if known) skips building the
+    options of the others that would cost imports."""
     p = _Parser(prog="parosim", description="Simulate data-parallel LLM training with PaRO "
                 "strategies and Ring / hierarchical / HO-Ring collectives.")
     p.add_argument("--version", action="version", version=f"parosim {_version()}")
@@ -518,6 +742,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_nccl import add_arguments as _nccl_args
 
     _nccl_args(c)
+    c.add_argument("--seed", type=int, default=None,
+                   help="ECMP hash seed (leaf-spine with ecmp: hash; default the cluster's)")
     _common_cluster(c)
 
     s = sub.add_parser("simulate", epilog=_EXAMPLES["simulate"],
@@ -528,7 +754,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ring | hierarchical | ho-ring (default ho-ring; set by --runtime "
                    "deepspeed / fsdp / paro)")
     s.add_argument("--mode", default="engine", choices=["engine", "analytic"], help=_MODE_HELP)
-    s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto)")
+    s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto); per "
+                   "rank and with link-utilisation counters for per-rank runs")
+    s.add_argument("--seed", type=int, default=0,
+                   help="seed of the jitter draws and of ECMP hashing (default 0)")
+    s.add_argument("--repeats", type=int, default=1,
+                   help="steps to simulate (jitter): report mean, p50, p90, p99")
+    s.add_argument("--jitter-cv", type=float, default=None,
+                   help="lognormal compute jitter per op and rank, coefficient of variation "
+                   "(default: the cluster's jitter.cv, else 0)")
+    s.add_argument("--plot", default=None, help="write a PNG of the step-time distribution")
+    s.add_argument("--link-timeline", default=None,
+                   help="write per-link utilisation over time (CSV) of the hottest links")
+    s.add_argument("--jobs", default=None, help="a YAML of several jobs on one cluster: each "
+                   "job's step alone and shared (see docs/runs-and-jobs.md)")
     _training_args(s)
     _common_cluster(s)
 
@@ -556,10 +795,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="run the same schedule on real torch.distributed "
                        "ranks and report simulated vs measured")
-    from .validate.cli import add_arguments as _validate_args
+    if command in (None, "validate"):  # its options import the harness: only when needed
+        from .validate.cli import add_arguments as _validate_args
 
-    _validate_args(v)
+        _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
+
+    rn = sub.add_parser("run", help="a whole training run with failures: goodput, wall clock, "
+                        "best checkpoint interval (Monte-Carlo, see docs/runs-and-jobs.md)")
+    rn.add_argument("--strategy", default=None,
+                    help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
+    rn.add_argument("--algo", "--collective", dest="algo", default=None,
+                    help="ring | hierarchical | ho-ring (default ho-ring; set by --runtime "
+                    "deepspeed / fsdp / paro)")
+    rn.add_argument("--mode", default="engine", choices=["engine", "analytic"],
+                    help="how the one step is simulated")
+    rn.add_argument("--tokens", default="10B", help="run length in tokens, e.g. 1.4T, 300B")
+    rn.add_argument("--gpu-mtbf", default=None, help="mean time between failures of one GPU, "
+                    "e.g. 50000h, or none (default 86316h: LLaMA 3 405B run)")
+    rn.add_argument("--node-mtbf", default=None, help="of one node (host, NIC, cables), or "
+                    "none (default 15342h: LLaMA 3 405B run)")
+    rn.add_argument("--checkpoint-time", default="60s",
+                    help="blocking checkpoint write time (default 60s, an assumption)")
+    rn.add_argument("--checkpoint-interval", default=None,
+                    help="also report this interval (compute time between checkpoints)")
+    rn.add_argument("--restart-time", default="10min",
+                    help="time to restart after a failure (default 10min, an assumption)")
+    rn.add_argument("--replications", type=int, default=100, help="Monte-Carlo replications")
+    rn.add_argument("--search-points", type=int, default=17,
+                    help="checkpoint intervals searched (Young's / 4 to x 4)")
+    rn.add_argument("--seed", type=int, default=0,
+                    help="seed of the failure times (and of the step's jitter and ECMP)")
+    rn.add_argument("--repeats", type=int, default=1,
+                    help="steps simulated (with jitter): the run draws its step times from "
+                    "their distribution")
+    rn.add_argument("--jitter-cv", type=float, default=None,
+                    help="lognormal compute jitter of the simulated steps (see simulate)")
+    _training_args(rn)
+    _common_cluster(rn)
 
     cal = sub.add_parser("calibrate", help="fit a cluster to measurements (nccl-tests logs) "
                          "and write a cluster YAML")
@@ -600,8 +873,10 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    first = next((x for x in args if not x.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
+    a = parser.parse_args(args)
     run, show = COMMANDS[a.command]
     try:
         res = run(a)

@@ -3,6 +3,8 @@
 Modes (one per run, a mutually exclusive group; add a mode by adding a flag to the group and
 a branch in :func:`run`):
 
+* ``--steps CSV``: measured step times; fits the kernel compute model's efficiency
+  (:mod:`parosim.calibrate_steps`, columns documented there and in docs/compute.md).
 * ``--nccl-tests LOG [LOG...]``: nccl-tests logs (all_reduce_perf, all_gather_perf,
   reduce_scatter_perf); fits link and protocol parameters of ``--cluster`` with
   :func:`parosim.calibrate.fit`.
@@ -24,6 +26,9 @@ from .errors import InputError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     mode = p.add_mutually_exclusive_group(required=True)
+    from .calibrate_steps import add_steps_argument
+
+    add_steps_argument(mode)
     mode.add_argument("--nccl-tests", nargs="+", default=None, metavar="LOG",
                       help="nccl-tests output files to fit (all_reduce_perf, all_gather_perf, "
                       "reduce_scatter_perf)")
@@ -44,13 +49,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-size", default="1",
                    help="ignore measurements smaller than this (default 1 byte)")
     p.add_argument("--name", default=None, help="name of the calibrated cluster")
+    p.add_argument("--mode", default="analytic", choices=["analytic", "engine"],
+                   help="with --steps: how each measured step is simulated (default analytic)")
     p.add_argument("--json", action="store_true", help="the result as JSON")
 
 
 def run(a: argparse.Namespace) -> dict:
+    if getattr(a, "steps", None):
+        from .calibrate_steps import run_steps
+
+        return run_steps(a)
     if a.nccl_tests:
         return _run_nccl_tests(a)
-    raise InputError("calibrate needs a mode; expected --nccl-tests LOG...")
+    raise InputError("calibrate needs a mode; expected --nccl-tests LOG... or --steps CSV")
 
 
 def _stats(rows: list[dict]) -> dict:
@@ -160,6 +171,11 @@ def annotate_yaml(text: str, comments: dict[tuple[str, ...], str]) -> str:
 
 
 def print_result(res: dict) -> None:
+    if res.get("mode") == "steps":
+        from .calibrate_steps import print_steps
+
+        print_steps(res)
+        return
     print(f"calibrated {res['cluster']} (base {res['base']}, algorithm {res['algo']}) -> "
           f"{res['output']}")
     print(f"{'parameter':<40}{'value':>16}  identified")

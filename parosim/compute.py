@@ -129,8 +129,8 @@ def optimizer_step_seconds(model: ModelSpec, strategy: Strategy, cluster: Cluste
 def compute_model(cluster: ClusterSpec, training: TrainingSpec) -> str:
     """``training.compute_model`` if set, else the cluster's ``compute.model``.
 
-    >>> compute_model(ClusterSpec(), TrainingSpec()), compute_model(ClusterSpec(),
-    ...                                                             TrainingSpec(compute_model="kernel"))
+    >>> kernel = TrainingSpec(compute_model="kernel")
+    >>> compute_model(ClusterSpec(), TrainingSpec()), compute_model(ClusterSpec(), kernel)
     ('flat', 'kernel')
     """
     return training.compute_model or cluster.compute.model

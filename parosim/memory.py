@@ -31,9 +31,9 @@
 
 Two memory models (``TrainingSpec.memory_model``):
 
-* ``"korthikanti"``: the estimate above, unchanged (materialised attention scores, fp32
-  logits, 10% + 1 GiB).
-* ``"runtime"`` (the default): as PyTorch runtimes (FSDP, DeepSpeed) keep memory, itemised
+* ``"korthikanti"`` (the default): the estimate above, unchanged (with ``attention =
+  "flash"`` the ``5·a·s/h`` term is replaced by the kernel's fp32 log-sum-exp ``4·b·a·s``).
+* ``"runtime"``: as PyTorch runtimes (FSDP, DeepSpeed) keep memory, itemised
   per saved tensor of a pre-norm decoder layer in bf16, without dropout (LLaMA, MPT, GPT-3
   reproductions train with dropout 0) — :func:`runtime_layer_activation_bytes`:
 
@@ -62,7 +62,7 @@ an error.
 >>> mb = memory_breakdown(preset("llama-7b"), parse_strategy("NIG"), ClusterSpec(nodes=4),
 ...                       TrainingSpec())
 >>> mb.fits, f"{mb.total_bytes / 1e9:.1f} GB"
-(True, '30.3 GB')
+(True, '37.7 GB')
 """
 
 from __future__ import annotations
@@ -115,8 +115,12 @@ class MemoryBreakdown:
         return asdict(self)
 
 
-def layer_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int) -> float:
+def layer_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
+                           attention: str = "eager") -> float:
     """Korthikanti et al. 2022, eq. 1: s·b·h·(34 + 5·a·s/h) bytes per layer, no recompute.
+
+    With FlashAttention the 5·a·s/h term (scores, softmax output, its dropout mask) is not
+    stored; the kernel keeps an fp32 log-sum-exp per row instead, ``4·b·a·s``.
 
     >>> from parosim.models import preset
     >>> f"{layer_activation_bytes(preset('llama-7b'), 4, 512) / 2**20:.0f} MiB"
@@ -124,14 +128,17 @@ def layer_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int) -> 
     """
     model.require_shape("activation memory")
     s, b, h, a = seq_len, micro_batch, model.hidden, model.heads
+    if attention == "flash":
+        return s * b * h * 34 + 4 * b * a * s
     return s * b * h * (34 + 5 * a * s / h)
 
 
-def output_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int) -> float:
+def output_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
+                            logit_bytes: int = 4) -> float:
     """Final norm + LM-head inputs and fp32 logits: 4·s·b·h + 4·s·b·vocab (Korthikanti 4.3)."""
     model.require_shape("activation memory")
     sb = seq_len * micro_batch
-    return 4 * sb * model.hidden + 4 * sb * model.vocab
+    return 4 * sb * model.hidden + logit_bytes * sb * model.vocab
 
 
 def runtime_layer_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
@@ -162,17 +169,19 @@ def runtime_output_activation_bytes(model: ModelSpec, micro_batch: int, seq_len:
 
 def activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int, recompute: bool,
                      attention: str = "eager", memory_model: str = "korthikanti",
-                     logit_bytes: int = LOGIT_BYTES) -> float:
+                     logit_bytes: int | None = None) -> float:
     """Activation bytes per GPU for one micro-batch in flight (see module docstring).
 
     The defaults are the Korthikanti estimate; ``memory_model="runtime"`` the runtime one.
+    ``logit_bytes`` None: 4 (korthikanti) or :data:`LOGIT_BYTES` (runtime).
     """
     if memory_model == "runtime":
         per_layer = runtime_layer_activation_bytes(model, micro_batch, seq_len, attention)
-        out = runtime_output_activation_bytes(model, micro_batch, seq_len, logit_bytes)
+        out = runtime_output_activation_bytes(model, micro_batch, seq_len,
+                                              logit_bytes or LOGIT_BYTES)
     else:
-        per_layer = layer_activation_bytes(model, micro_batch, seq_len)
-        out = output_activation_bytes(model, micro_batch, seq_len)
+        per_layer = layer_activation_bytes(model, micro_batch, seq_len, attention)
+        out = output_activation_bytes(model, micro_batch, seq_len, logit_bytes or 4)
     kept = (BYTES_PER_ACTIVATION * seq_len * micro_batch * model.hidden if recompute
             else per_layer)
     working = per_layer if recompute else 0.0
@@ -209,7 +218,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     frac = (FRAGMENTATION_FRACTION if training.memory_model == "runtime" else MARGIN_FRACTION)
     margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
     total = states + acts + bufs + margin
-    cap = float(cluster.gpu.memory_bytes)
+    cap = float(cluster.min_gpu_memory_bytes)  # overrides: the smallest GPU decides
     return MemoryBreakdown(
         model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
         margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,

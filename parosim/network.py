@@ -24,6 +24,9 @@ representative of its orbit under translation, and the per-link load on an orbit
 (nodes/T) x (fundamental count) / |o|. Max-min rates on the reduced problem equal those on the
 full one because every transfer and the graph share the symmetry. Transfers that are not
 invariant (user scenarios) need ``period_nodes = nodes`` (no reduction, the default).
+The graph's invariance is not assumed: :func:`parosim.symmetry.verified_period` checks it edge
+by edge and falls back to the smallest multiple of the asked period under which it holds (the
+node count: no reduction), so an override (a slow NIC on node 3) is never folded away.
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 import simpy
 
 from .errors import InputError
 
 if TYPE_CHECKING:  # the collectives package imports this module
+    import networkx as nx
+
     from .collectives.types import RingSet
 
 PS = 10**12  # simulated time unit: picoseconds per second
@@ -77,7 +81,63 @@ class Router:
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
         self._kind = dict(graph.nodes(data="kind"))
-        self._cache: dict[tuple[str, str], list[str]] = {}
+        self._cache: dict[tuple, list] = {}
+        self._exits: dict[str, tuple[str, str] | None] = {}
+        self._switches = None  # switch-only subgraph (False: fast path not applicable)
+
+    def _exit(self, gpu: str) -> tuple[str, str] | None:
+        """(its NIC, the NIC's switch) when a GPU can leave its node only through one NIC
+        (its other neighbours are hubs that lead only to GPUs); else None."""
+        hit = self._exits.get(gpu)
+        if hit is not None or gpu in self._exits:
+            return hit
+        g, kind = self.graph, self._kind
+        out = None
+        nics = [v for v in g.successors(gpu) if kind[v] == "nic"]
+        hubs_ok = all(kind[v] == "gpu" for h in g.successors(gpu) if kind[h] != "nic"
+                      for v in g.successors(h)) and all(
+            kind[h] in ("nvswitch", "pcie_switch") for h in g.successors(gpu)
+            if kind[h] != "nic")
+        if len(nics) == 1 and hubs_ok and g.has_edge(nics[0], gpu):
+            sws = [v for v in g.successors(nics[0]) if kind[v] == "switch"]
+            if len(sws) == 1 and g.has_edge(sws[0], nics[0]):
+                out = (nics[0], sws[0])
+        self._exits[gpu] = out
+        return out
+
+    def _fast_path(self, src: str, dst: str) -> list[str] | None:
+        """Between GPUs of different nodes of a builder-shaped graph (every NIC on at most
+        one switch): GPU, NIC, the shortest switch-only path, NIC, GPU. The same path as the
+        search on the whole graph where the path is unique, without scanning the thousands
+        of NICs on a switch."""
+        import networkx as nx
+
+        if self._switches is None:
+            g, kind = self.graph, self._kind
+            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: work on its networkx copy
+                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
+                                                                         g.to_networkx())
+            single = all(sum(1 for v in g.successors(n) if kind[v] == "switch") <= 1
+                         for n in g if kind[n] == "nic")
+            self._switches = g.subgraph([n for n in g if kind[n] == "switch"]) if single \
+                else False
+        if self._switches is False:
+            return None
+        nodes = self.graph.nodes
+        if nodes[src].get("node") == nodes[dst].get("node"):
+            return None
+        a, b = self._exit(src), self._exit(dst)
+        if a is None or b is None:
+            return None
+        key = ("sw", a[1], b[1])
+        sp = self._cache.get(key)
+        if sp is None:
+            try:
+                sp = nx.bidirectional_shortest_path(self._switches, a[1], b[1])
+            except nx.NetworkXNoPath:
+                return None
+            self._cache[key] = sp
+        return [src, a[0], *sp, b[0], dst]
 
     def _fast(self, src: str, dst: str) -> list[str] | None:
         """The unique shortest path on a graph built by :func:`parosim.topology.cluster_graph`
@@ -105,23 +165,77 @@ class Router:
     def path(self, src: str, dst: str) -> list[str]:
         key = (src, dst)
         p = self._cache.get(key)
-        if p is None:
+        if p is None:  # builder-shaped graphs: no search, no networkx import
             p = self._fast(src, dst)
             if p is not None:
                 self._cache[key] = p
                 return p
+        if p is None and self._kind.get(src) == "gpu" and self._kind.get(dst) == "gpu":
+            p = self._fast_path(src, dst)
+            if p is not None:
+                self._cache[key] = p
+        if p is None:
             kind = self._kind
 
             def weight(u, v, d):  # no transit through a GPU other than the source
                 return None if (kind[u] == "gpu" and u != src) else 1
 
+            import networkx as nx
+
+            g = self.graph
+            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: search its networkx copy
+                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
+                                                                         g.to_networkx())
             try:
-                _, p = nx.bidirectional_dijkstra(self.graph, src, dst, weight=weight)
+                _, p = nx.bidirectional_dijkstra(g, src, dst, weight=weight)
             except nx.NetworkXNoPath:
                 raise InputError(f"no path from {src!r} to {dst!r} in the cluster graph; "
                                  "expected a connected topology") from None
             self._cache[key] = p
         return p
+
+    def paths(self, src: str, dst: str) -> list[tuple[list[str], float]]:
+        """The paths a flow from ``src`` to ``dst`` uses, with the share of its bytes on
+        each. One path (weight 1) unless the graph has explicit parallel spines
+        (``graph.graph["ecmp"]``): then every equal-cost path through the parallel switches
+        between two switches of the shortest path, split evenly (``"ideal"``) or one of them
+        drawn by a numpy Generator seeded with (``ecmp_seed``, src rank, dst rank)
+        (``"hash"``: per-flow ECMP, so two flows can collide on one uplink).
+
+        >>> from parosim.specs import ClusterSpec, NetworkFabric, NetworkSpec
+        >>> from parosim.topology import cluster_graph
+        >>> net = NetworkSpec(NetworkFabric.LEAF_SPINE, nodes_per_leaf=1, spines=2)
+        >>> r = Router(cluster_graph(ClusterSpec(nodes=2, gpus_per_node=1, network=net)))
+        >>> [(p[3], w) for p, w in r.paths("n0/gpu0", "n1/gpu0")]
+        [('spine0', 0.5), ('spine1', 0.5)]
+        """
+        p = self.path(src, dst)
+        mode = self.graph.graph.get("ecmp")
+        if mode is None:
+            return [(p, 1.0)]
+        key = ("ecmp", src, dst)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        g, kind = self.graph, self._kind
+        options: list[list[str]] = [[p[0]]]
+        for i in range(1, len(p) - 1):
+            a, v, b = p[i - 1], p[i], p[i + 1]
+            if kind[v] == "switch" and kind[a] == "switch" and kind[b] == "switch":
+                alts = sorted(x for x in g.successors(a) if kind[x] == "switch"
+                              and "node" not in g.nodes[x] and g.has_edge(x, b))
+            else:
+                alts = [v]
+            options = [o + [x] for o in options for x in alts]
+        options = [o + [p[-1]] for o in options]
+        if mode == "hash" and len(options) > 1:
+            ranks = [int(g.nodes[x].get("rank", 0)) for x in (src, dst)]
+            rng = np.random.default_rng([int(g.graph.get("ecmp_seed", 0)), *ranks])
+            out = [(options[int(rng.integers(len(options)))], 1.0)]
+        else:
+            out = [(o, 1.0 / len(options)) for o in options]
+        self._cache[key] = out
+        return out
 
 
 @dataclass
@@ -178,8 +292,14 @@ class Network:
         self.graph = graph
         self.router = Router(graph)
         self.nodes = nodes or 1
-        self.period = period_nodes or self.nodes
         self.gpn = gpus_per_node
+        # the reduction asked for, then the one the graph allows (parosim.symmetry)
+        self.requested_period = period_nodes or self.nodes
+        self.period = self.requested_period
+        if self.period < self.nodes:
+            from .symmetry import verified_period
+
+            self.period = verified_period(graph, self.nodes, self.gpn, self.period)
         self.scale = self.nodes // self.period
         self._rank_name = {d["rank"]: n for n, d in graph.nodes(data=True)
                            if d.get("kind") == "gpu"}
@@ -205,6 +325,24 @@ class Network:
         self._load = np.zeros(0)
         self.updates = 0
         self._progress: simpy.Resource | None = None
+        # per-link utilisation over time (record_links = True): (start ps, load vector)
+        self.record_links = False
+        self._segments: list[tuple[int, np.ndarray]] = []
+
+    def reset(self, env: simpy.Environment) -> None:
+        """Start again on a new environment (another repeat of a step), keeping the routes,
+        flow sets and cached max-min rates, which depend only on the graph."""
+        self.env = env
+        self._key = ()
+        self._key_time = {}
+        self._active, self._pending = [], []
+        self._seq = self._last = self._gen = 0
+        self._update_scheduled = False
+        k = len(self._cap)
+        self._bytes, self._busy, self._load = np.zeros(k), np.zeros(k), np.zeros(k)
+        self.updates = 0
+        self._progress = None
+        self._segments = []
 
     @property
     def progress(self) -> simpy.Resource:
@@ -274,11 +412,13 @@ class Network:
         lat_of: dict[tuple[int, int], float] = {}
         edges = self.graph.edges
         for a, b in hops:
-            path = self.router.path(self._rank_name[a], self._rank_name[b])
             lat = 0.0
-            for u, v in zip(path, path[1:], strict=False):
-                counts[self._link(u, v)] += 1
-                lat += edges[u, v]["latency_s"]
+            for path, w in self.router.paths(self._rank_name[a], self._rank_name[b]):
+                p_lat = 0.0
+                for u, v in zip(path, path[1:], strict=False):
+                    counts[self._link(u, v)] += w
+                    p_lat += edges[u, v]["latency_s"]
+                lat = max(lat, p_lat)  # ECMP alternatives: the slowest path's latency
             lat_of[a, b] = lat
         # per-step latency: the largest mean hop latency of a ring (over its routed hops)
         alpha = 0.0
@@ -366,6 +506,8 @@ class Network:
                 [t.fs for t in self._active], [t.cap for t in self._active])
         rates, self._load = hit
         self._key = key
+        if self.record_links:
+            self._segments.append((self.env.now, self._load))
         for t, r in zip(self._active, rates, strict=True):
             t.rate = r
 
@@ -428,6 +570,50 @@ class Network:
         for _, _, cls in self.graph.edges(data="link_class"):
             st.links[cls] = st.links.get(cls, 0) + 1
         return st
+
+
+    def link_names(self) -> list[str]:
+        """``"u->v"`` of every registered link (orbit representatives when reduced)."""
+        names = [""] * len(self._cap)
+        for (u, v), i in self._link_idx.items():
+            names[i] = f"{u}->{v}"
+        return names
+
+    def hot_links(self, span_s: float, top: int = 5) -> list[dict]:
+        """The ``top`` links by utilisation (bytes / capacity): ``link`` ("u->v"; with a symmetry reduction
+        the representative of an orbit of ``orbit`` equal links), ``link_class``,
+        ``capacity_GBps``, ``bytes``, ``busy_s`` (time with any traffic) and
+        ``utilization`` (bytes / (capacity x ``span_s``), in [0, 1])."""
+        self._advance()
+        self._fold_key_time()
+        names = self.link_names()
+        order = sorted(range(len(names)),
+                       key=lambda i: (-self._bytes[i] / self._cap[i], names[i]))[:top]
+        out = []
+        for i in order:
+            if self._bytes[i] <= 0:
+                break
+            cap = self._cap[i] * PS
+            out.append({"link": names[i], "link_class": self._class[i],
+                        "orbit": self._orbit[i], "capacity_GBps": cap / 1e9,
+                        "bytes": float(self._bytes[i]), "busy_s": float(self._busy[i] / PS),
+                        "utilization": float(self._bytes[i] / (cap * span_s))
+                        if span_s > 0 else 0.0})
+        return out
+
+    def link_timeline(self, links: list[str] | None = None) -> list[tuple[float, dict]]:
+        """With ``record_links``: (time in s, {link: utilisation in [0, 1]}) at every rate
+        change, for ``links`` (default every link); utilisation = carried rate / capacity."""
+        names = self.link_names()
+        want = [i for i, n in enumerate(names) if links is None or n in links]
+        cap = np.array(self._cap)
+        out = []
+        for t, load in self._segments:
+            u = {names[i]: float(load[i] / cap[i]) if i < len(load) else 0.0 for i in want}
+            out.append((t / PS, u))
+        if self._segments:
+            out.append((self.env.now / PS, {names[i]: 0.0 for i in want}))
+        return out
 
 
 def symmetry_period(spec) -> int:

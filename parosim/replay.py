@@ -37,6 +37,9 @@ class ReplayResult:
     link_busy_s: dict[str, float] = field(default_factory=dict)
     gpu_egress: dict[str, float] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
+    hot_links: list[dict] = field(default_factory=list)   # Network.hot_links
+    symmetry_period_nodes: int = 0   # the reduction the engine proved and used (nodes)
+    link_timeline: list = field(default_factory=list)     # Network.link_timeline
 
 
 class ProgramCache:
@@ -56,13 +59,15 @@ class ProgramCache:
 
 
 def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 1.0,
-           trace: bool = False, graph=None) -> ReplayResult:
-    """Run ``plan`` on the cluster with collective algorithm ``algo``."""
+           trace: bool = False, graph=None, record_links: bool = False) -> ReplayResult:
+    """Run ``plan`` on the cluster with collective algorithm ``algo``. ``record_links``:
+    fill ``link_timeline`` with the utilisation over time of the hottest links."""
     env = CountingEnvironment()
-    g = graph if graph is not None else cluster_graph(spec)
+    g = graph if graph is not None else cluster_graph(spec, lite=True)
     # `nccl` may pick a tree, which is not translation-invariant: no symmetry reduction then
     period = spec.nodes if algo == Algo.NCCL else symmetry_period(spec)
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
+    net.record_links = record_links
     cache = ProgramCache(spec, algo)
     ops = plan.ops
     records: list[Record] = []
@@ -129,5 +134,8 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     st = net.link_stats()
     step = (last[0] if overlap_slowdown != 1.0 else env.now) / PS
     busy_s = busy[0] / PS
-    return ReplayResult(step, busy_s, max(0.0, step - busy_s), env.events, st.bytes,
-                        st.busy_s, st.gpu_egress, records)
+    res = ReplayResult(step, busy_s, max(0.0, step - busy_s), env.events, st.bytes,
+                       st.busy_s, st.gpu_egress, records, net.hot_links(step), net.period)
+    if record_links:
+        res.link_timeline = net.link_timeline([h["link"] for h in res.hot_links])
+    return res

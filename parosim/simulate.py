@@ -82,6 +82,8 @@ class StepResult:
     framework_stage: str = ""
     overlap_slowdown: float = 1.0
     algo_label: str = ""          # a runtime's per-call rule, e.g. "paro-cc"
+    # heterogeneity / jitter outputs (docs/heterogeneity.md), merged into to_dict
+    extra: dict = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -104,6 +106,7 @@ class StepResult:
             "label": (f"{self.strategy.short} ({self.framework_stage})"
                       if self.framework_stage else self.strategy.short),
             "overlap_slowdown": self.overlap_slowdown,
+            **self.extra,
         }
 
 
@@ -158,12 +161,19 @@ def hardware_flops(plan: Plan, repeat: int = 1) -> float:
 
 def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
                   training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
-                  mode: str = "engine", trace: bool = False, runtime=None) -> StepResult:
+                  mode: str = "engine", trace: bool = False, runtime=None,
+                  repeats: int = 1, seed: int = 0, jitter_cv: float | None = None,
+                  record_links: bool = False) -> StepResult:
     """Simulate one global step.
 
     ``runtime``: a :class:`parosim.runtime.RuntimeSpec` or a profile name (``ideal``,
     ``deepspeed``, ``fsdp``, ``paro``); None = ideal. The compute slowdown beside collectives
     is ``training.overlap_slowdown`` if set, else the cluster's, else the runtime's default.
+
+    With heterogeneous GPUs (cluster overrides) or compute jitter (``jitter_cv``, default the
+    cluster's ``jitter_cv``) every rank gets its own timeline (:mod:`parosim.ranks`) and
+    ``repeats`` steps are drawn with one Generator seeded ``seed``: ``step_time_s`` is then
+    the mean, and ``extra`` holds the percentiles and the critical rank.
 
     >>> from parosim.models import preset
     >>> r = simulate_step(preset("llama-7b"), ClusterSpec(nodes=4), "NIG", TrainingSpec(),
@@ -176,6 +186,16 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     if mode not in MODES:
         raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
     model.require_shape("a step simulation")
+    cv = cluster.jitter_cv if jitter_cv is None else jitter_cv
+    per_rank = cluster.compute_heterogeneous or cv > 0
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"--repeats = {repeats!r} must be a positive integer")
+    if mode == "analytic" and (per_rank or not cluster.closed_form_exact):
+        why = ("GPU overrides" if cluster.compute_heterogeneous else "compute jitter"
+               if cv > 0 else "link overrides" if cluster.network_heterogeneous
+               else "ECMP hashing")
+        raise InputError(f"mode analytic assumes identical ranks and links, but cluster "
+                         f"{cluster.name!r} has {why}; expected --mode engine")
     rt = _runtime(runtime)
     rt.require(strategy.short)
     if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
@@ -196,13 +216,26 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         if training.accum_steps > 100:
             check_engine_size(model, strategy, cluster, training, rt)
         plan = build_plan(model, strategy, cluster, training, rt)
-    if mode == "engine":
-        rep = replay(plan, cluster, algo, slow, trace=trace)
+    if mode == "engine" and per_rank:
+        from .ranks import hetero_step
+
+        step, exposed, compute, b_intra, b_inter = hetero_step(
+            res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
+    elif mode == "engine":
+        rep = replay(plan, cluster, algo, slow, trace=trace, record_links=record_links)
         step, exposed, compute = rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s
         n = cluster.gpus
         b_intra = rep.gpu_egress.get("intra", 0.0) / n
         b_inter = rep.gpu_egress.get("inter", 0.0) / n
         res.events, res.records = rep.events, rep.records
+        res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
+                     "step_time_p99_s": step, "repeats": repeats, "seed": seed,
+                     "jitter_cv": 0.0,
+                     "critical_rank": None, "symmetry_period_nodes":
+                     rep.symmetry_period_nodes, "hot_links": rep.hot_links}
+        if record_links:
+            res.extra["link_timeline"] = [{"time_s": t, "utilization": u}
+                                          for t, u in rep.link_timeline]
     else:
         an = evaluate(plan, cluster, algo, repeat, slow)
         step, exposed = an.step_time_s, an.exposed_comm_s
@@ -210,6 +243,9 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         b_intra, b_inter = _analytic_bytes(plan, cluster, algo, repeat)
         if not step <= MAX_SIM_SECONDS:  # the same range as the engine's clock
             raise horizon_error(step)
+        res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
+                     "step_time_p99_s": step, "repeats": repeats, "seed": seed,
+                     "jitter_cv": 0.0, "critical_rank": None}
     res.step_time_s = step
     res.exposed_comm_s = exposed
     res.compute_s = compute
@@ -217,7 +253,10 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     res.tokens_per_s_per_gpu = res.tokens_per_s / cluster.gpus
     res.samples_per_s = res.tokens_per_s / training.seq_len
     res.tflops_per_gpu = hardware_flops(plan, repeat) / step / 1e12
-    res.mfu = plan.model_flops_per_step * repeat / (step * cluster.gpu.peak_flops)
+    peak = cluster.gpu.peak_flops
+    if cluster.compute_heterogeneous:  # mean peak over the ranks' GPU types
+        peak = sum(g.peak_flops for g, _, _ in cluster.gpu_specs()) / cluster.gpus
+    res.mfu = plan.model_flops_per_step * repeat / (step * peak)
     res.bytes_intra, res.bytes_inter = float(b_intra), float(b_inter)
     return res
 

@@ -101,10 +101,34 @@ class NetworkSpec:
     nodes_per_leaf: int = 0          # leaf-spine only
     oversubscription: float = 1.0
     uplink_latency_s: float = 1e-6   # one switch-to-switch hop
+    # leaf-spine only: 0 = one logical spine (a leaf's uplinks are one bundle, ideal
+    # spreading); S >= 1 = S explicit spine switches, one uplink from each leaf to each, of
+    # (downlink capacity) / oversubscription / S. ``ecmp`` picks how a flow crossing the
+    # spine layer uses them: "ideal" splits it evenly over every shortest path (fluid),
+    # "hash" puts it on one path drawn by a numpy Generator seeded with
+    # (ecmp_seed, src rank, dst rank), so hash collisions show (docs/heterogeneity.md).
+    spines: int = 0
+    ecmp: str = "ideal"
+    ecmp_seed: int = 0
 
     def __post_init__(self) -> None:
         _pos(self.oversubscription, "network.oversubscription")
         _pos(self.uplink_latency_s, "network.uplink_latency", allow_zero=True)
+        _require(isinstance(self.spines, int) and not isinstance(self.spines, bool)
+                 and self.spines >= 0,
+                 f"network.spines = {self.spines!r} must be a non-negative integer")
+        _require(self.ecmp in ("ideal", "hash"),
+                 f"network.ecmp = {self.ecmp!r} is not known; expected ideal or hash")
+        _require(isinstance(self.ecmp_seed, int) and not isinstance(self.ecmp_seed, bool)
+                 and self.ecmp_seed >= 0,
+                 f"network.ecmp_seed = {self.ecmp_seed!r} must be a non-negative integer")
+        if self.spines or self.ecmp != "ideal":
+            _require(self.fabric is NetworkFabric.LEAF_SPINE,
+                     f"network.spines / network.ecmp apply to a leaf-spine fabric, not "
+                     f"{self.fabric.value!r}; expected fabric: leaf-spine")
+        if self.ecmp == "hash":
+            _require(self.spines >= 1, "network.ecmp = 'hash' needs explicit spine "
+                     "switches; expected network.spines >= 1")
         if self.fabric is NetworkFabric.LEAF_SPINE:
             _require(isinstance(self.nodes_per_leaf, int) and self.nodes_per_leaf > 0,
                      f"network.nodes_per_leaf = {self.nodes_per_leaf!r} must be a positive "
@@ -187,6 +211,7 @@ class CollectiveTuning:
     protocols: tuple[str, ...] = PROTOCOLS  # NCCL_PROTO: the protocols the tuner may pick
     algorithms: tuple[str, ...] = ("ring", "tree")  # NCCL_ALGO for the `nccl` algorithm
     reduction_hbm_factor: float = 3.0   # HBM bytes moved per reduced byte (2 reads, 1 write)
+    reduction_overlap: bool = True      # fused into the copy (max) / charged after it (sum)
     ring_ll: ProtocolCost = NCCL_RING_LL
     ring_ll128: ProtocolCost = NCCL_RING_LL128
     ring_simple: ProtocolCost = NCCL_RING_SIMPLE
@@ -224,6 +249,71 @@ class CollectiveTuning:
 
 
 @dataclass(frozen=True)
+class Override:
+    """One entry of a cluster's ``overrides:`` list (applied in order after its own fields).
+
+    Exactly one selection: ``nodes`` (node indices), ``gpus`` (names ``n{i}/gpu{j}``) or
+    ``links`` (pairs of graph node names, both directions). Fields left ``None`` are kept.
+
+    * nodes: ``nic_bandwidth_Bps``, ``nic_latency_s`` (the NIC-to-switch links of those
+      nodes), ``intra_bandwidth_Bps``, ``intra_latency_s`` (their NVLink / PCIe-switch links),
+      ``gpu`` (another GPU type for every GPU of the node), ``speed``, ``memory_bytes``;
+    * gpus: ``gpu``, ``speed`` (compute-time factor 1/speed), ``memory_bytes``;
+    * links: ``bandwidth_Bps``, ``latency_s`` (per direction, one-way), ``failed`` (removed).
+    """
+
+    nodes: tuple[int, ...] = ()
+    gpus: tuple[str, ...] = ()
+    links: tuple[tuple[str, str], ...] = ()
+    nic_bandwidth_Bps: float | None = None
+    nic_latency_s: float | None = None
+    intra_bandwidth_Bps: float | None = None
+    intra_latency_s: float | None = None
+    gpu: GPUSpec | None = None
+    speed: float | None = None
+    memory_bytes: int | None = None
+    bandwidth_Bps: float | None = None
+    latency_s: float | None = None
+    failed: bool = False
+
+    def __post_init__(self) -> None:
+        sel = [k for k in ("nodes", "gpus", "links") if getattr(self, k)]
+        _require(len(sel) == 1, f"override selects {' and '.join(sel) or 'nothing'}; "
+                 "expected exactly one of nodes, gpus or links")
+        allowed = {"nodes": ("nic_bandwidth_Bps", "nic_latency_s", "intra_bandwidth_Bps",
+                             "intra_latency_s", "gpu", "speed", "memory_bytes"),
+                   "gpus": ("gpu", "speed", "memory_bytes"),
+                   "links": ("bandwidth_Bps", "latency_s", "failed")}[sel[0]]
+        for f in ("nic_bandwidth_Bps", "nic_latency_s", "intra_bandwidth_Bps",
+                  "intra_latency_s", "gpu", "speed", "memory_bytes", "bandwidth_Bps",
+                  "latency_s", "failed"):
+            v = getattr(self, f)
+            if v not in (None, False) and f not in allowed:
+                raise InputError(f"override on {sel[0]} cannot set {f}; expected one of "
+                                 f"{', '.join(allowed)}")
+        for f in ("nic_bandwidth_Bps", "intra_bandwidth_Bps", "speed", "memory_bytes",
+                  "bandwidth_Bps"):
+            if getattr(self, f) is not None:
+                _pos(getattr(self, f), f"override {f}")
+        for f in ("nic_latency_s", "intra_latency_s", "latency_s"):
+            if getattr(self, f) is not None:
+                _pos(getattr(self, f), f"override {f}", allow_zero=True)
+        if self.failed:
+            _require(self.bandwidth_Bps is None and self.latency_s is None,
+                     "override of a failed link cannot also set its bandwidth or latency")
+
+    @property
+    def touches_network(self) -> bool:
+        return any(getattr(self, f) is not None for f in (
+            "nic_bandwidth_Bps", "nic_latency_s", "intra_bandwidth_Bps", "intra_latency_s",
+            "bandwidth_Bps", "latency_s")) or self.failed
+
+    @property
+    def touches_compute(self) -> bool:
+        return self.speed is not None or self.gpu is not None
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     """A homogeneous GPU cluster.
 
@@ -249,6 +339,11 @@ class ClusterSpec:
     compute: ComputeProfile = field(default_factory=ComputeProfile)
     overlap_slowdown: float | None = None   # compute slowdown beside collectives; None = the
     #                                         runtime's default (parosim.runtime)
+    # heterogeneity (docs/heterogeneity.md): per node / GPU / link overrides, applied in
+    # order by the topology builders; compute jitter: each compute op of each rank takes a
+    # lognormal factor of mean 1 and coefficient of variation ``jitter_cv`` (0 = none)
+    overrides: tuple[Override, ...] = ()
+    jitter_cv: float = 0.0
 
     def __post_init__(self) -> None:
         o = self.overlap_slowdown
@@ -289,6 +384,74 @@ class ClusterSpec:
                      or self.nic.per_node % self.gpus_per_node == 0,
                      f"nic.per_node = {self.nic.per_node} and gpus_per_node = "
                      f"{self.gpus_per_node}: expected one to divide the other")
+        _pos(self.jitter_cv, "jitter.cv", allow_zero=True)
+        for k, o in enumerate(self.overrides):
+            _require(isinstance(o, Override), f"overrides[{k}] = {o!r} is not an Override")
+            for i in o.nodes:
+                _require(isinstance(i, int) and not isinstance(i, bool)
+                         and 0 <= i < self.nodes,
+                         f"overrides[{k}].nodes: node {i!r} is outside the cluster's "
+                         f"{self.nodes} nodes; expected 0..{self.nodes - 1}")
+            for name in o.gpus:
+                _require(self.rank_of(name) is not None,
+                         f"overrides[{k}].gpus: {name!r} is not a GPU of this cluster; "
+                         f"expected n<node>/gpu<j> with node < {self.nodes} and j < "
+                         f"{self.gpus_per_node}")
+
+    def rank_of(self, gpu_name: str) -> int | None:
+        """Global rank of ``n{i}/gpu{j}`` (None if it is not a GPU of this cluster)."""
+        import re
+
+        m = re.fullmatch(r"n(\d+)/gpu(\d+)", str(gpu_name))
+        if not m:
+            return None
+        i, j = int(m.group(1)), int(m.group(2))
+        return i * self.gpus_per_node + j if i < self.nodes and j < self.gpus_per_node \
+            else None
+
+    @property
+    def network_heterogeneous(self) -> bool:
+        """Some override changes a link: the closed forms, which assume every link of a
+        class equal, do not apply."""
+        return any(o.touches_network for o in self.overrides)
+
+    @property
+    def closed_form_exact(self) -> bool:
+        """The alpha-beta closed forms (collectives/cost.py, the analytic mode) hold: every
+        link of a class equal and ideal ECMP spreading. False with link overrides or ECMP
+        hashing; callers then refuse the closed form or report it as None."""
+        return not self.network_heterogeneous and self.network.ecmp != "hash"
+
+    @property
+    def compute_heterogeneous(self) -> bool:
+        """Some GPU computes at another speed: ranks need their own timelines."""
+        return any(o.touches_compute for o in self.overrides)
+
+    def gpu_specs(self) -> list[tuple[GPUSpec, float, int]]:
+        """Per rank: (GPU type, speed factor, memory bytes) after the overrides."""
+        out = [(self.gpu, 1.0, self.gpu.memory_bytes)] * self.gpus
+        gpn = self.gpus_per_node
+        for o in self.overrides:
+            ranks = [i * gpn + j for i in o.nodes for j in range(gpn)]
+            ranks += [self.rank_of(n) for n in o.gpus]
+            for r in ranks:
+                g, sp, mem = out[r]
+                if o.gpu is not None:
+                    g, mem = o.gpu, o.gpu.memory_bytes
+                if o.speed is not None:
+                    sp = o.speed
+                if o.memory_bytes is not None:
+                    mem = o.memory_bytes
+                out[r] = (g, sp, mem)
+        return out
+
+    @property
+    def min_gpu_memory_bytes(self) -> int:
+        """The smallest GPU memory after overrides (the one that decides whether a
+        data-parallel configuration fits: every rank holds the same shard sizes)."""
+        if not self.overrides:
+            return self.gpu.memory_bytes
+        return min(mem for _, _, mem in self.gpu_specs())
 
     @property
     def gpus(self) -> int:

@@ -14,7 +14,7 @@ Edges (directed; every physical link is two edges, one per direction)
     (switch <-> switch).
 
 Node names: ``n{i}/gpu{j}``, ``n{i}/nvswitch``, ``n{i}/nic{k}``, ``switch``, ``leaf{l}``,
-``rail{k}``, ``spine``. Builders compose like networkx generators:
+``rail{k}``, ``spine`` (or ``spine{s}`` for explicit spines). Builders compose like networkx generators:
 
 >>> g = node_graph(ClusterSpec(nodes=1, gpus_per_node=2), 0)
 >>> sorted(g.nodes)
@@ -26,9 +26,20 @@ Node names: ``n{i}/gpu{j}``, ``n{i}/nvswitch``, ``n{i}/nic{k}``, ``switch``, ``l
 
 from __future__ import annotations
 
-import networkx as nx
-
 from .errors import InputError
+from .graphlite import LiteDiGraph
+
+
+class _LazyNetworkx:
+    """``nx``, imported on first use (``parosim collective`` builds a LiteDiGraph instead)."""
+
+    def __getattr__(self, name: str):
+        import networkx
+
+        return getattr(networkx, name)
+
+
+nx = _LazyNetworkx()
 from .specs import ClusterSpec, IntraFabric, NetworkFabric
 
 LINK_CLASSES = ("nvlink", "pcie", "nic", "uplink")
@@ -48,12 +59,12 @@ def _link(g: nx.DiGraph, a: str, b: str, bw: float, lat: float, cls: str) -> Non
         g.add_edge(u, v, bandwidth_Bps=bw, latency_s=lat, link_class=cls)
 
 
-def node_graph(spec: ClusterSpec, i: int) -> nx.DiGraph:
+def node_graph(spec: ClusterSpec, i: int, lite: bool = False) -> nx.DiGraph:
     """One node: its GPUs on an NVSwitch (or PCIe switch) and its NICs on PCIe.
 
     The intra-node latency ``spec.intra.latency_s`` is GPU-to-GPU: half on each hop.
     """
-    g = nx.DiGraph()
+    g = LiteDiGraph() if lite else nx.DiGraph()
     m = spec.gpus_per_node
     nvlink = spec.intra_fabric is IntraFabric.NVSWITCH
     hub = f"n{i}/nvswitch" if nvlink else f"n{i}/pcie_switch"
@@ -85,22 +96,30 @@ def single_switch(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
 
 
 def leaf_spine(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
-    """Leaves of ``nodes_per_leaf`` nodes under one logical spine.
+    """Leaves of ``nodes_per_leaf`` nodes under one logical spine (``network.spines = 0``)
+    or under ``spines`` explicit spine switches ``spine0 .. spine{S-1}``.
 
-    Each leaf's uplink bundle carries (downlink capacity) / oversubscription. The spine layer is
-    one logical switch and a leaf's uplinks one bundle: ideal ECMP spreading (a fluid model),
-    which also makes the route between two GPUs unique and so deterministic.
+    Each leaf's uplink capacity is (downlink capacity) / oversubscription. With one logical
+    spine it is one bundle: ideal ECMP spreading (a fluid model), which also makes the route
+    between two GPUs unique and so deterministic. With S explicit spines each leaf has one
+    uplink of 1/S of that to each spine; how flows use them is ``network.ecmp`` (the graph
+    attribute ``ecmp``, read by :class:`parosim.network.Router`).
     """
     net = spec.network
     per_leaf = net.nodes_per_leaf
     leaves = -(-spec.nodes // per_leaf)
     half = spec.nic.latency_s / 2
     down = per_leaf * spec.nic.per_node * spec.nic.bandwidth_Bps
-    g.add_node("spine", kind="switch")
+    spines = [f"spine{s}" for s in range(net.spines)] if net.spines else ["spine"]
+    if net.spines:
+        g.graph.update(ecmp=net.ecmp, ecmp_seed=net.ecmp_seed)
+    for sp in spines:
+        g.add_node(sp, kind="switch")
     for leaf in range(leaves):
         g.add_node(f"leaf{leaf}", kind="switch")
-        _link(g, f"leaf{leaf}", "spine", down / net.oversubscription, net.uplink_latency_s,
-              "uplink")
+        for sp in spines:
+            _link(g, f"leaf{leaf}", sp, down / net.oversubscription / len(spines),
+                  net.uplink_latency_s, "uplink")
     for i in range(spec.nodes):
         for nic in _nics(spec, i):
             _link(g, nic, f"leaf{i // per_leaf}", spec.nic.bandwidth_Bps, half, "nic")
@@ -127,17 +146,81 @@ _FABRICS = {NetworkFabric.SINGLE_SWITCH: single_switch, NetworkFabric.LEAF_SPINE
             NetworkFabric.RAIL: rail}
 
 
-def cluster_graph(spec: ClusterSpec) -> nx.DiGraph:
+def cluster_graph(spec: ClusterSpec, lite: bool = False) -> nx.DiGraph:
     """The whole cluster: ``spec.nodes`` node graphs joined by the spec's network fabric.
 
+    ``lite``: a :class:`~parosim.graphlite.LiteDiGraph` (same nodes, edges and attributes;
+    no networkx import), which is what the flow-level network needs.
     Raises :class:`InputError` if the result is not strongly connected.
     """
-    g = nx.DiGraph(name=spec.name, parosim_builder=True)  # network.Router's fast paths
+    cls = LiteDiGraph if lite else nx.DiGraph
+    g = cls(name=spec.name, parosim_builder=True)  # network.Router's fast paths
     for i in range(spec.nodes):
-        g.update(node_graph(spec, i))
+        g.update(node_graph(spec, i, lite))
     if spec.nic.per_node:
         _FABRICS[spec.network.fabric](g, spec)
+    apply_overrides(g, spec)
     check_graph(g)
+    return g
+
+
+def _set(g: nx.DiGraph, a: str, b: str, bw: float | None, lat: float | None) -> None:
+    for u, v in ((a, b), (b, a)):
+        d = g.edges[u, v]
+        if bw is not None:
+            d["bandwidth_Bps"] = bw
+        if lat is not None:
+            d["latency_s"] = lat
+
+
+def apply_overrides(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
+    """Apply ``spec.overrides`` in order (docs/heterogeneity.md).
+
+    Node overrides set the links of that node's NICs to their first switch (``nic``; the
+    latency is NIC-to-NIC through one switch, half on this side as the builders put it) and
+    of its GPUs to the NVSwitch / PCIe switch (``intra_node``; GPU-to-GPU latency, half per
+    hop). Link overrides change or remove (``failed``) both directions of a physical link.
+    GPU types and speeds become GPU node attributes ``gpu_model``, ``speed``; the compute
+    side reads them from the spec (:meth:`ClusterSpec.gpu_specs`).
+
+    >>> from parosim.specs import Override
+    >>> c = ClusterSpec(nodes=2, gpus_per_node=2,
+    ...                 overrides=(Override(nodes=(1,), nic_bandwidth_Bps=1e9),))
+    >>> g = cluster_graph(c)
+    >>> g.edges["n1/nic0", "switch"]["bandwidth_Bps"], g.edges["n0/nic0", "switch"]["bandwidth_Bps"]
+    (1000000000.0, 12500000000.0)
+    """
+    gpn = spec.gpus_per_node
+    for k, o in enumerate(spec.overrides):
+        for i in o.nodes:
+            if o.nic_bandwidth_Bps is not None or o.nic_latency_s is not None:
+                lat = None if o.nic_latency_s is None else o.nic_latency_s / 2
+                for nic in _nics(spec, i):
+                    for sw in [v for v in g.successors(nic)
+                               if g.nodes[v]["kind"] == "switch"]:
+                        _set(g, nic, sw, o.nic_bandwidth_Bps, lat)
+            if o.intra_bandwidth_Bps is not None or o.intra_latency_s is not None:
+                lat = None if o.intra_latency_s is None else o.intra_latency_s / 2
+                hub = next(v for v in g.successors(gpu_name(i, 0))
+                           if g.nodes[v]["kind"] in ("nvswitch", "pcie_switch"))
+                for j in range(gpn):
+                    _set(g, gpu_name(i, j), hub, o.intra_bandwidth_Bps, lat)
+        names = [gpu_name(i, j) for i in o.nodes for j in range(gpn)] + list(o.gpus)
+        for name in names:
+            if o.gpu is not None:
+                g.nodes[name]["gpu_model"] = o.gpu.model
+            if o.speed is not None:
+                g.nodes[name]["speed"] = o.speed
+        for a, b in o.links:
+            if not (g.has_edge(a, b) and g.has_edge(b, a)):
+                raise InputError(f"overrides[{k}].links: no link between {a!r} and {b!r} in "
+                                 f"cluster {spec.name!r}; expected two adjacent graph nodes "
+                                 "(e.g. [n1/nic0, switch])")
+            if o.failed:
+                g.remove_edge(a, b)
+                g.remove_edge(b, a)
+            else:
+                _set(g, a, b, o.bandwidth_Bps, o.latency_s)
     return g
 
 
@@ -154,6 +237,13 @@ def check_graph(g: nx.DiGraph) -> None:
         if d.get("link_class") not in LINK_CLASSES:
             raise InputError(f"link {u} -> {v} has link_class {d.get('link_class')!r}; "
                              f"expected one of {', '.join(LINK_CLASSES)}")
+    if isinstance(g, LiteDiGraph):
+        ok, stray, first = g.is_strongly_connected()
+        if not ok:
+            raise InputError(f"topology {g.graph.get('name', '')!r} is disconnected: "
+                             f"{stray!r} and {first!r} do not reach each other; expected "
+                             "every GPU to reach every other")
+        return
     if g.number_of_nodes() and not nx.is_strongly_connected(g):
         comps = sorted(nx.strongly_connected_components(g), key=lambda c: (-len(c), min(c)))
         stray = sorted(comps[1])[0]

@@ -98,19 +98,19 @@ class TrainingSpec:
     default) takes the cluster's ``compute.model`` (itself ``"flat"`` unless the cluster YAML
     says otherwise).
 
-    ``attention``: ``"flash"`` (FlashAttention / PyTorch SDPA: the s x s scores are never
-    stored, the default of current PyTorch runtimes) or ``"eager"`` (scores materialised, as
-    Korthikanti et al. 2022 count them). It sets activation memory (:mod:`parosim.memory`)
-    and, under the kernel compute model, the attention kernels' time.
+    ``attention``: ``"eager"`` (the default: scores materialised, as Korthikanti et al. 2022
+    count them and as HuggingFace LLaMA ran in 2023) or ``"flash"`` (FlashAttention / PyTorch
+    SDPA: the s x s scores are never stored). It sets activation memory
+    (:mod:`parosim.memory`) and, under the kernel compute model, the attention kernels' time.
 
-    ``memory_model``: ``"runtime"`` (default: activations as PyTorch runtimes keep them,
-    per ``attention``; logits and loss in the precision autocast keeps; fitted allocator
-    margin; see :mod:`parosim.memory`) or ``"korthikanti"`` (the earlier estimate:
-    Korthikanti et al. 2022 eq. 1 with materialised scores, fp32 logits, 10% + 1 GiB margin).
-    ``logit_bytes``: bytes per logit live at the loss under the runtime memory model: 10 for
-    PyTorch autocast + ``F.cross_entropy`` (bf16 logits, fp32 upcast, fp32 log-softmax), 2 for
-    a fused bf16 cross-entropy that writes its gradient in place (flash-attn's
-    ``CrossEntropyLoss``, llm-foundry's default ``loss_fn: fused_crossentropy``).
+    ``memory_model``: ``"korthikanti"`` (the default, unchanged estimate: Korthikanti et al.
+    2022 eq. 1, fp32 logits, 10% + 1 GiB margin) or ``"runtime"`` (activations as PyTorch
+    runtimes keep them, itemised per saved tensor; logits in the precision the framework
+    keeps; fitted allocator margin; see :mod:`parosim.memory`). Runtime profiles select it.
+    ``logit_bytes``: bytes per logit live at the loss; ``None`` = the memory model's own (4:
+    fp32 logits for korthikanti; 10 for runtime: PyTorch autocast + ``F.cross_entropy`` keeps
+    bf16 logits, an fp32 upcast and the fp32 log-softmax); 2 for a fused bf16 cross-entropy
+    that writes its gradient in place (flash-attn's ``CrossEntropyLoss``).
 
     >>> TrainingSpec(micro_batch=2).tokens_per_micro_step
     1024
@@ -124,9 +124,9 @@ class TrainingSpec:
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
     overlap_slowdown: float | None = None
     compute_model: str | None = None
-    attention: str = "flash"
-    memory_model: str = "runtime"
-    logit_bytes: int = 10
+    attention: str = "eager"
+    memory_model: str = "korthikanti"
+    logit_bytes: int | None = None
 
     def __post_init__(self) -> None:
         _pos_int(self.micro_batch, "micro_batch")
@@ -155,8 +155,9 @@ class TrainingSpec:
         if self.attention not in ("flash", "eager"):
             raise InputError(f"attention = {self.attention!r} is not known; expected flash or "
                              "eager")
-        if isinstance(self.logit_bytes, bool) or not isinstance(self.logit_bytes, int) or \
-                not 2 <= self.logit_bytes <= 16:
+        lb = self.logit_bytes
+        if lb is not None and (isinstance(lb, bool) or not isinstance(lb, int)
+                               or not 2 <= lb <= 16):
             raise InputError(f"logit_bytes = {self.logit_bytes!r} must be an integer from 2 "
                              "(fused bf16 cross-entropy) to 16")
         if self.memory_model not in ("runtime", "korthikanti"):

@@ -30,8 +30,9 @@ def _colls(plan, purpose=None):
 
 @pytest.mark.parametrize("runtime", [None, "ideal"])
 def test_ideal_runtime_reproduces_pre_runtime_numbers_exactly(runtime):
-    """Numbers recorded before runtime profiles existed (tests/data), bit for bit; the
-    memory model of that time is kept as ``memory_model="korthikanti"``."""
+    """Numbers recorded on main before issue 9 (commit 7b5de80, with the NCCL-era collective
+    costs; tests/data), bit for bit; the memory model of that time is kept as
+    ``memory_model="korthikanti"``."""
     for g in json.loads(GOLDEN.read_text()):
         t = TrainingSpec(trainable_ratio=parse_trainable_ratio(g["trainable_ratio"]),
                          accum_steps=g["accum"], memory_model="korthikanti")
@@ -253,3 +254,26 @@ def test_compute_ops_untouched_by_runtime():
                                                       load_runtime("deepspeed")).ops
           if isinstance(o, ComputeOp)]
     assert ideal == ds
+
+
+@pytest.mark.parametrize("cfg, want", [
+    ({"train_batch_size": 64}, {"micro_batch": 2, "accum": 1}),
+    ({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 2}, {"micro_batch": 2,
+                                                                      "accum": 4}),
+    ({"train_batch_size": 256, "gradient_accumulation_steps": 2}, {"micro_batch": 4,
+                                                                   "accum": 2}),
+])
+def test_deepspeed_batch_arithmetic(tmp_path, cfg, want):
+    """DeepSpeed's rule: train_batch_size = micro-batch x accumulation x GPUs."""
+    p = tmp_path / "ds.json"
+    p.write_text(json.dumps({**cfg, "zero_optimization": {"stage": 3}}))
+    _, strategy, tr, _ = deepspeed_config_runtime(p, load_runtime("deepspeed"), 32)
+    assert strategy == "GGG" and tr == want
+
+
+def test_deepspeed_batch_disagreement_refused(tmp_path):
+    p = tmp_path / "ds.json"
+    p.write_text(json.dumps({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 2,
+                             "gradient_accumulation_steps": 4}))
+    with pytest.raises(InputError, match="train_batch_size"):
+        deepspeed_config_runtime(p, load_runtime("deepspeed"), 32)

@@ -39,35 +39,32 @@ from parosim.training import TrainingSpec  # noqa: E402
 PARAMS = ("gemm_k_half", "attention_efficiency", "hbm_efficiency")
 
 
-def predict(row, profile: ComputeProfile, mode: str = "analytic") -> float:
+def predict(row, profile: ComputeProfile, mode: str = "analytic", runtime=None) -> float:
     """Predicted tokens/s per GPU of one llm-foundry configuration."""
     cluster = load_cluster("llm-foundry-a100-roce", nodes=row.gpus // 8)
     cluster = replace(cluster, compute=profile)
+    # memory as llm-foundry keeps it (experiments/08_memory: fused loss, 6 bytes per logit)
     t = TrainingSpec(micro_batch=row.micro_batch, accum_steps=row.accum, seq_len=row.seq_len,
-                     recompute=row.recompute, compute_model="kernel", attention="flash")
-    r = simulate_step(mpt(row.model, row.seq_len), cluster, "GGG", t, "ring", mode)
-    if not r.fits:      # memory is checked separately (experiments/08_memory); time it anyway
-        t = replace(t, recompute=row.recompute)
-        from parosim.analytic import evaluate
-        from parosim.plan import build_plan
-        plan = build_plan(mpt(row.model, row.seq_len), "GGG", cluster,
-                          replace(t, accum_steps=1))
-        an = evaluate(plan, cluster, __import__("parosim.collectives", fromlist=["Algo"]).Algo.RING,
-                      t.accum_steps)
-        return plan.tokens_per_step * t.accum_steps / an.step_time_s / cluster.gpus
+                     recompute=row.recompute, compute_model="kernel", attention="flash",
+                     memory_model="runtime", logit_bytes=6)
+    r = simulate_step(mpt(row.model, row.seq_len), cluster, "GGG", t, "ring", mode,
+                      runtime=runtime)
+    if not r.fits:
+        raise AssertionError(f"{row.key} does not fit under the runtime memory model")
     return r.tokens_per_s_per_gpu
 
 
-def errors(rows, profile: ComputeProfile) -> np.ndarray:
+def errors(rows, profile: ComputeProfile, runtime=None) -> np.ndarray:
     """Relative errors predicted / published - 1."""
-    return np.array([predict(r, profile) / r.tokens_per_s_per_gpu - 1 for r in rows])
+    return np.array([predict(r, profile, runtime=runtime) / r.tokens_per_s_per_gpu - 1
+                     for r in rows])
 
 
 def fit(rows) -> ComputeProfile:
     base = ComputeProfile(model="kernel")
 
     def prof(x):
-        return replace(base, **dict(zip(PARAMS, x)))
+        return replace(base, **dict(zip(PARAMS, x, strict=True)))
 
     def resid(x):
         return np.log1p(errors(rows, prof(x)))
@@ -78,8 +75,8 @@ def fit(rows) -> ComputeProfile:
     return prof(res.x)
 
 
-def report(name: str, rows, profile: ComputeProfile) -> float:
-    e = errors(rows, profile)
+def report(name: str, rows, profile: ComputeProfile, runtime=None) -> float:
+    e = errors(rows, profile, runtime)
     med = float(np.median(np.abs(e)))
     print(f"{name:<44} n={len(rows):>3}  median |err| {med * 100:5.1f}%  "
           f"max |err| {np.max(np.abs(e)) * 100:5.1f}%  mean err {np.mean(e) * 100:+5.1f}%")
@@ -138,6 +135,9 @@ def main() -> None:
     report(f"llm-foundry MPT, held-out part ({a.split})", split(rows, "held-out", a.split),
            prof)
     report("llm-foundry MPT, all", rows, prof)
+    report("llm-foundry MPT, held-out, --runtime fsdp", split(rows, "held-out", a.split), prof,
+           "fsdp")
+    report("llm-foundry MPT, all, --runtime fsdp", rows, prof, "fsdp")
     superbench(prof)
     if a.rows:
         for r in rows:

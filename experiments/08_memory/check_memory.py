@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,16 +30,22 @@ from parosim.io import load_cluster  # noqa: E402
 from parosim.models import mpt  # noqa: E402
 from parosim.training import TrainingSpec  # noqa: E402
 
-
 LOGIT_BYTES = 6   # fitted with --fit-logit-bytes (fused bf16 loss 2 + its grad 2 + metrics 2)
 
 
 def setup(row, memory_model="runtime"):
     cluster = load_cluster("llm-foundry-a100-roce", nodes=row.gpus // 8)
+    if memory_model == "korthikanti":    # the earlier default, as it was
+        t = TrainingSpec(micro_batch=row.micro_batch, accum_steps=row.accum,
+                         seq_len=row.seq_len, recompute=row.recompute)
+        return mpt(row.model, row.seq_len), cluster, t
     t = TrainingSpec(micro_batch=row.micro_batch, accum_steps=row.accum, seq_len=row.seq_len,
                      recompute=row.recompute, attention="flash", memory_model=memory_model,
                      logit_bytes=LOGIT_BYTES)
     return mpt(row.model, row.seq_len), cluster, t
+
+
+RUNTIME = None    # --runtime fsdp: the FSDP profile's buffers (runtimes/fsdp.yaml)
 
 
 def evaluate(rows, memory_model="runtime"):
@@ -48,9 +53,9 @@ def evaluate(rows, memory_model="runtime"):
     out = []
     for r in rows:
         m, c, t = setup(r, memory_model)
-        mb = memory.memory_breakdown(m, "GGG", c, t)
-        out.append((r, mb.fits, memory.max_micro_batch(m, "GGG", c, t, limit=4096),
-                    mb.total_bytes))
+        mb = memory.memory_breakdown(m, "GGG", c, t, RUNTIME)
+        out.append((r, mb.fits, memory.max_micro_batch(m, "GGG", c, t, limit=4096,
+                                                      runtime=RUNTIME), mb.total_bytes))
     return out
 
 
@@ -95,14 +100,48 @@ def fit_both(rows) -> tuple[int, float]:
     return best[1], best[2]
 
 
+def other_runs():
+    """Other published successful runs parosim can express (model, GPUs, micro-batch):
+    [(name, model, cluster, strategy, training)]. Their micro-batches are not searched
+    maxima, so only "does it fit" is checked.
+
+    * SuperBench v0.4 gpt_models, Azure NDmv4 (8 x A100 80GB), PyTorch DDP, batch 8 per GPU,
+      seq 224 (rows 666, 670): GPT-2 small and large, eager attention, autocast loss.
+    * Megatron-Bridge 25.11, DGX-H100, LLAMA3_8B seq 8192, Megatron FSDP on 8 GPUs, MBS 1
+      (row 931; FP8 compute: we count bf16 parameters, an upper bound); recomputation not
+      stated, so the automatic rule decides; flash attention (Transformer Engine).
+    """
+    from parosim.models import ModelSpec, preset
+    arch = dict(mlp="gelu", norm="layernorm", bias=True, tied_embeddings=True,
+                pos_embedding=1024)
+    a100 = load_cluster("llm-foundry-a100-roce", nodes=1)
+    h100 = load_cluster("dgx-h100-ib", nodes=1)
+    out = []
+    for name, layers, h, heads in (("gpt2-small", 12, 768, 12), ("gpt2-large", 36, 1280, 20)):
+        m = ModelSpec(name, layers=layers, hidden=h, ffn_hidden=4 * h, heads=heads,
+                      vocab=50257, **arch)
+        out.append((f"SuperBench {name} DDP 8 GPUs mb8 seq224", m, a100, "NNN",
+                    TrainingSpec(micro_batch=8, accum_steps=1, seq_len=224, recompute=False,
+                                 memory_model="runtime", attention="eager")))
+    out.append(("Megatron-Bridge llama-3-8b FSDP 8 GPUs mb1 seq8192", preset("llama-3-8b"),
+                h100, "GGG", TrainingSpec(micro_batch=1, accum_steps=16, seq_len=8192,
+                                          memory_model="runtime", attention="flash")))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", action="store_true")
     ap.add_argument("--no-fit", action="store_true")
+    ap.add_argument("--runtime", default=None,
+                    help="a runtime profile whose buffers count (e.g. fsdp); default ideal")
     ap.add_argument("--fit-logit-bytes", action="store_true",
                     help="also fit the bytes per logit (else 2: fused cross-entropy)")
     a = ap.parse_args()
-    global LOGIT_BYTES
+    global LOGIT_BYTES, RUNTIME
+    if a.runtime:
+        from parosim.io.runtime import load_runtime
+        RUNTIME = load_runtime(a.runtime)
     rows = foundry_rows()
     committed = memory.FRAGMENTATION_FRACTION
     if a.fit_logit_bytes:
@@ -116,11 +155,15 @@ def main():
         print(f"fragmentation fraction fitted on {len(split(rows, 'fit'))} configurations: "
               f"{f:.3f} (committed: {committed:.3f})")
         memory.FRAGMENTATION_FRACTION = f
-    summary("korthikanti model (earlier default), all", evaluate(rows, "korthikanti"))
+    summary("korthikanti model (default), all", evaluate(rows, "korthikanti"))
     summary("runtime model, fit half", evaluate(split(rows, "fit")))
     summary("runtime model, held-out half", evaluate(split(rows, "held-out")))
     res = evaluate(rows)
     summary("runtime model, all", res)
+    for name, m, c, strat, t in other_runs():
+        mb = memory.memory_breakdown(m, strat, c, t, RUNTIME)
+        print(f"other published run: {name}: fits {mb.fits} ({mb.total_bytes / 2**30:.1f} GiB"
+              f" of {mb.capacity_bytes / 2**30:.1f}, recompute {mb.recompute})")
     if a.rows:
         print(f"  {'configuration':<32}{'ckpt':>5}{'fits':>6}{'GiB':>8}{'mb pub':>8}"
               f"{'mb max':>8}")

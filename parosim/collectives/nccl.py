@@ -14,8 +14,10 @@ Channels and NICs
     inter-node bandwidth is the sum of its NICs. With one NIC per node all rings share it,
     which is the same as NCCL's channels all crossing one NIC.
 Protocols (per phase, i.e. per NCCL call)
-    time = base_latency + steps x (wire hop latency + protocol hop latency)
+    time = base_latency + steps x mean over hops of max(wire latency, protocol hop latency)
            + bytes / min(bw_efficiency x B_links, cap) + reduction
+    (NCCL's ``hwLat`` is a measured per-hop latency that includes the wire, so the cluster's
+    wire latency is a floor under it rather than an addition to it),
     with NCCL's ``baseLat``, ``hwLat`` (by link type: NVLink, PCI, NET), busBw refinements
     (LL 1/4, LL128 0.92 or 0.7 when one GPU per node, Simple 1, tree 0.92 and tree LL 1/3.8,
     tree LL128 x 120/128) and caps (``llMaxBws``, ``perChMaxRingLL128Bws``,
@@ -32,8 +34,11 @@ Tree (all-reduce over several nodes)
 Reduction
     A reduce-scatter or all-reduce adds (k-1)/k of the buffer on every rank (a tree: the whole
     buffer); each reduced byte moves ``collective.reduction_hbm_factor`` bytes through HBM
-    (default 3: two reads and a write) at ``gpu.hbm_bandwidth``, charged after the transfer
-    as ASTRA-sim charges it (NCCL fuses it into the copy: this is the pessimistic end).
+    (default 3: two reads and a write) at ``gpu.hbm_bandwidth``. NCCL fuses the reduction
+    into the copy (its ``recvReduceSend`` primitives), so by default
+    (``collective.reduction_overlap: true``) the HBM time bounds the phase's transfer (a rate
+    cap: the phase takes max(wire time, HBM time)); ``false`` charges it after the transfer,
+    as ASTRA-sim does.
 
 Protocol costs are resolved when a collective is lowered (stored in each
 :class:`~parosim.collectives.types.Phase`): lower again after changing ``collective.*``.
@@ -223,12 +228,17 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
     pc = tun.protocol(algorithm, proto)
     C = channels(spec)
     _, _, frac = ring_profile(spec, ph.ringset)
-    intra = pc.nvlink_latency_s if spec.intra_fabric is IntraFabric.NVSWITCH else pc.pcie_latency_s
+    # NCCL's hwLat is a measured per-hop latency, wire included: a hop costs
+    # max(wire, hwLat), i.e. the wire (paid in steps x alpha) plus what hwLat exceeds it by
+    hw_intra = pc.nvlink_latency_s if spec.intra_fabric is IntraFabric.NVSWITCH else (
+        pc.pcie_latency_s)
+    intra = max(0.0, hw_intra - spec.intra.latency_s)
+    net = max(0.0, pc.net_latency_s - (2 * spec.pcie.latency_s + spec.nic.latency_s))
     eff = pc.bw_efficiency
     if algorithm == "ring":
         if proto == "ll128" and ppn < 2:
             eff *= LL128_ONE_PPN
-        lat = pc.base_latency_s + ph.steps * ((1 - frac) * intra + frac * pc.net_latency_s)
+        lat = pc.base_latency_s + ph.steps * ((1 - frac) * intra + frac * net)
         if (proto == "simple" and nodes > 1 and ph.op is Op.ALL_REDUCE
                 and total / (C * ph.ringset.size) >= 64):
             lat *= RING_SIMPLE_PLATEAU
@@ -237,12 +247,16 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
         ls = log2i(int(total) >> 6)
         if ls < len(TREE_CORRECTION[proto]):
             eff *= TREE_CORRECTION[proto][ls]
-        lat = pc.base_latency_s + 2 * ((ppn - 1) * intra + log2i(nodes) * pc.net_latency_s)
+        lat = pc.base_latency_s + 2 * ((ppn - 1) * intra + log2i(nodes) * net)
         reduced = total
     cap_bus = min(pc.max_bw_Bps, C * pc.max_bw_per_channel_Bps)
     cap = cap_bus / max(1, ph.ringset.rings_per_rank)
     red = 0.0
     if ph.op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE) and tun.reduction_hbm_factor:
-        red = tun.reduction_hbm_factor * reduced / spec.gpu.hbm_bandwidth_Bps
+        hbm_s = tun.reduction_hbm_factor * reduced / spec.gpu.hbm_bandwidth_Bps
+        if tun.reduction_overlap:  # fused into the copy: the flow is no faster than HBM
+            cap = min(cap, ph.bytes_per_rank / hbm_s)
+        else:                      # charged after the transfer (ASTRA-sim)
+            red = hbm_s
     return Phase(ph.name, ph.op, ph.ringset, ph.buffer_bytes, ph.lane, ph.deps, proto,
                  eff, cap, lat + red, ph.tree_steps)

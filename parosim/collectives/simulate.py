@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ..engine import CountingEnvironment, DeadlockError, Record, run_program
 from ..errors import InputError
@@ -14,6 +13,9 @@ from ..topology import cluster_graph
 from .cost import program_time
 from .lowering import lower
 from .types import Algo, Op, Program, Scope
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass
@@ -27,7 +29,7 @@ class CollectiveResult:
     ring_size: int         # k: ranks per instance of the scope
     size_bytes: float
     time_s: float
-    closed_form_s: float
+    closed_form_s: float | None  # None where the closed form does not hold (heterogeneous)
     chunks: int
     events: int
     link_bytes: dict[str, float] = field(default_factory=dict)
@@ -35,6 +37,8 @@ class CollectiveResult:
     records: list[Record] = field(default_factory=list)
     protocol: str = ""     # protocols of the phases ("" = ideal wire model)
     choice: str = ""       # `nccl`: the (algorithm/protocol) it picked, e.g. "ring/simple"
+    symmetry_period_nodes: int = 0     # the reduction the engine proved and used
+    hot_links: list[dict] = field(default_factory=list)   # Network.hot_links
 
     @property
     def algbw_GBps(self) -> float:
@@ -55,19 +59,25 @@ class CollectiveResult:
             "links": {cls: {"bytes": self.link_bytes.get(cls, 0.0),
                             "busy_s": self.link_busy_s.get(cls, 0.0)}
                       for cls in sorted(self.link_bytes)},
+            "symmetry_period_nodes": self.symmetry_period_nodes,
+            "hot_links": self.hot_links,
         }
 
 
 def closed_form_time(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float,
                      algo: Algo) -> float:
-    """Alpha-beta time of one collective (no graph, no engine)."""
+    """Alpha-beta time of one collective (no graph, no engine); refused for a cluster whose
+    links are not all equal per class (overrides, ECMP hashing)."""
+    if not spec.closed_form_exact:
+        raise InputError(f"cluster {spec.name!r} has link overrides or ECMP hashing: the "
+                         "closed form assumes equal links; expected the engine")
     return program_time(spec, lower(spec, op, scope, size_bytes, algo))
 
 
 def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | None = None,
                      symmetric: bool = True, trace: bool = False) -> CollectiveResult:
     """Run a lowered collective on the simpy flow-level network of the cluster graph."""
-    g = graph if graph is not None else cluster_graph(spec)
+    g = graph if graph is not None else cluster_graph(spec, lite=True)
     env = CountingEnvironment()
     # a tree is not invariant under translation: no symmetry reduction
     period = symmetry_period(spec) if symmetric and not program.tree else spec.nodes
@@ -83,9 +93,11 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
                             f"finish: no event pending at t = {env.now / PS} s")
     st = net.link_stats()
     return CollectiveResult(program.op, program.algo, program.scope, spec.gpus, program.gpus,
-                            program.size_bytes, env.now / PS, program_time(spec, program),
+                            program.size_bytes, env.now / PS,
+                            program_time(spec, program) if spec.closed_form_exact else None,
                             program.chunks, env.events, st.bytes, st.busy_s, records,
-                            program.protocols, program.choice)
+                            program.protocols, program.choice, net.period,
+                            net.hot_links(env.now / PS))
 
 
 def simulate_collective(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float,
@@ -117,7 +129,7 @@ def simulate_concurrent(spec: ClusterSpec, programs: list[Program],
     >>> 1.9 < both[0] / alone < 2.01
     True
     """
-    g = graph if graph is not None else cluster_graph(spec)
+    g = graph if graph is not None else cluster_graph(spec, lite=True)
     env = CountingEnvironment()
     net = Network(env, g, spec.nodes, spec.nodes, spec.gpus_per_node)
     procs = [env.process(run_program(env, net, p, spec.collective, prefix=f"c{i}/"))

@@ -12,11 +12,26 @@ The YAML (units as strings, converted to SI here, once)::
     network: {fabric: single-switch}   # or leaf-spine (nodes_per_leaf, oversubscription,
                                        # uplink_latency) or rail (oversubscription)
     collective: {step_latency: 0us, call_overhead: 0us, phase_overhead: 0us}  # optional
-    compute: {overlap_slowdown: 1.189}  # optional: compute slowdown beside collectives
+    # NCCL model (optional; docs/collectives.md): model: nccl | ideal, channels (0 = auto),
+    # protocols: [ll, ll128, simple], algorithms: [ring, tree], reduction_hbm_factor, and per
+    # (algorithm, protocol) ring_ll ... tree_simple: {bw_efficiency, base_latency,
+    # nvlink_latency, pcie_latency, net_latency, max_bw_per_channel, max_bw}
+    compute: {overlap_slowdown: 1.189,    # optional: compute slowdown beside collectives
+              model: kernel, gemm_k_half: 948, attention_efficiency: 0.327,
+              hbm_efficiency: 1.0, kernel_overhead: 5us}   # optional (docs/compute.md)
     group_nodes: 1                                                     # optional
-    compute: {model: kernel, gemm_k_half: 118, attention_efficiency: 0.44,
-              hbm_efficiency: 0.5, kernel_overhead: 5us}   # optional (docs/compute.md)
     sources: free text saying where the numbers come from
+
+Heterogeneity (docs/heterogeneity.md), all optional::
+
+    network: {fabric: leaf-spine, nodes_per_leaf: 2, spines: 2, ecmp: hash, ecmp_seed: 0}
+    jitter: {distribution: lognormal, cv: 0.05}   # per compute op, per rank
+    overrides:                                    # applied in order
+      - {nodes: [3], nic: {bandwidth: 25Gbps}}    # also latency; intra_node; gpu; speed; memory
+      - {gpus: [n2/gpu5], speed: 0.8}             # also gpu: {...}, memory
+      - {links: [[n1/nic0, switch]], failed: true}   # or bandwidth / latency
+      - {nodes: [4, 5], gpu: {model: H100-SXM5-80GB, peak_tflops: 989, memory: 80GB,
+                              hbm_bandwidth: 3.35TB/s}}
 
 ``compute`` sets how compute is costed: ``model: flat`` (the default; FLOPs at the
 training's efficiency) or ``kernel`` (:mod:`parosim.kernels`, whose parameters the other keys
@@ -26,7 +41,9 @@ override: ``gemm_ceiling``, ``gemm_k_half``, ``attention_efficiency``, ``hbm_eff
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +60,15 @@ from ..specs import (
     NetworkFabric,
     NetworkSpec,
     NICSpec,
+    Override,
+    ProtocolCost,
 )
 from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .yamlspec import check_keys, number, positive_int, read_yaml, section
 
 _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
-        "collective", "group_nodes", "sources", "notes", "compute"}
+        "collective", "group_nodes", "sources", "notes", "compute", "overrides",
+        "jitter"}
 _COMPUTE_KEYS = {"model", "gemm_ceiling", "gemm_k_half", "attention_efficiency",
                  "hbm_efficiency", "kernel_overhead", "sm_count", "source",
                  "overlap_slowdown"}
@@ -84,9 +104,13 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
     pcie = section(data, "pcie", {"bandwidth", "latency"}, where)
     nic = section(data, "nic", {"per_node", "bandwidth", "latency"}, where)
     net = section(data, "network", {"fabric", "nodes_per_leaf", "oversubscription",
-                                    "uplink_latency"}, where)
+                                    "uplink_latency", "spines", "ecmp", "ecmp_seed"}, where)
+    jitter = section(data, "jitter", {"distribution", "cv"}, where)
+    if jitter.get("distribution", "lognormal") != "lognormal":
+        raise InputError(f"{where}: jitter.distribution = {jitter['distribution']!r} is not "
+                         "known; expected lognormal")
     coll = section(data, "collective", {"step_latency", "call_overhead", "phase_overhead",
-                                          "ho_ring_max_chunks", "serial_progress"},
+                                          "ho_ring_max_chunks", "serial_progress", *_NCCL_KEYS},
                    where)
     comp = section(data, "compute", _COMPUTE_KEYS, where)
     if "bandwidth" not in intra:
@@ -128,7 +152,9 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
             oversubscription=number(net.get("oversubscription", 1.0),
                                     "network.oversubscription"),
             uplink_latency_s=parse_time(net.get("uplink_latency", "1us"),
-                                        "network.uplink_latency")),
+                                        "network.uplink_latency"),
+            spines=net.get("spines", 0), ecmp=net.get("ecmp", "ideal"),
+            ecmp_seed=net.get("ecmp_seed", 0)),
         collective=CollectiveTuning(
             step_latency_s=parse_time(coll.get("step_latency", 0), "collective.step_latency"),
             call_overhead_s=parse_time(coll.get("call_overhead", 0),
@@ -137,13 +163,21 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
             phase_overhead_s=parse_time(coll.get("phase_overhead", 0),
                                         "collective.phase_overhead"),
             serial_progress=_flag(coll.get("serial_progress", False),
-                                  "collective.serial_progress")),
+                                  "collective.serial_progress"),
+            **_nccl_fields(coll, where)),
         group_nodes=positive_int(data.get("group_nodes", 1), "group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
         overlap_slowdown=(None if comp.get("overlap_slowdown") is None else
                           number(comp["overlap_slowdown"], "compute.overlap_slowdown")),
         compute=_compute_profile(comp, where),
+        jitter_cv=number(jitter.get("cv", 0.0), "jitter.cv"),
     )
+    raw = data.get("overrides", [])
+    if not isinstance(raw, list):
+        raise InputError(f"{where}: overrides must be a list of mappings, got {raw!r}")
+    if raw:
+        spec = replace(spec, overrides=tuple(_override(o, spec.gpu, f"{where}: overrides[{k}]")
+                                             for k, o in enumerate(raw)))
     return spec
 
 
@@ -181,6 +215,73 @@ def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
                                           "gpu.hbm_bandwidth"))
 
 
+_PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
+_NCCL_KEYS = ("model", "channels", "protocols", "algorithms", "reduction_hbm_factor",
+              "reduction_overlap", *_PROTO_FIELDS)
+_PROTO_KEYS = {"bw_efficiency", "base_latency", "nvlink_latency", "pcie_latency", "net_latency",
+               "max_bw_per_channel", "max_bw"}
+
+
+def _cap(v: Any, name: str) -> float:
+    if isinstance(v, str) and v.strip().lower() in ("inf", "none", "unlimited"):
+        return math.inf
+    if isinstance(v, float) and math.isinf(v):
+        return v
+    return parse_bandwidth(v, name)
+
+
+def _names(v: Any, name: str) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [x for x in v.replace(" ", "").split(",") if x]
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise InputError(f"{name} = {v!r} must be a list of names")
+    return tuple(x.strip().lower() for x in v)
+
+
+def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
+    """The NCCL-model fields of ``collective`` (docs/collectives.md); absent ones keep the
+    :class:`CollectiveTuning` defaults (NCCL 2.20.3 tuning.cc)."""
+    out: dict[str, Any] = {}
+    if "model" in coll:
+        out["model"] = str(coll["model"]).strip().lower()
+    if "channels" in coll:
+        ch = coll["channels"]
+        if isinstance(ch, bool) or not isinstance(ch, int):
+            raise InputError(f"collective.channels = {ch!r} must be an integer (0 = auto)")
+        out["channels"] = ch
+    for key in ("protocols", "algorithms"):
+        if key in coll:
+            out[key] = _names(coll[key], f"collective.{key}")
+    if "reduction_hbm_factor" in coll:
+        out["reduction_hbm_factor"] = number(coll["reduction_hbm_factor"],
+                                             "collective.reduction_hbm_factor")
+    if "reduction_overlap" in coll:
+        out["reduction_overlap"] = _flag(coll["reduction_overlap"],
+                                         "collective.reduction_overlap")
+    for key in _PROTO_FIELDS:
+        sub = section(coll, key, _PROTO_KEYS, f"{where}: collective")
+        if not sub:
+            continue
+        d = getattr(CollectiveTuning(), key)
+        n = f"collective.{key}"
+        out[key] = ProtocolCost(
+            bw_efficiency=number(sub.get("bw_efficiency", d.bw_efficiency),
+                                 f"{n}.bw_efficiency"),
+            base_latency_s=parse_time(sub.get("base_latency", d.base_latency_s),
+                                      f"{n}.base_latency"),
+            nvlink_latency_s=parse_time(sub.get("nvlink_latency", d.nvlink_latency_s),
+                                        f"{n}.nvlink_latency"),
+            pcie_latency_s=parse_time(sub.get("pcie_latency", d.pcie_latency_s),
+                                      f"{n}.pcie_latency"),
+            net_latency_s=parse_time(sub.get("net_latency", d.net_latency_s),
+                                     f"{n}.net_latency"),
+            max_bw_per_channel_Bps=_cap(sub.get("max_bw_per_channel",
+                                                d.max_bw_per_channel_Bps),
+                                        f"{n}.max_bw_per_channel"),
+            max_bw_Bps=_cap(sub.get("max_bw", d.max_bw_Bps), f"{n}.max_bw"))
+    return out
+
+
 def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
     """The ``compute`` section (unknown keys were refused by :func:`section`)."""
     kw: dict[str, Any] = {}
@@ -198,6 +299,75 @@ def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
     return ComputeProfile(**kw)
 
 
+_OVERRIDE_KEYS = {"nodes": {"nic", "intra_node", "gpu", "speed", "memory"},
+                  "gpus": {"gpu", "speed", "memory"},
+                  "links": {"bandwidth", "latency", "failed"}}
+
+
+def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
+    """One ``overrides:`` entry (YAML names, unit strings) -> :class:`Override`."""
+    if not isinstance(o, dict):
+        raise InputError(f"{where} must be a mapping like {{nodes: [3], nic: {{bandwidth: "
+                         f"25Gbps}}}}, got {o!r}")
+    sel = [k for k in _OVERRIDE_KEYS if k in o]
+    if len(sel) != 1:
+        raise InputError(f"{where} selects {' and '.join(sel) or 'nothing'}; expected exactly "
+                         "one of nodes, gpus or links")
+    kind = sel[0]
+    check_keys(o, {kind} | _OVERRIDE_KEYS[kind], where)
+    what = o[kind]
+    if not isinstance(what, list) or not what:
+        raise InputError(f"{where}: {kind} must be a non-empty list, got {what!r}")
+    kw: dict[str, Any] = {}
+    if kind == "nodes":
+        for i in what:
+            if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+                raise InputError(f"{where}: node {i!r} must be a non-negative integer index")
+        kw["nodes"] = tuple(what)
+    elif kind == "gpus":
+        kw["gpus"] = tuple(str(x) for x in what)
+    else:
+        pairs = []
+        for pr in what:
+            if not (isinstance(pr, list) and len(pr) == 2):
+                raise InputError(f"{where}: link {pr!r} must be a pair [a, b] of graph node "
+                                 "names, e.g. [n1/nic0, switch]")
+            pairs.append((str(pr[0]), str(pr[1])))
+        kw["links"] = tuple(pairs)
+    for key, prefix in (("nic", "nic"), ("intra_node", "intra")):
+        if key in o:
+            sub = section(o, key, {"bandwidth", "latency"}, where)
+            if "bandwidth" in sub:
+                kw[f"{prefix}_bandwidth_Bps"] = parse_bandwidth(sub["bandwidth"],
+                                                                f"{key}.bandwidth")
+            if "latency" in sub:
+                kw[f"{prefix}_latency_s"] = parse_time(sub["latency"], f"{key}.latency")
+    if "gpu" in o:
+        g = section(o, "gpu", {"model", "memory", "peak_tflops", "hbm_bandwidth"}, where)
+        kw["gpu"] = GPUSpec(
+            model=str(g.get("model", base_gpu.model)),
+            memory_bytes=parse_size(g["memory"], "gpu.memory") if "memory" in g
+            else base_gpu.memory_bytes,
+            peak_flops=parse_flops(g["peak_tflops"]) if "peak_tflops" in g
+            else base_gpu.peak_flops,
+            hbm_bandwidth_Bps=parse_bandwidth(g["hbm_bandwidth"], "gpu.hbm_bandwidth")
+            if "hbm_bandwidth" in g else base_gpu.hbm_bandwidth_Bps)
+    if "speed" in o:
+        kw["speed"] = number(o["speed"], f"{where}: speed")
+    if "memory" in o:
+        kw["memory_bytes"] = parse_size(o["memory"], "memory")
+    if "bandwidth" in o:
+        kw["bandwidth_Bps"] = parse_bandwidth(o["bandwidth"], "bandwidth")
+    if "latency" in o:
+        kw["latency_s"] = parse_time(o["latency"], "latency")
+    if "failed" in o:
+        kw["failed"] = _flag(o["failed"], "failed")
+    try:
+        return Override(**kw)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
 def _flag(v: Any, name: str) -> bool:
     if not isinstance(v, bool):
         raise InputError(f"{name} = {v!r} must be true or false")
@@ -208,6 +378,26 @@ def _nic_count(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise InputError(f"nic.per_node = {v!r} must be a non-negative integer")
     return v
+
+
+def _nccl_yaml(c: CollectiveTuning) -> dict[str, Any]:
+    def bw(v: float) -> str:
+        return "inf" if math.isinf(v) else f"{v!r}B/s"
+
+    out: dict[str, Any] = {"model": c.model, "channels": c.channels,
+                           "protocols": list(c.protocols), "algorithms": list(c.algorithms),
+                           "reduction_hbm_factor": c.reduction_hbm_factor,
+                           "reduction_overlap": c.reduction_overlap}
+    for key in _PROTO_FIELDS:
+        p = c.protocol(*key.split("_"))
+        out[key] = {"bw_efficiency": p.bw_efficiency,
+                    "base_latency": f"{p.base_latency_s!r}s",
+                    "nvlink_latency": f"{p.nvlink_latency_s!r}s",
+                    "pcie_latency": f"{p.pcie_latency_s!r}s",
+                    "net_latency": f"{p.net_latency_s!r}s",
+                    "max_bw_per_channel": bw(p.max_bw_per_channel_Bps),
+                    "max_bw": bw(p.max_bw_Bps)}
+    return out
 
 
 def load_cluster(name_or_path: str | Path, nodes: int | None = None,
@@ -256,7 +446,8 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
                        "call_overhead": f"{spec.collective.call_overhead_s!r}s",
                        "phase_overhead": f"{spec.collective.phase_overhead_s!r}s",
                        "serial_progress": spec.collective.serial_progress,
-                       "ho_ring_max_chunks": spec.collective.ho_ring_max_chunks},
+                       "ho_ring_max_chunks": spec.collective.ho_ring_max_chunks,
+                       **_nccl_yaml(spec.collective)},
         "group_nodes": spec.group_nodes,
         "sources": spec.notes,
     }
@@ -273,4 +464,44 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
         data.setdefault("compute", {})["overlap_slowdown"] = spec.overlap_slowdown
     if spec.network.fabric is NetworkFabric.LEAF_SPINE:
         data["network"]["nodes_per_leaf"] = spec.network.nodes_per_leaf
+        if spec.network.spines:
+            data["network"].update(spines=spec.network.spines, ecmp=spec.network.ecmp,
+                                   ecmp_seed=spec.network.ecmp_seed)
+    if spec.jitter_cv:
+        data["jitter"] = {"distribution": "lognormal", "cv": spec.jitter_cv}
+    if spec.overrides:
+        data["overrides"] = [_override_to_dict(o) for o in spec.overrides]
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def _override_to_dict(o: Override) -> dict:
+    d: dict[str, Any] = {}
+    if o.nodes:
+        d["nodes"] = list(o.nodes)
+    if o.gpus:
+        d["gpus"] = list(o.gpus)
+    if o.links:
+        d["links"] = [list(p) for p in o.links]
+    for key, prefix in (("nic", "nic"), ("intra_node", "intra")):
+        sub = {}
+        if getattr(o, f"{prefix}_bandwidth_Bps") is not None:
+            sub["bandwidth"] = f"{getattr(o, f'{prefix}_bandwidth_Bps')!r}B/s"
+        if getattr(o, f"{prefix}_latency_s") is not None:
+            sub["latency"] = f"{getattr(o, f'{prefix}_latency_s')!r}s"
+        if sub:
+            d[key] = sub
+    if o.gpu is not None:
+        d["gpu"] = {"model": o.gpu.model, "memory": f"{o.gpu.memory_bytes}B",
+                    "peak_tflops": o.gpu.peak_flops / 1e12,
+                    "hbm_bandwidth": f"{o.gpu.hbm_bandwidth_Bps!r}B/s"}
+    if o.speed is not None:
+        d["speed"] = o.speed
+    if o.memory_bytes is not None:
+        d["memory"] = f"{o.memory_bytes}B"
+    if o.bandwidth_Bps is not None:
+        d["bandwidth"] = f"{o.bandwidth_Bps!r}B/s"
+    if o.latency_s is not None:
+        d["latency"] = f"{o.latency_s!r}s"
+    if o.failed:
+        d["failed"] = True
+    return d

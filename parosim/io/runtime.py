@@ -278,6 +278,12 @@ def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
             if rem or acc < 1:
                 raise InputError(f"--deepspeed-config: train_batch_size = {tb} is not a "
                                  f"multiple of micro-batch {mb} x {gpus} GPUs")
+        elif mb is None and acc is None:   # DeepSpeed: accumulation 1, micro = batch / GPUs
+            mb, rem = divmod(tb, gpus)
+            acc = 1
+            if rem or mb < 1:
+                raise InputError(f"--deepspeed-config: train_batch_size = {tb} is not a "
+                                 f"multiple of the {gpus} GPUs")
         elif acc is not None and mb is None:
             mb, rem = divmod(tb, acc * gpus)
             if rem or mb < 1:

@@ -9,7 +9,8 @@ from pathlib import Path
 from ..errors import InputError
 
 
-def chrome_trace(records: Iterable, process_name: str = "parosim") -> dict:
+def chrome_trace(records: Iterable, process_name: str = "parosim",
+                 counters: list | None = None) -> dict:
     """Trace Event Format: complete events ("ph": "X"), times in microseconds.
 
     >>> from parosim.engine import Record
@@ -28,15 +29,23 @@ def chrome_trace(records: Iterable, process_name: str = "parosim") -> dict:
         events.append({"name": r.name, "cat": r.kind or r.lane, "ph": "X", "pid": 0,
                        "tid": tid[r.lane], "ts": r.start_s * 1e6,
                        "dur": (r.end_s - r.start_s) * 1e6})
+    if counters:  # per-link utilisation over time: counter tracks of process 1
+        events.append({"name": "process_name", "ph": "M", "pid": 1, "tid": 0,
+                       "args": {"name": "link utilization (0..1)"}})
+        for t, util in counters:
+            for link, u in util.items():
+                events.append({"name": link, "ph": "C", "pid": 1, "tid": 0, "ts": t * 1e6,
+                               "args": {"utilization": u}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(path: str | Path, records: Iterable, process_name: str = "parosim"
-                       ) -> Path:
-    """Write the trace; an unwritable path is an :class:`InputError`."""
+def write_chrome_trace(path: str | Path, records: Iterable, process_name: str = "parosim",
+                       counters: list | None = None) -> Path:
+    """Write the trace; an unwritable path is an :class:`InputError`. ``counters``: (time s,
+    {link: utilisation}) pairs, written as Perfetto counter tracks."""
     p = Path(path)
     try:
-        p.write_text(json.dumps(chrome_trace(records, process_name)))
+        p.write_text(json.dumps(chrome_trace(records, process_name, counters)))
     except OSError as e:
         raise InputError(f"--trace file {str(p)!r} cannot be written: {e.strerror}") from None
     return p
@@ -51,3 +60,18 @@ def read_chrome_trace(path: str | Path) -> list[dict]:
     return [{"lane": names[e["tid"]], "name": e["name"], "kind": e.get("cat", ""),
              "start_s": e["ts"] / 1e6, "end_s": (e["ts"] + e["dur"]) / 1e6}
             for e in data["traceEvents"] if e.get("ph") == "X"]
+
+
+def write_link_timeline(path: str | Path, timeline: list) -> Path:
+    """CSV ``time_s,link,utilization`` (utilisation = carried rate / capacity from that
+    time on) from :meth:`parosim.network.Network.link_timeline`."""
+    p = Path(path)
+    lines = ["time_s,link,utilization"]
+    for t, util in timeline:
+        lines += [f"{t!r},{link},{u!r}" for link, u in util.items()]
+    try:
+        p.write_text("\n".join(lines) + "\n")
+    except OSError as e:
+        raise InputError(f"--link-timeline file {str(p)!r} cannot be written: "
+                         f"{e.strerror}") from None
+    return p
