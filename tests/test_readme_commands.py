@@ -3,7 +3,8 @@
 The extractor is generic: it reads every fenced ``bash``/``sh``/``shell``/``console`` block of
 README.md, joins ``\\`` continuations, drops comments, splits ``&&`` chains, and runs each
 ``parosim ...`` / ``python -m parosim...`` command in-process (``parosim.cli.main``) from a
-scratch directory (arguments naming files of the repository are made absolute; an ``--out``
+scratch directory, and each ``python SCRIPT.py ...`` in a subprocess from the repository root
+(the documented scripts read the repository and print) (arguments naming files of the repository are made absolute; an ``--out``
 directory that exists in the repository is copied first, so a resumable sweep resumes there
 instead of writing into the repository). Each command must exit 0.
 
@@ -122,6 +123,18 @@ def test_readme_command_runs(cmd, tmp_path, monkeypatch, capsys):
     skip = next((why for prefix, why in NOT_RUN.items() if cmd.startswith(prefix)), None)
     if skip:
         pytest.skip(f"not run: {skip}")
+    script = re.match(r"^python3? (\S+\.py)\b(.*)$", cmd)
+    if script:
+        import os
+        import subprocess
+        import sys
+
+        p = subprocess.run([sys.executable, str(ROOT / script.group(1)),
+                            *shlex.split(script.group(2))], cwd=ROOT, capture_output=True,
+                           text=True, timeout=TIMEOUT_S,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert p.returncode == 0, f"{cmd!r} exited {p.returncode}: {p.stderr[-2000:]}"
+        return
     assert re.match(r"^(parosim|python -m parosim)\b", cmd), (
         f"README command {cmd!r} is neither run by this test nor listed in NOT_RUN")
     monkeypatch.chdir(tmp_path)
