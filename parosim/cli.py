@@ -104,8 +104,13 @@ def _cmd_collective(a: argparse.Namespace) -> dict:
     algos = parse_algos("ho-ring" if a.algo is None else a.algo)
     size = parse_size(a.size if a.size is not None else "1GiB", "--size")
     results = [simulate_collective(spec, op, scope, size, al).to_dict() for al in algos]
+    settings = {"nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node,
+                "group_nodes": spec.group_nodes, "size": a.size if a.size is not None
+                else "1GiB", "nic_bandwidth_Bps": spec.nic.bandwidth_Bps,
+                "intra_bandwidth_Bps": spec.intra.bandwidth_Bps}
     for r in results:
         r["cluster"] = spec.name
+        r["settings"] = settings
     return results[0] if len(results) == 1 else {"results": results}
 
 

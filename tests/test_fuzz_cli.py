@@ -435,6 +435,22 @@ CASES: list[tuple[str, list[str], tuple]] = [
     ("sweep-step-cluster", ["sweep", "{d}/s_step_cluster.yaml", "--out", "{o}"],
      ERR("'nope'")),
     ("sweep-spec-is-dir", ["sweep", "{d}", "--out", "{o}"], ERR("")),
+    # --- more: --global-batch ------------------------------------------------------------------
+    ("global-batch-seqs", ["simulate", "--global-batch", "1280", *A], OK()),
+    ("global-batch-tokens", ["simulate", "--global-batch", "1Mitok", *A], OK()),
+    ("global-batch-not-multiple", ["simulate", "--global-batch", "1000", *A],
+     ERR("not a positive multiple")),
+    ("global-batch-too-small", ["simulate", "--global-batch", "64", *A],
+     ERR("not a positive multiple")),
+    ("global-batch-tokens-not-seqs", ["simulate", "--global-batch", "4Mtok", *A],
+     ERR("not a whole number of 512-token")),
+    ("global-batch-empty", ["simulate", "--global-batch", "", *A], ERR("not a batch size")),
+    ("global-batch-word", ["simulate", "--global-batch", "lots", *A], ERR("not a batch size")),
+    ("global-batch-neg", ["simulate", "--global-batch=-128", *A], ERR("not a batch size")),
+    ("global-batch-inf", ["simulate", "--global-batch", "1e400", *A], ERR("whole number")),
+    ("global-batch-vs-accum", ["simulate", "--global-batch", "1280", "--accum", "4", *A],
+     ERR("--accum 4 disagrees")),
+    ("global-batch-memory", ["memory", "--global-batch", "2560"], OK()),
     # --- more: the parser ----------------------------------------------------------------------
     ("no-command", [], ERR("required")),
     ("unknown-command", ["train"], ERR("invalid choice")),
@@ -501,6 +517,61 @@ def test_case(name, argv, expect, d, tmp_path, capsys):
         assert len(lines) == 1, f"{name}: expected one line on stderr, got {err!r}"
     assert lines[-1].startswith("parosim: error:") or "parosim" in lines[-1], err
     assert needle in err, f"{name}: {needle!r} not in {err!r}"
+
+
+def test_run_point_refuses_a_misspelled_key_and_defaults_to_engine():
+    from parosim.simulate import POINT_DEFAULTS, run_point
+
+    row = run_point({"strategy": "IIG", "micro_bach": 2, "mode": "analytic"})
+    assert row["status"] == "error" and "'micro_bach'" in row["reason"]
+    assert "did you mean 'micro_batch'" in row["reason"]
+    assert POINT_DEFAULTS["mode"] == "engine"  # as `parosim simulate`
+
+
+def test_text_outputs_state_their_settings_and_json_echoes_them(capsys):
+    argv = ["--micro-batch", "2", "--accum", "3", "--seq-len", "256", "--trainable-ratio",
+            "peft", "--nic-bandwidth", "200Gbps", "--mode", "analytic"]
+    for cmd in ("simulate", "compare"):
+        rc, out, _ = run_case([cmd, *argv], capsys)
+        assert rc == 0
+        assert ("micro-batch 2, accum 3, seq-len 256, global batch 192 seqs = 49152 tokens, "
+                "trainable ratio 0.003 (peft), recompute auto") in out
+        assert "overrides: nic-bandwidth 200Gbps" in out and "recomp" in out
+        rc, out, _ = run_case([cmd, *argv, "--json"], capsys)
+        s = __import__("json").loads(out)["settings"]
+        assert (s["micro_batch"], s["accum_steps"], s["seq_len"]) == (2, 3, 256)
+        assert s["trainable_ratio"] == 0.003 and s["overrides"] == {"nic_bandwidth": "200Gbps"}
+        assert s["nic_bandwidth_Bps"] == 25e9
+    rc, out, _ = run_case(["memory", "--model", "llama-65b"], capsys)
+    assert "llama-65b on paper-a100-roce" in out and "recomp" in out
+    assert "PaRO-GGG (ZeRO-3 / FSDP)" in out
+
+
+def test_compare_columns_never_run_together(capsys):
+    rc, out, _ = run_case(["compare", "--nodes", "64", "--mode", "analytic"], capsys)
+    assert rc == 0
+    import re
+
+    for line in out.splitlines():
+        assert not re.search(r"\d\.\d{3}\d+\.\d+ GiB", line), line
+        assert not re.search(r"[0-9]GiB|B[0-9]", line), line
+
+
+def test_collective_size_in_the_users_prefix_family(capsys):
+    rc, out, _ = run_case(["collective", "--size", "1GB", "--nodes", "2"], capsys)
+    assert rc == 0 and "all-gather of 1 GB over scope global" in out
+    assert "ranks per collective instance" in out and "per ring" not in out
+    rc, out, _ = run_case(["collective", "--size", "1GiB", "--nodes", "2"], capsys)
+    assert "all-gather of 1 GiB" in out
+
+
+def test_help_has_defaults_examples_presets_and_version(capsys):
+    rc, out, _ = run_case(["compare", "--help"], capsys)
+    assert rc == 0
+    assert "(default: 4)" in out and "examples:" in out and "paper-a100-roce" in out
+    assert "dgx-h100-ib" in out and "analytic: closed form" in out
+    rc, out, _ = run_case(["--version"], capsys)
+    assert rc == 0 and out.startswith("parosim ")
 
 
 def test_h100_gets_its_own_datasheet_values(d):
