@@ -252,6 +252,10 @@ def memory_breakdown(model: ModelSpec, strategy: Strategy | str, cluster: Cluste
     ``shape_estimated`` is True.
     """
     strategy = parse_strategy(strategy)
+    if model.params * training.trainable_ratio < 1:
+        raise InputError(f"trainable ratio {training.trainable_ratio!r} leaves less than one "
+                         f"trainable parameter of the {model.params} of {model.name}; expected "
+                         f"a ratio of at least {1 / model.params:.3g}")
     recompute = resolve_recompute(model, strategy, cluster, training, runtime)
     return _breakdown(model, strategy, cluster, training, recompute, runtime)
 

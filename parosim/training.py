@@ -191,6 +191,9 @@ def accum_for_global_batch(text: str | int, micro_batch: int, data_parallel: int
     >>> accum_for_global_batch("1280", 4, 32, 512), accum_for_global_batch("1Mitok", 4, 32, 512)
     (10, 16)
     """
+    _pos_int(micro_batch, "micro_batch")
+    _pos_int(data_parallel, "data-parallel GPUs")
+    _pos_int(seq_len, "seq_len")
     raw = str(text).strip()
     m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKMGT]i?)?\s*"
                      r"(tok|toks|tokens?|seqs?|sequences?)?", raw)

@@ -726,3 +726,47 @@ def test_cluster_fields_total(f):
     assert 1 <= spec.gpus <= MAX_GPUS
     assert 1 <= spec.nic.per_node <= spec.gpus_per_node or spec.nodes == 1
     assert 0 < spec.network.oversubscription < float("inf")
+
+
+_FLAG_VALUES = {
+    "--nodes": st.one_of(st.integers(-2, 10**6).map(str), st.text(max_size=4)),
+    "--micro-batch": st.one_of(st.integers(-2, 10**9).map(str), st.text(max_size=3)),
+    "--accum": st.one_of(st.integers(-2, 10**8).map(str), st.text(max_size=3)),
+    "--seq-len": st.one_of(st.integers(-2, 10**8).map(str), st.text(max_size=3)),
+    "--efficiency": st.one_of(st.floats().map(repr), st.text(max_size=4)),
+    "--overlap-slowdown": st.one_of(st.floats().map(repr), st.text(max_size=4)),
+    "--trainable-ratio": st.one_of(st.floats().map(repr), st.sampled_from(
+        ["full", "partial", "peft", "1/16", "0/0", ""])),
+    "--nic-bandwidth": _texts.map(str),
+    "--gpu-memory": _texts.map(str),
+    "--global-batch": st.one_of(st.integers(-5, 10**7).map(str), st.text(max_size=6)),
+}
+
+
+@settings(max_examples=int(os.environ.get("PAROSIM_FUZZ_EXAMPLES", 150)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(flags=st.dictionaries(st.sampled_from(sorted(_FLAG_VALUES)), st.none(), min_size=1,
+                       max_size=3).flatmap(
+    lambda keys: st.fixed_dictionaries({k: _FLAG_VALUES[k] for k in keys})))
+def test_random_flag_values_exit_0_or_2_and_never_raise(flags, capsys):
+    """Random values of the numeric and unit flags: exit 0 (and then the JSON echoes what was
+    asked for) or exit 2 with one line; nothing else, never a hang."""
+    argv = ["simulate", "--mode", "analytic", "--json"]
+    for k, v in flags.items():
+        argv.append(f"{k}={v}")
+    rc, out, err = run_case(argv, capsys)
+    assert rc in (0, 2), (argv, rc, err)
+    assert "Traceback" not in err
+    if rc == 2:
+        assert err.count("\n") == 1 and err.startswith("parosim: error:"), (argv, err)
+        return
+    import json
+
+    s = json.loads(out)["settings"]
+    if "--micro-batch" in flags:
+        assert s["micro_batch"] == int(flags["--micro-batch"])
+    if "--nodes" in flags:
+        assert s["nodes"] == int(flags["--nodes"])
+    assert 1 <= s["nodes"] * s["gpus_per_node"] <= 65536
+    assert 0 < s["trainable_ratio"] <= 1 and 0 < s["compute_efficiency"] <= 1
