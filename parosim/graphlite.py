@@ -67,8 +67,8 @@ class _EdgeView:
 
 
 class LiteDiGraph:
-    """Directed graph: ``add_node``, ``add_edge``, ``update``, ``nodes``, ``edges``,
-    ``successors``, ``predecessors``, ``has_edge``, ``graph`` (graph attributes)."""
+    """Directed graph: ``add_node``, ``add_edge``, ``remove_edge``, ``update``, ``nodes``,
+    ``edges``, ``successors``, ``predecessors``, ``has_edge``, ``graph`` (graph attributes)."""
 
     def __init__(self, **attr):
         self.graph: dict[str, Any] = dict(attr)
@@ -91,6 +91,11 @@ class LiteDiGraph:
             d = self._succ[u][v] = {}
             self._pred[v][u] = d
         d.update(attr)
+
+    def remove_edge(self, u, v) -> None:
+        """Remove the edge u -> v (a failed link; :func:`parosim.topology.apply_overrides`)."""
+        del self._succ[u][v]
+        del self._pred[v][u]
 
     def update(self, other: LiteDiGraph) -> None:
         for n, d in other.nodes(data=True):

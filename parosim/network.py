@@ -580,8 +580,9 @@ class Network:
         return names
 
     def hot_links(self, span_s: float, top: int = 5) -> list[dict]:
-        """The ``top`` links by utilisation (bytes / capacity): ``link`` ("u->v"; with a symmetry reduction
-        the representative of an orbit of ``orbit`` equal links), ``link_class``,
+        """The ``top`` links by utilisation (bytes / capacity): ``link`` ("u->v"; with a
+        symmetry reduction the representative of an orbit of ``orbit`` equal links),
+        ``link_class``,
         ``capacity_GBps``, ``bytes``, ``busy_s`` (time with any traffic) and
         ``utilization`` (bytes / (capacity x ``span_s``), in [0, 1])."""
         self._advance()

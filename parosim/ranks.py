@@ -41,6 +41,12 @@ from .specs import ClusterSpec
 from .topology import cluster_graph
 
 
+def _period(spec: ClusterSpec, algo: Algo) -> int:
+    """As :func:`parosim.replay.replay`: `nccl` may pick a tree, which is not
+    translation-invariant, so nothing is folded then."""
+    return spec.nodes if algo.value == "nccl" else symmetry_period(spec)
+
+
 def rank_factors(spec: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
     """Per rank, the time factor of matmul-bound ops (cluster peak FLOP/s / this GPU's /
     speed) and of memory-bound ops (the optimizer: HBM bandwidth ratio / speed).
@@ -112,18 +118,25 @@ def _durations_ps(plan: Plan, comp: list[int], spec: ClusterSpec,
 def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray | None = None,
                  trace: bool = False, trace_ranks: list[int] | None = None,
                  record_links: bool = False, net: Network | None = None,
-                 cache: ProgramCache | None = None, hot_links: int = 5) -> RankStepResult:
+                 cache: ProgramCache | None = None, hot_links: int = 5,
+                 overlap_slowdown: float = 1.0) -> RankStepResult:
     """Run ``plan`` with one compute timeline per rank (module docstring).
 
     ``jitter``: (compute ops x ranks) factors or None. ``net``: a network to reuse (it is
     :meth:`~parosim.network.Network.reset` onto a new environment). ``trace_ranks``: the
     ranks whose compute ops become trace records (default: all up to 64 ranks, else the
-    first rank of every speed class and the critical rank).
+    first rank of every speed class).
+
+    ``overlap_slowdown`` f != 1: a compute op progresses at 1/f of its speed while any
+    collective is in flight (the fluid rule of :func:`parosim.replay.replay`). Ranks are then
+    grouped into classes with identical durations (every rank its own class under jitter),
+    each class a simpy process with that rule, so one class reproduces the default replay bit
+    for bit.
     """
     env = CountingEnvironment()
     if net is None:
         g = cluster_graph(spec)
-        net = Network(env, g, spec.nodes, symmetry_period(spec), spec.gpus_per_node)
+        net = Network(env, g, spec.nodes, _period(spec, algo), spec.gpus_per_node)
     else:
         net.reset(env)
     net.record_links = record_links
@@ -163,6 +176,78 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     def fire(i: int):
         return lambda _ev: done[i].succeed()
 
+    elapsed = None  # class mode: (compute ops x classes) elapsed ps, and rank -> class
+    in_flight = [0]
+    wake: list = []
+
+    def flip(delta: int) -> None:
+        was = in_flight[0] > 0
+        in_flight[0] += delta
+        if overlap_slowdown != 1.0 and was != (in_flight[0] > 0):
+            for ev in wake:
+                if not ev.triggered:
+                    ev.succeed()
+
+    def fluid(work: int):
+        """One compute op of ``work`` ps at full speed under the slowdown rule (as
+        :func:`parosim.replay.replay` does it, step for step)."""
+        left = float(work)
+        while left > 0:
+            f = overlap_slowdown if in_flight[0] else 1.0
+            dt = int(round(left * f))
+            if dt <= 0:
+                break
+            change = env.event()
+            wake.append(change)
+            t0 = env.now
+            timer = env.timeout(dt)
+            yield timer | change
+            wake.remove(change)
+            if timer.processed or env.now - t0 >= dt:
+                break
+            left -= (env.now - t0) / f
+
+    if overlap_slowdown != 1.0:
+        classes, inv = np.unique(dur.T, axis=0, return_inverse=True)
+        inv = np.asarray(inv).reshape(-1)
+        n_cls = len(classes)
+        s_c = np.zeros((len(comp), n_cls), dtype=np.int64)
+        e_c = np.zeros((len(comp), n_cls), dtype=np.int64)
+        b_c = np.zeros((len(comp), n_cls), dtype=bool)
+        left_c = [n_cls] * len(comp)
+        bound.extend([None] * len(comp))
+        elapsed = (s_c, e_c, inv)
+
+        def finish(k: int, i: int) -> None:
+            e, st = e_c[k, inv], s_c[k, inv]
+            r = int(np.argmax(e))
+            gate[i], end_ps[i], start_ps[i] = r, e[r], int(st.min())
+            bound[k] = b_c[k, inv]
+            busy[:] += e - st
+            if len(tr):
+                starts_tr.append(st[tr])
+                ends_tr.append(e[tr])
+            done[i].succeed()
+
+        def class_proc(c: int):
+            prev_end = 0
+            for k, i in enumerate(comp):
+                cdeps = [d for d in ops[i].deps if not is_comp[d]]
+                floor = 0
+                if cdeps:
+                    yield env.all_of([done[d] for d in cdeps])
+                    j = max(cdeps, key=lambda d: (end_ps[d], d))
+                    floor = int(end_ps[j])
+                    floor_dep[k] = j
+                start = env.now
+                b_c[k, c] = floor > prev_end
+                yield from fluid(int(classes[c, k]))
+                s_c[k, c], e_c[k, c] = start, env.now
+                prev_end = env.now
+                left_c[k] -= 1
+                if left_c[k] == 0:
+                    finish(k, i)
+
     def compute_proc():
         t = np.zeros(n, dtype=np.int64)
         for k, i in enumerate(comp):
@@ -199,7 +284,9 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
                 p = max(cands, key=lambda d: (end_ps[d], is_comp[d], d))
                 pred[i] = p if end_ps[p] == start else -1
             start_ps[i] = start
+            flip(+1)
             yield from run_program(env, net, cache.get(ops[i]), spec.collective)
+            flip(-1)
             end_ps[i] = env.now
             if trace:
                 records.append(Record(ops[i].stream, ops[i].name, start / PS, env.now / PS,
@@ -211,7 +298,11 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     for i, o in enumerate(ops):
         if not is_comp[i]:
             lanes.setdefault(o.stream, []).append(i)
-    env.process(compute_proc())
+    if elapsed is None:
+        env.process(compute_proc())
+    else:
+        for c in range(n_cls):
+            env.process(class_proc(c))
     for idx in lanes.values():
         env.process(lane_proc(idx))
     env.run()
@@ -219,7 +310,7 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     if left:
         raise RuntimeError(f"deadlock: {len(left)} op(s) never ran; first is "
                            f"{ops[left[0]].name!r}")
-    step_ps = env.now
+    step_ps = int(end_ps.max()) if len(ops) else 0  # a superseded rate timer may fire later
 
     # critical path, backwards from the item that ended last
     kpos = {i: k for k, i in enumerate(comp)}
@@ -230,7 +321,11 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     while item >= 0:
         if is_comp[item]:
             k = kpos[item]
-            on_path[rank] += dur[k][rank]
+            if elapsed is None:
+                on_path[rank] += dur[k][rank]
+            else:
+                s_c, e_c, inv = elapsed
+                on_path[rank] += e_c[k, inv[rank]] - s_c[k, inv[rank]]
             if bound[k][rank]:
                 item = floor_dep[k]
             else:
@@ -285,7 +380,8 @@ class StepDistribution:
 
 def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 1,
                       seed: int = 0, jitter_cv: float = 0.0, trace: bool = False,
-                      record_links: bool = False) -> StepDistribution:
+                      record_links: bool = False,
+                      overlap_slowdown: float = 1.0) -> StepDistribution:
     """``repeats`` steps, each with fresh jitter draws from one Generator seeded ``seed``
     (the same inputs give the same distribution bit for bit). Routing and max-min rates are
     computed once and reused across repeats."""
@@ -298,7 +394,7 @@ def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 
     rng = np.random.default_rng(seed)
     comp = sum(1 for o in plan.ops if isinstance(o, ComputeOp))
     env = CountingEnvironment()
-    net = Network(env, cluster_graph(spec), spec.nodes, symmetry_period(spec),
+    net = Network(env, cluster_graph(spec), spec.nodes, _period(spec, algo),
                   spec.gpus_per_node)
     cache = ProgramCache(spec, algo)
     times, crit = [], []
@@ -311,7 +407,8 @@ def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 
             continue
         last = k == repeats - 1
         res = replay_ranks(plan, spec, algo, jit, trace and last, None,
-                           record_links and last, net, cache)
+                           record_links and last, net, cache,
+                           overlap_slowdown=overlap_slowdown)
         times.append(res.step_time_s)
         crit.append(res.critical_rank)
     return StepDistribution(np.array(times), crit, res)
@@ -322,12 +419,8 @@ def hetero_step(res, plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown
     """The per-rank branch of :func:`parosim.simulate.simulate_step`: fills ``res.extra``,
     ``res.events`` and ``res.records``; returns (mean step, exposed comm, compute busy,
     intra bytes per GPU, inter bytes per GPU) of the last repeat's traffic."""
-    if overlap_slowdown != 1.0:
-        raise InputError(f"an overlap slowdown of {overlap_slowdown} (--overlap-slowdown, the "
-                         "cluster's compute.overlap_slowdown or the runtime's) with per-rank "
-                         "timelines (GPU overrides or compute jitter) is not modelled; "
-                         "expected 1")
-    dist = step_distribution(plan, spec, algo, repeats, seed, jitter_cv, trace, record_links)
+    dist = step_distribution(plan, spec, algo, repeats, seed, jitter_cv, trace, record_links,
+                             overlap_slowdown)
     last = dist.last
     summ = dist.summary()
     step = summ["step_time_s"]

@@ -63,6 +63,8 @@ class RuntimeSpec:
     whose parameters are gathered once per micro-step in forward and kept for the backward,
     with no boundary parameter sync (FSDP SHARD_GRAD_OP). ``allgather_bucket_elements``:
     boundary parameter all-gathers split in buckets of this many elements (None = one call).
+    ``reduce_scatter``: gradient buckets are reduce-scattered (True) or all-reduced (False,
+    DeepSpeed ``reduce_scatter: false``: twice the bytes, every GPU gets the whole bucket).
     ``overlap_slowdown``: compute slowdown beside a collective when neither the command line
     nor the cluster YAML sets one.
     """
@@ -83,6 +85,7 @@ class RuntimeSpec:
     grad_sync_every_micro_step: bool = False
     forward_only_gather: tuple[str, ...] = ()
     allgather_bucket_elements: int | None = None
+    reduce_scatter: bool = True
     overlap_slowdown: float = 1.0
     sources: str = ""
 
@@ -99,6 +102,9 @@ class RuntimeSpec:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise InputError(f"runtime {f} = {v!r} must be a positive integer (elements) "
                                  "or null")
+        if not isinstance(self.reduce_scatter, bool):
+            raise InputError(f"runtime reduce_scatter = {self.reduce_scatter!r} must be true "
+                             "or false")
         if self.overlap_comm is not None and not isinstance(self.overlap_comm, bool):
             raise InputError(f"runtime overlap_comm = {self.overlap_comm!r} must be true, "
                              "false or null")

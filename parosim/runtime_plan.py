@@ -30,6 +30,9 @@ ideal schedule); a :class:`~parosim.runtime.RuntimeSpec` changes:
   sequential hierarchical algorithm for the list-API collectives of global scope with at
   least ``paro_cc_min_elements`` elements (boundary all-gathers and all-reduces), the flat
   ring for the tensor-API calls (coalesced reduce-scatters, ZeRO-3 parameter fetches).
+* **all-reduce instead of reduce-scatter** (``reduce_scatter: false``): each gradient
+  bucket of a strategy with unpartitioned parameters is all-reduced over the gradient scope
+  (DeepSpeed ZeRO-1/2's ``reduce_scatter: false``; ZeRO-3 always reduce-scatters).
 * **boundary buckets**: the boundary gradient sync in ``grad_bucket_elements`` pieces and the
   boundary parameter all-gather in ``allgather_bucket_elements`` pieces (DeepSpeed's
   ``reduce_bucket_size`` / ``allgather_bucket_size``).
@@ -205,8 +208,11 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
         ids: list[int | None] = []
         deps: list[int | None] = [dep]
         if strategy.g is not Level.N:
-            cid = b.collective(f"rs-grad {label} mb{mb}", Op.REDUCE_SCATTER, g_scope, size,
-                               "grad-reduce", layer, mb, COMM_GRAD, deps)
+            rs = runtime.reduce_scatter or strategy.p is not Level.N   # ZeRO-3: always RS
+            op = Op.REDUCE_SCATTER if rs else Op.ALL_REDUCE
+            cid = b.collective(f"{'rs' if rs else 'ar'}-grad {label} "
+                               f"mb{mb}", op, g_scope, size, "grad-reduce", layer, mb,
+                               COMM_GRAD, deps)
             ids.append(cid)
             deps = [cid] if cid is not None else deps
         if every:
@@ -301,6 +307,9 @@ def _boundary(b: _RtBuilder, model: ModelSpec, strategy: Strategy, cluster: Clus
     deps: list[int | None] = [last_compute, b.last.get(COMM_GRAD), *block]
     if not runtime.grad_sync_every_micro_step:
         for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
+            if (op is Op.REDUCE_SCATTER and scope is Scope.GLOBAL and not runtime.reduce_scatter
+                    and strategy.p is Level.N):
+                op = Op.ALL_REDUCE          # ZeRO-1 with reduce_scatter: false
             for i, piece in enumerate(_pieces(sizes[size], runtime.grad_bucket_elements)):
                 cid = b.collective(f"sync-grad {op.value} {scope.value} #{i}", op, scope,
                                    piece, "sync-grad", None, None, COMM_GRAD, deps)

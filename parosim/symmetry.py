@@ -99,3 +99,33 @@ def verified_period(graph: nx.DiGraph, nodes: int, gpus_per_node: int, candidate
         if nodes % t == 0 and is_invariant(graph, nodes, gpus_per_node, t):
             return t
     return nodes
+
+
+def ringsets_invariant(ringsets, nodes: int, gpus_per_node: int, shift: int) -> bool:
+    """True when translating every rank by ``shift`` nodes maps each ring set's hops onto
+    themselves (the transfers' half of the symmetry)."""
+    n, d = nodes * gpus_per_node, shift * gpus_per_node
+    for rs in ringsets:
+        hops = set(rs.hops())
+        if any(((a + d) % n, (b + d) % n) not in hops for a, b in hops):
+            return False
+    return True
+
+
+def transfer_period(ringsets, nodes: int, gpus_per_node: int, candidate: int) -> int:
+    """The smallest multiple of ``candidate`` dividing ``nodes`` under which every ring set
+    is invariant (``nodes``: no reduction).
+
+    >>> from parosim.collectives.types import RingSet
+    >>> transfer_period([RingSet(((0, 1, 2, 3),), "g")], 4, 1, 1)
+    1
+    >>> transfer_period([RingSet(((0, 1),), "pair")], 4, 1, 1)
+    4
+    """
+    ringsets = list(ringsets)
+    if candidate <= 0 or candidate >= nodes or nodes % candidate:
+        return nodes
+    for t in range(candidate, nodes, candidate):
+        if nodes % t == 0 and ringsets_invariant(ringsets, nodes, gpus_per_node, t):
+            return t
+    return nodes

@@ -14,7 +14,8 @@ Edges (directed; every physical link is two edges, one per direction)
     (switch <-> switch).
 
 Node names: ``n{i}/gpu{j}``, ``n{i}/nvswitch``, ``n{i}/nic{k}``, ``switch``, ``leaf{l}``,
-``rail{k}``, ``spine`` (or ``spine{s}`` for explicit spines). Builders compose like networkx generators:
+``rail{k}``, ``spine`` (or ``spine{s}`` for explicit spines). Builders compose like networkx
+generators:
 
 >>> g = node_graph(ClusterSpec(nodes=1, gpus_per_node=2), 0)
 >>> sorted(g.nodes)
@@ -192,6 +193,10 @@ def apply_overrides(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
     """
     gpn = spec.gpus_per_node
     for k, o in enumerate(spec.overrides):
+        if (o.nic_bandwidth_Bps is not None or o.nic_latency_s is not None) \
+                and not spec.nic.per_node:
+            raise InputError(f"overrides[{k}] sets nic on cluster {spec.name!r}, which has no "
+                             "NICs (nic.per_node = 0); expected nic.per_node >= 1")
         for i in o.nodes:
             if o.nic_bandwidth_Bps is not None or o.nic_latency_s is not None:
                 lat = None if o.nic_latency_s is None else o.nic_latency_s / 2

@@ -30,9 +30,10 @@ def _colls(plan, purpose=None):
 
 @pytest.mark.parametrize("runtime", [None, "ideal"])
 def test_ideal_runtime_reproduces_pre_runtime_numbers_exactly(runtime):
-    """Numbers recorded on main before issue 9 (commit 7b5de80, with the NCCL-era collective
-    costs; tests/data), bit for bit; the memory model of that time is kept as
-    ``memory_model="korthikanti"``."""
+    """Pinned numbers (tests/data/ideal_runtime_golden.json, first recorded on main @7b5de80
+    before runtime profiles existed, reproduced bit for bit; regenerated with
+    tests/data/make_ideal_golden.py only when collective or compute costs change on purpose).
+    The memory model of that time is ``memory_model="korthikanti"``."""
     for g in json.loads(GOLDEN.read_text()):
         t = TrainingSpec(trainable_ratio=parse_trainable_ratio(g["trainable_ratio"]),
                          accum_steps=g["accum"], memory_model="korthikanti")
@@ -41,6 +42,23 @@ def test_ideal_runtime_reproduces_pre_runtime_numbers_exactly(runtime):
         for k in ("step_time_s", "exposed_comm_s", "bytes_inter"):
             assert d[k] == g[k], (g, k, d[k])
         assert d["memory"]["total_bytes"] == g["total_bytes"]
+
+
+@pytest.mark.parametrize("strategy, ratio, recompute", [
+    ("NIG", "full", None), ("GGG", "partial", True), ("IGG", "peft", None),
+    ("NNN", "full", False), ("III", "full", True), ("GNG", "partial", None)])
+def test_generic_runtime_builder_reduces_to_the_ideal_plan(strategy, ratio, recompute):
+    """The runtime Plan builder, given the ideal profile's settings, emits exactly the ops
+    of the ideal builder: every runtime is a change from the ideal schedule, nothing else."""
+    from parosim.runtime import IDEAL
+    from parosim.runtime_plan import build_runtime_plan
+
+    t = TrainingSpec(accum_steps=2, trainable_ratio=parse_trainable_ratio(ratio),
+                     recompute=recompute)
+    ideal = build_plan(M7, strategy, CLUSTER, t)
+    forced = build_runtime_plan(M7, strategy, CLUSTER, t, IDEAL)
+    strip = lambda ops: [o.__class__(**{**o.__dict__, "name": ""}) for o in ops]  # noqa: E731
+    assert strip(forced.ops) == strip(ideal.ops)
 
 
 def _intervals(records, pred):
@@ -277,3 +295,46 @@ def test_deepspeed_batch_disagreement_refused(tmp_path):
                              "gradient_accumulation_steps": 4}))
     with pytest.raises(InputError, match="train_batch_size"):
         deepspeed_config_runtime(p, load_runtime("deepspeed"), 32)
+
+
+@pytest.mark.parametrize("text, word", [
+    ("name: x\nbucket: 5\n", "bucket"),
+    ("name: x\ngrad_bucket_elements: many\n", "grad_bucket_elements"),
+    ("name: x\noverlap_comm: sometimes\n", "overlap_comm"),
+    ("name: x\ncollective_algo: tree\n", "collective_algo"),
+    ("name: x\nstages: {NIX: foo}\n", "NIX"),
+    ("name: x\noverlap_slowdown: 0.5\n", "overlap_slowdown"),
+    ("framework: x\n", "name"),
+])
+def test_bad_runtime_yaml_is_one_clear_line(tmp_path, capsys, text, word):
+    p = tmp_path / "rt.yaml"
+    p.write_text(text)
+    assert main(["simulate", "--runtime", str(p), "--mode", "analytic"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and word in err[0]
+
+
+def test_own_runtime_yaml_runs(tmp_path):
+    p = tmp_path / "mine.yaml"
+    p.write_text("name: mine\nstages: {GGG: my-zero3}\ncollective_algo: ring\n"
+                 "prefetch_forward: 0\nprefetch_backward: 0\noverlap_slowdown: 1.0\n")
+    r = simulate_step(M7, CLUSTER, "GGG", TrainingSpec(accum_steps=1), mode="analytic",
+                      runtime=str(p))
+    assert r.framework_stage == "my-zero3" and r.fits and r.step_time_s > 0
+
+
+def test_zero2_reduce_scatter_false_all_reduces_each_bucket(tmp_path):
+    """DeepSpeed ``reduce_scatter: false``: average_tensor all-reduces the whole bucket."""
+    p = _ds_config(tmp_path, reduce_scatter=False)
+    rt, strategy, _, _ = deepspeed_config_runtime(p, load_runtime("deepspeed"), 32)
+    t = TrainingSpec(accum_steps=1)
+    plan = build_plan(M7, strategy, CLUSTER, t, rt)
+    red = _colls(plan, "grad-reduce")
+    assert red and all(o.op is Op.ALL_REDUCE and o.scope is Scope.GLOBAL for o in red)
+    rs = simulate_step(M7, CLUSTER, "NGG", t, mode="analytic", runtime=load_runtime("deepspeed"))
+    ar = simulate_step(M7, CLUSTER, "NGG", t, mode="analytic", runtime=rt)
+    assert ar.step_time_s > rs.step_time_s
+    z1 = build_plan(M7, "NNG", CLUSTER, t, rt)
+    assert {o.op for o in _colls(z1, "sync-grad")} == {Op.ALL_REDUCE}
+    z3 = build_plan(M7, "GGG", CLUSTER, t, replace(rt, reduce_scatter=False))
+    assert all(o.op is Op.REDUCE_SCATTER for o in _colls(z3, "grad-reduce"))

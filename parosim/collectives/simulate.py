@@ -81,6 +81,11 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
     env = CountingEnvironment()
     # a tree is not invariant under translation: no symmetry reduction
     period = symmetry_period(spec) if symmetric and not program.tree else spec.nodes
+    if period < spec.nodes:  # a hand-made program need not be invariant: check (symmetry.py)
+        from ..symmetry import transfer_period
+
+        period = transfer_period({ph.ringset for ph in program.phases}, spec.nodes,
+                                 spec.gpus_per_node, period)
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     records: list[Record] = []
     proc = env.process(run_program(env, net, program, spec.collective,

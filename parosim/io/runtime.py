@@ -45,7 +45,7 @@ _KEYS = {"name", "framework", "stages", "collective_algo", "paro_cc_min_elements
          "sync_grads_end_of_backward", "prefetch_forward", "prefetch_backward",
          "persistence_threshold", "max_reuse_distance", "max_live_parameters",
          "grad_sync_every_micro_step", "forward_only_gather", "overlap_slowdown", "sources",
-         "notes"}
+         "notes", "reduce_scatter"}
 
 
 def runtimes_dir() -> Path:
@@ -107,7 +107,7 @@ def runtime_from_dict(data: dict[str, Any], where: str = "runtime") -> RuntimeSp
                               True),
         "sources": str(data.get("sources", data.get("notes", ""))),
     }
-    for k in ("sync_grads_end_of_backward", "grad_sync_every_micro_step"):
+    for k in ("sync_grads_end_of_backward", "grad_sync_every_micro_step", "reduce_scatter"):
         kw[k] = _bool(data.get(k, getattr(d, k)), k, where)
     for k in ("paro_cc_min_elements", "prefetch_forward", "prefetch_backward",
               "persistence_threshold", "max_reuse_distance", "max_live_parameters"):
@@ -156,13 +156,14 @@ _DS_NO_EFFECT = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print
                  "memory_breakdown", "seed", "data_types"}
 _DS_TOP = {"train_batch_size", "train_micro_batch_size_per_gpu",
            "gradient_accumulation_steps", "zero_optimization"}
-_ZERO_USED = {"stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
+_ZERO_USED = {"stage", "reduce_bucket_size", "reduce_scatter", "allgather_bucket_size",
+              "overlap_comm",
               "stage3_prefetch_bucket_size", "prefetch_bucket_size",
               "stage3_param_persistence_threshold", "param_persistence_threshold",
               "stage3_max_live_parameters", "max_live_parameters",
               "stage3_max_reuse_distance", "max_reuse_distance"}
 # Accepted only at the value parosim models (DeepSpeed's default).
-_ZERO_FIXED = {"contiguous_gradients": True, "reduce_scatter": True,
+_ZERO_FIXED = {"contiguous_gradients": True,
                "allgather_partitions": True, "zero_hpz_partition_size": 1,
                "zero_quantized_weights": False, "zero_quantized_gradients": False,
                "zero_quantized_nontrainable_weights": False, "offload_param": None,
@@ -250,6 +251,11 @@ def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
             raise InputError(f"--deepspeed-config: overlap_comm = {z['overlap_comm']!r} must "
                              "be true or false")
         kw["overlap_comm"] = z["overlap_comm"]
+    if "reduce_scatter" in z:
+        if not isinstance(z["reduce_scatter"], bool):
+            raise InputError(f"--deepspeed-config: reduce_scatter = {z['reduce_scatter']!r} "
+                             "must be true or false")
+        kw["reduce_scatter"] = z["reduce_scatter"]
     pf = get("stage3_prefetch_bucket_size", "prefetch_bucket_size")
     if pf is not None:
         depth = 1 if _ds_number(pf, "stage3_prefetch_bucket_size") > 0 else 0

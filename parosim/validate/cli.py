@@ -167,6 +167,9 @@ def run_validate(args) -> dict:
             if (spec.nodes, spec.gpus_per_node) != (o.nodes, o.ranks_per_node):
                 raise InputError(f"--calibration {o.calibration!r} describes {spec.nodes} x "
                                  f"{spec.gpus_per_node}, not {o.nodes} x {o.ranks_per_node}")
+            if spec.overrides or spec.jitter_cv:  # the emulated cluster is homogeneous
+                raise InputError(f"--calibration {o.calibration!r} has overrides or jitter; "
+                                 "expected a homogeneous cluster like the one validated")
         elif o.calibrate:
             cal = calibrate(launch, base, max_chunks=o.max_chunks)
             spec = cal.spec
