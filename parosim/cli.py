@@ -677,7 +677,8 @@ def _cmd_run(a: argparse.Namespace) -> dict:
     if not work <= MAX_RUN_EVENTS:
         raise InputError(f"--tokens {a.tokens} with --replications {a.replications} and "
                          f"--search-points {a.search_points} means about {work:.3g} simulated "
-                         f"runs and failures ({failures:.3g} expected failures per run), more than the "
+                         f"runs and failures ({failures:.3g} expected failures per run), more "
+                         "than the "
                          f"limit of {MAX_RUN_EVENTS:.0e}; expected a shorter run or fewer "
                          "replications")
     search = best_interval(spec, a.replications, a.seed, a.search_points)

@@ -20,7 +20,8 @@ from .specs import GPUSpec
 
 KNOWN_GPUS: dict[str, GPUSpec] = {
     g.model: g for g in (
-        GPUSpec("A100-SXM4-80GB", 80 * 10**9, 312e12, 2.0e12),  # 2,039 GB/s, as ~2.0 TB/s in the presets
+        # HBM 2,039 GB/s, written ~2.0 TB/s as in the presets
+        GPUSpec("A100-SXM4-80GB", 80 * 10**9, 312e12, 2.0e12),
         GPUSpec("A100-SXM4-40GB", 40 * 10**9, 312e12, 1.555e12),
         GPUSpec("H100-SXM5-80GB", 80 * 10**9, 989e12, 3.35e12),
         GPUSpec("H200-SXM-141GB", 141 * 10**9, 989e12, 4.8e12),

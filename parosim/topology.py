@@ -41,7 +41,7 @@ class _LazyNetworkx:
 
 
 nx = _LazyNetworkx()
-from .specs import ClusterSpec, IntraFabric, NetworkFabric
+from .specs import ClusterSpec, IntraFabric, NetworkFabric  # noqa: E402 - after the lazy nx
 
 LINK_CLASSES = ("nvlink", "pcie", "nic", "uplink")
 

@@ -3,10 +3,11 @@
 The extractor is generic: it reads every fenced ``bash``/``sh``/``shell``/``console`` block of
 README.md, joins ``\\`` continuations, drops comments, splits ``&&`` chains, and runs each
 ``parosim ...`` / ``python -m parosim...`` command in-process (``parosim.cli.main``) from a
-scratch directory, and each ``python SCRIPT.py ...`` in a subprocess from the repository root
-(the documented scripts read the repository and print) (arguments naming files of the repository are made absolute; an ``--out``
+scratch directory (arguments naming files of the repository are made absolute; an ``--out``
 directory that exists in the repository is copied first, so a resumable sweep resumes there
-instead of writing into the repository). Each command must exit 0.
+instead of writing into the repository), and each ``python SCRIPT.py ...`` in a subprocess
+from the repository root (the documented scripts read the repository and print). Each command
+must exit 0.
 
 Commands not run are listed in ``NOT_RUN`` with the reason (a prefix match); a command that is
 neither run nor listed fails the test, so a new README command cannot be skipped silently.

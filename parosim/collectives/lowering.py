@@ -40,7 +40,7 @@ def scope_rings(spec: ClusterSpec, scope: Scope) -> RingSet:
     """
     from .nccl import channel_rings
 
-    n, m, ng = spec.gpus, spec.group_size, spec.groups
+    m, ng = spec.group_size, spec.groups
     gn = spec.group_nodes
     if scope is Scope.GLOBAL:
         rings = channel_rings(spec, list(range(spec.nodes)))
