@@ -103,7 +103,7 @@ def main() -> int:
     print(f"{'op':<12}{'algo':<14}{'GPUs':>6}{'wall s':>9}{'events':>8}{'events/s':>10}"
           f"{'peak RSS MiB':>14}{'sim time ms':>13}")
     for op in ("all-gather", "all-reduce"):
-        for algo in ("ring", "hierarchical", "ho-ring"):
+        for algo in ("ring", "hierarchical", "ho-ring", "nccl"):
             walls = []
             for n in a.gpus:
                 out = subprocess.run([sys.executable, "-c", CHILD, a.cluster, str(n // 8), op,

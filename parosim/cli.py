@@ -165,15 +165,17 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
                    help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
                         "(docs/compute.md); default: the cluster YAML's compute.model (flat)")
-    p.add_argument("--attention", default="eager", choices=["eager", "flash"],
-                   help="attention kernel: eager (s x s scores stored, default) or flash "
-                        "(FlashAttention / SDPA)")
-    p.add_argument("--memory-model", default="korthikanti", choices=["korthikanti", "runtime"],
-                   help="korthikanti: Korthikanti et al. 2022 estimate (default); runtime: "
-                        "memory as PyTorch runtimes keep it (docs/memory.md)")
+    p.add_argument("--attention", default=None, choices=["eager", "flash"],
+                   help="attention kernel: eager (s x s scores stored) or flash "
+                        "(FlashAttention / SDPA); default: the runtime's (eager for ideal, "
+                        "deepspeed, paro; flash for fsdp)")
+    p.add_argument("--memory-model", default=None, choices=["korthikanti", "runtime"],
+                   help="korthikanti: Korthikanti et al. 2022 estimate; runtime: memory as "
+                        "PyTorch runtimes keep it (docs/memory.md); default: the runtime's "
+                        "(korthikanti for ideal, runtime for deepspeed / fsdp / paro)")
     p.add_argument("--logit-bytes", type=int, default=None,
-                   help="bytes per logit live at the loss (default: 4 korthikanti, 10 "
-                        "runtime; 2 for a fused bf16 cross-entropy)")
+                   help="bytes per logit live at the loss (default: the runtime's, else 4 "
+                        "korthikanti, 10 runtime; 2 for a fused bf16 cross-entropy)")
     p.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 16GB")
     p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
     p.add_argument("--intra-bandwidth", default=None,
@@ -260,12 +262,9 @@ def _algos(text: str | None):
     return list(Algo) if text == "all" else [parse_enum(Algo, text, "--algo")]
 
 
-# flags that a jobs file sets per job or for the whole cluster (--jobs refuses them)
-_JOB_FLAGS = ("strategy", "algo", "mode", "model", "micro_batch", "accum", "seq_len",
-              "trainable_ratio", "recompute", "efficiency", "overlap_slowdown", "gpu_memory",
-              "nic_bandwidth", "intra_bandwidth", "cluster", "nodes", "group_nodes",
-              "repeats", "jitter_cv", "plot", "link_timeline", "runtime", "deepspeed_config",
-              "compute_model", "attention")
+# with --jobs only these simulate flags apply; every other one given is refused (a jobs file
+# sets the per-job and cluster fields; per-step features like --repeats are not modelled)
+_JOBS_OWN_FLAGS = ("command", "jobs", "json", "trace", "seed")
 
 
 def _cmd_jobs(a: argparse.Namespace) -> dict:
@@ -273,11 +272,15 @@ def _cmd_jobs(a: argparse.Namespace) -> dict:
     from .io.trace import write_chrome_trace
     from .jobs import run_jobs
 
-    defaults = build_parser().parse_args(["simulate"])
-    for f in _JOB_FLAGS:
-        if getattr(a, f) != getattr(defaults, f):
-            raise InputError(f"--{f.replace('_', '-')} cannot be combined with --jobs; "
-                             "expected it in the jobs file (per job, or at its top level)")
+    from .io.jobs import JOB_KEYS, TOP_KEYS
+
+    defaults = vars(build_parser().parse_args(["simulate"]))
+    for f, default in defaults.items():
+        if f in _JOBS_OWN_FLAGS or getattr(a, f) == default:
+            continue
+        where = ("expected it in the jobs file (per job, or at its top level)"
+                 if f in JOB_KEYS | TOP_KEYS else "it is not modelled for several jobs")
+        raise InputError(f"--{f.replace('_', '-')} cannot be combined with --jobs; {where}")
     cluster, jobs, steps = load_jobs(a.jobs)
     r = run_jobs(_seeded(cluster, a.seed), jobs, steps, trace=bool(a.trace))
     out = r.to_dict()
@@ -337,8 +340,8 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     strategy = ds_strategy or ("NIG" if a.strategy is None else a.strategy)
     algo = _algos(a.algo)
     if len(algo) != 1:
-        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
-                         "ho-ring")
+        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical, "
+                         "ho-ring or nccl")
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
     per_rank = (cluster.compute_heterogeneous
@@ -762,7 +765,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    "default 1GiB")
     c.add_argument("--scope", default="global", help="global | intra | inter")
     c.add_argument("--algo", default=None,
-                   help="ring | hierarchical | ho-ring | all, or a comma list (default "
+                   help="ring | hierarchical | ho-ring | nccl | all, or a comma list (default "
                    "ho-ring; with --compare: nccl)")
     from .cli_nccl import add_arguments as _nccl_args
 
@@ -776,7 +779,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--strategy", default=None,
                    help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
     s.add_argument("--algo", "--collective", dest="algo", default=None,
-                   help="ring | hierarchical | ho-ring (default ho-ring; set by --runtime "
+                   help="ring | hierarchical | ho-ring | nccl (default ho-ring; set by --runtime "
                    "deepspeed / fsdp / paro)")
     s.add_argument("--mode", default="engine", choices=["engine", "analytic"], help=_MODE_HELP)
     s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto); per "
@@ -799,7 +802,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", epilog=_EXAMPLES["compare"],
                        help="all 14 strategies ranked (the main job)")
     cmp_.add_argument("--algo", "--collective", dest="algo", default=None,
-                      help="ring | hierarchical | ho-ring | all (default ho-ring; set by "
+                      help="ring | hierarchical | ho-ring | nccl | all (default ho-ring; set by "
                       "--runtime deepspeed / fsdp / paro)")
     cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"],
                       help=_MODE_HELP)

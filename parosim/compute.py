@@ -161,7 +161,7 @@ def op_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     gpu, p = cluster.gpu, cluster.compute
     sms = p.sms(gpu.model)
     b, s, r = training.micro_batch, training.seq_len, training.trainable_ratio
-    lt = layer_times(model, b, s, r, training.attention, gpu.peak_flops,
+    lt = layer_times(model, b, s, r, training.with_defaults().attention, gpu.peak_flops,
                      gpu.hbm_bandwidth_Bps, p, sms)
     hf, hb = head_times(model, b, s, r, gpu.peak_flops, gpu.hbm_bandwidth_Bps, p, sms)
     ef, eb = embed_times(model, b, s, r, gpu.hbm_bandwidth_Bps, p)

@@ -68,7 +68,7 @@ class _EdgeView:
 
 class LiteDiGraph:
     """Directed graph: ``add_node``, ``add_edge``, ``remove_edge``, ``update``, ``nodes``,
-    ``edges``, ``successors``, ``predecessors``, ``has_edge``, ``graph`` (graph attributes)."""
+    ``edges``, ``successors``, ``predecessors``, ``has_edge``, ``graph`` (attributes)."""
 
     def __init__(self, **attr):
         self.graph: dict[str, Any] = dict(attr)
@@ -84,24 +84,41 @@ class LiteDiGraph:
         self._node[n].update(attr)
 
     def add_edge(self, u, v, **attr) -> None:
-        self.add_node(u)
-        self.add_node(v)
-        d = self._succ[u].get(v)
+        succ = self._succ
+        if u not in succ:
+            self.add_node(u)
+        if v not in succ:
+            self.add_node(v)
+        d = succ[u].get(v)
         if d is None:
-            d = self._succ[u][v] = {}
-            self._pred[v][u] = d
-        d.update(attr)
+            succ[u][v] = self._pred[v][u] = attr  # a fresh dict from **attr
+        else:
+            d.update(attr)
 
     def remove_edge(self, u, v) -> None:
-        """Remove the edge u -> v (a failed link; :func:`parosim.topology.apply_overrides`)."""
-        del self._succ[u][v]
-        del self._pred[v][u]
+        try:
+            del self._succ[u][v]
+            del self._pred[v][u]
+        except KeyError:
+            raise KeyError(f"edge {u!r} -> {v!r} is not in the graph") from None
 
     def update(self, other: LiteDiGraph) -> None:
-        for n, d in other.nodes(data=True):
-            self.add_node(n, **d)
-        for u, v, d in other.edges(data=True):
-            self.add_edge(u, v, **d)
+        """Add ``other``'s nodes and edges (attributes copied)."""
+        for n, d in other._node.items():
+            if n in self._node:
+                self._node[n].update(d)
+            else:
+                self._node[n] = dict(d)
+                self._succ[n] = {}
+                self._pred[n] = {}
+        succ, pred = self._succ, self._pred
+        for u, nb in other._succ.items():
+            su = succ[u]
+            for v, d in nb.items():
+                if v in su:
+                    su[v].update(d)
+                else:
+                    su[v] = pred[v][u] = dict(d)
 
     @property
     def nodes(self) -> _NodeView:

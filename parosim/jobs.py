@@ -297,7 +297,7 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
 
         it = 0
         while not all_done.triggered:
-            lane = (lambda i, it=it: f"{job.name}/{ops[i].stream}")
+            lane = (lambda i: f"{job.name}/{ops[i].stream}")
             on_rec = records.append if (trace and it < steps) else None
             kind = (lambda i: ops[i].kind if isinstance(ops[i], ComputeOp) else ops[i].purpose)
             done = run_lanes(env, ops, lane, lambda i: ops[i].deps, lambda i: ops[i].name,
@@ -335,8 +335,8 @@ def _link_usage(net: Network, progs: list[_JobPrograms], duration_ps: int, top: 
 def run_jobs(cluster: ClusterSpec, jobs: list[Job], steps: int = 2, trace: bool = False,
              top_links: int = 5) -> JobsResult:
     """Each job alone, then all together on one network; see the module docstring."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InputError(f"steps = {steps!r} must be a positive integer")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100:
+        raise InputError(f"steps = {steps!r} must be an integer in 1..100")
     check_placement(cluster, jobs)
     graph = cluster_graph(cluster)
     alone = [_simulate(cluster, graph, [j], 1, False)[0][0] for j in jobs]

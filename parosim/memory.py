@@ -29,9 +29,10 @@
   plus :data:`RUNTIME_RESERVE_BYTES` (CUDA context, cuBLAS workspaces, NCCL buffers). Our
   choice, not a measurement.
 
-Two memory models (``TrainingSpec.memory_model``):
+Two memory models (``TrainingSpec.memory_model``; unset, the runtime profile's: korthikanti
+for the ideal runtime, runtime for deepspeed / fsdp / paro, see ``runtimes/*.yaml``):
 
-* ``"korthikanti"`` (the default): the estimate above, unchanged (with ``attention =
+* ``"korthikanti"`` (the ideal runtime's): the estimate above, unchanged (with ``attention =
   "flash"`` the ``5·a·s/h`` term is replaced by the kernel's fp32 log-sum-exp ``4·b·a·s``).
 * ``"runtime"``: as PyTorch runtimes (FSDP, DeepSpeed) keep memory, itemised
   per saved tensor of a pre-norm decoder layer in bf16, without dropout (LLaMA, MPT, GPT-3
@@ -71,6 +72,7 @@ from dataclasses import asdict, dataclass
 
 from .errors import InputError
 from .models import ModelSpec, nominal_shape
+from .runtime import as_runtime, training_for_runtime
 from .specs import ClusterSpec
 from .strategies import Strategy, model_states_bytes, parse_strategy
 from .training import (
@@ -95,7 +97,8 @@ FRAGMENTATION_FRACTION = 0.0
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Bytes per GPU. ``shape_estimated``: activations used :func:`nominal_shape`."""
+    """Bytes per GPU. ``shape_estimated``: activations used :func:`nominal_shape`.
+    ``memory_model``, ``attention``, ``logit_bytes`` (bytes per logit): the settings used."""
 
     model_states_bytes: float
     activations_bytes: float
@@ -110,6 +113,9 @@ class MemoryBreakdown:
     optimizer_bytes: float
     recompute: bool
     shape_estimated: bool = False
+    memory_model: str = "korthikanti"   # the settings used (the runtime profile's if unset)
+    attention: str = "eager"
+    logit_bytes: int = 4                 # bytes per logit at the loss
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -201,6 +207,8 @@ def buffer_bytes(model: ModelSpec, strategy: Strategy, trainable_ratio: float) -
 
 def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
                training: TrainingSpec, recompute: bool, runtime=None) -> MemoryBreakdown:
+    runtime = as_runtime(runtime)
+    training = training_for_runtime(training, runtime)   # the profile's memory settings
     n, m = cluster.gpus, cluster.group_size
     psi, psi_t = model.params, model.params * training.trainable_ratio
     d_p, d_g, d_os = strategy.divisors(n, m)
@@ -210,7 +218,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
                             training.attention, training.memory_model, training.logit_bytes)
     bufs = buffer_bytes(shaped, strategy, training.trainable_ratio)
     extra_params = 0.0
-    if runtime is not None and not runtime.is_ideal:  # parosim.runtime_plan: the framework's
+    if not runtime.is_ideal:  # parosim.runtime_plan: the framework's
         from .runtime_plan import runtime_memory_terms  # persistence and buffers
 
         extra_params, bufs = runtime_memory_terms(shaped, strategy, cluster, training, runtime)
@@ -226,7 +234,10 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         params_bytes=BYTES_PER_PARAM * psi / d_p + extra_params,
         grads_bytes=BYTES_PER_GRAD * psi_t / d_g,
         optimizer_bytes=BYTES_PER_OPTIM_STATE * psi_t / d_os, recompute=recompute,
-        shape_estimated=not model.has_shape)
+        shape_estimated=not model.has_shape, memory_model=training.memory_model,
+        attention=training.attention,
+        logit_bytes=training.logit_bytes or (LOGIT_BYTES if training.memory_model == "runtime"
+                                             else 4))
 
 
 def resolve_recompute(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
@@ -241,7 +252,8 @@ def resolve_recompute(model: ModelSpec, strategy: Strategy | str, cluster: Clust
     if training.recompute is not None:
         return training.recompute
     strategy = parse_strategy(strategy)
-    return not _breakdown(model, strategy, cluster, training, False, runtime).fits
+    return not _breakdown(model, strategy, cluster, training, False,
+                          as_runtime(runtime)).fits
 
 
 def memory_breakdown(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
@@ -256,6 +268,7 @@ def memory_breakdown(model: ModelSpec, strategy: Strategy | str, cluster: Cluste
         raise InputError(f"trainable ratio {training.trainable_ratio!r} leaves less than one "
                          f"trainable parameter of the {model.params} of {model.name}; expected "
                          f"a ratio of at least {1 / model.params:.3g}")
+    runtime = as_runtime(runtime)
     recompute = resolve_recompute(model, strategy, cluster, training, runtime)
     return _breakdown(model, strategy, cluster, training, recompute, runtime)
 
@@ -274,6 +287,7 @@ def max_micro_batch(model: ModelSpec, strategy: Strategy | str, cluster: Cluster
     strategy = parse_strategy(strategy)
     if not isinstance(limit, int) or limit < 1:
         raise InputError(f"limit = {limit!r} must be a positive integer")
+    runtime = as_runtime(runtime)
 
     def fits(b: int) -> bool:
         return memory_breakdown(model, strategy, cluster, training.with_micro_batch(b),

@@ -247,6 +247,9 @@ def build_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
     ``runtime`` (a :class:`parosim.runtime.RuntimeSpec`): a framework's schedule, built by
     :func:`parosim.runtime_plan.build_runtime_plan`; None or an ideal profile = this one.
     """
+    from .runtime import training_for_runtime
+
+    training = training_for_runtime(training, runtime)   # the profile's memory settings
     if runtime is not None:
         runtime.require(parse_strategy(strategy).short)
         if not runtime.is_ideal:

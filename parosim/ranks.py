@@ -34,17 +34,11 @@ import numpy as np
 from .collectives.types import Algo
 from .engine import CountingEnvironment, Record, run_program
 from .errors import InputError
-from .network import PS, Network, symmetry_period
+from .network import PS, Network
 from .plan import ComputeOp, Plan
-from .replay import ProgramCache
+from .replay import ProgramCache, plan_period
 from .specs import ClusterSpec
 from .topology import cluster_graph
-
-
-def _period(spec: ClusterSpec, algo: Algo) -> int:
-    """As :func:`parosim.replay.replay`: `nccl` may pick a tree, which is not
-    translation-invariant, so nothing is folded then."""
-    return spec.nodes if algo.value == "nccl" else symmetry_period(spec)
 
 
 def rank_factors(spec: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -134,13 +128,13 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     for bit.
     """
     env = CountingEnvironment()
+    cache = cache or ProgramCache(spec, algo)
     if net is None:
         g = cluster_graph(spec)
-        net = Network(env, g, spec.nodes, _period(spec, algo), spec.gpus_per_node)
+        net = Network(env, g, spec.nodes, plan_period(plan, spec, cache), spec.gpus_per_node)
     else:
         net.reset(env)
     net.record_links = record_links
-    cache = cache or ProgramCache(spec, algo)
     ops = plan.ops
     n = spec.gpus
     comp = [i for i, o in enumerate(ops) if isinstance(o, ComputeOp)]
@@ -394,9 +388,9 @@ def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 
     rng = np.random.default_rng(seed)
     comp = sum(1 for o in plan.ops if isinstance(o, ComputeOp))
     env = CountingEnvironment()
-    net = Network(env, cluster_graph(spec), spec.nodes, _period(spec, algo),
-                  spec.gpus_per_node)
     cache = ProgramCache(spec, algo)
+    net = Network(env, cluster_graph(spec), spec.nodes, plan_period(plan, spec, cache),
+                  spec.gpus_per_node)
     times, crit = [], []
     res = None
     for k in range(repeats):

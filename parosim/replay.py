@@ -58,17 +58,23 @@ class ProgramCache:
         return p
 
 
+def plan_period(plan: Plan, spec: ClusterSpec, cache: ProgramCache) -> int:
+    """The symmetry period for a plan's network: ``symmetry_period(spec)``, or every node when
+    a collective is lowered to an NCCL tree (not translation-invariant: no reduction)."""
+    if any(cache.get(op).tree for op in plan.ops if isinstance(op, CollectiveOp)):
+        return spec.nodes
+    return symmetry_period(spec)
+
+
 def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 1.0,
            trace: bool = False, graph=None, record_links: bool = False) -> ReplayResult:
     """Run ``plan`` on the cluster with collective algorithm ``algo``. ``record_links``:
     fill ``link_timeline`` with the utilisation over time of the hottest links."""
     env = CountingEnvironment()
     g = graph if graph is not None else cluster_graph(spec, lite=True)
-    # `nccl` may pick a tree, which is not translation-invariant: no symmetry reduction then
-    period = spec.nodes if algo == Algo.NCCL else symmetry_period(spec)
-    net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
-    net.record_links = record_links
     cache = ProgramCache(spec, algo)
+    net = Network(env, g, spec.nodes, plan_period(plan, spec, cache), spec.gpus_per_node)
+    net.record_links = record_links
     ops = plan.ops
     records: list[Record] = []
     in_flight = [0]

@@ -195,6 +195,41 @@ def expected_wall_clock(spec: RunSpec, interval_steps: int) -> float:
     return m * math.exp(spec.restart_s / m) * seg
 
 
+# -- what a simulation would cost (never a hang) -----------------------------------------
+MAX_EVENTS = 20_000_000   # segments + failures one search may simulate (~30 s of CPU)
+MAX_SLOWDOWN = 1000.0     # an interval whose expected wall clock exceeds this x T_s is skipped
+
+
+def _expected(spec: RunSpec, k: int) -> float:
+    try:
+        return expected_wall_clock(spec, k)
+    except OverflowError:
+        return math.inf
+
+
+def feasible_intervals(spec: RunSpec, ks: list[int], replications: int) -> list[int]:
+    """The intervals of ``ks`` worth simulating (expected wall clock at most
+    :data:`MAX_SLOWDOWN` x the compute, from Daly's exact expectation); raises
+    :class:`InputError` when none is, or when simulating them all would take more than
+    :data:`MAX_EVENTS` segments and failures."""
+    walls = {k: _expected(spec, k) for k in ks}
+    ok = [k for k in ks if walls[k] <= MAX_SLOWDOWN * spec.useful_s]
+    if not ok:
+        raise InputError(
+            f"failures are too frequent for the run to finish: a job MTBF of "
+            f"{spec.mtbf_s:.3g} s with a {spec.checkpoint_s:g} s checkpoint and a "
+            f"{spec.restart_s:g} s restart gives an expected wall clock over "
+            f"{MAX_SLOWDOWN:g} x the compute at every interval tried; expected a longer MTBF "
+            "(--gpu-mtbf, --node-mtbf) or shorter checkpoint and restart times")
+    cost = replications * sum(spec.steps / k + 2.0 * walls[k] / spec.mtbf_s for k in ok)
+    if cost > MAX_EVENTS:
+        raise InputError(
+            f"the Monte-Carlo would simulate about {cost:.2g} segments and failures (limit "
+            f"{MAX_EVENTS:.0e}); expected fewer --replications or --search-points, or a "
+            "shorter run (--tokens)")
+    return ok
+
+
 # -- the simulation -----------------------------------------------------------------------
 # a segment of more steps than this takes n x mean + sqrt(n) x std x N(0, 1) (the central
 # limit theorem) instead of n draws from the simulated step times
@@ -280,6 +315,7 @@ def simulate_run(spec: RunSpec, interval_steps: int, replications: int = 20,
         raise InputError(f"checkpoint interval of {interval_steps} steps must be at least 1")
     if replications < 1:
         raise InputError(f"--replications = {replications} must be a positive integer")
+    feasible_intervals(spec, [interval_steps], replications)
     # failures from the replication's own seed; step draws (if any) from its first child,
     # so the failure times stay the same whatever the step distribution
     rows = np.array([_one_run(spec, interval_steps, np.random.default_rng(s),
@@ -345,7 +381,7 @@ class RunSearch:
 def best_interval(spec: RunSpec, replications: int = 20, seed: int = 0,
                   points: int = 17, span: float = 4.0) -> RunSearch:
     """Search the checkpoint interval that minimises the expected wall clock."""
-    ks = candidate_intervals(spec, points, span)
+    ks = feasible_intervals(spec, candidate_intervals(spec, points, span), replications)
     results = [simulate_run(spec, k, replications, seed) for k in ks]
     taus = np.array([r.interval_s for r in results])
     walls = np.array([r.wall_clock_s for r in results])

@@ -67,6 +67,13 @@ class RuntimeSpec:
     DeepSpeed ``reduce_scatter: false``: twice the bytes, every GPU gets the whole bucket).
     ``overlap_slowdown``: compute slowdown beside a collective when neither the command line
     nor the cluster YAML sets one.
+
+    Memory as the framework keeps it (each fills in the :class:`parosim.training.TrainingSpec`
+    field of the same name when the user leaves it unset; an explicit value wins):
+    ``memory_model`` (``"korthikanti"`` | ``"runtime"``, :mod:`parosim.memory`),
+    ``attention`` (``"eager"`` | ``"flash"``: the attention kernel of the model code this
+    framework is run with in its era) and ``logit_bytes`` (bytes per logit live at the loss;
+    None = the memory model's own).
     """
 
     name: str = "ideal"
@@ -87,6 +94,9 @@ class RuntimeSpec:
     allgather_bucket_elements: int | None = None
     reduce_scatter: bool = True
     overlap_slowdown: float = 1.0
+    memory_model: str = "korthikanti"
+    attention: str = "eager"
+    logit_bytes: int | None = None
     sources: str = ""
 
     def __post_init__(self) -> None:
@@ -112,12 +122,35 @@ class RuntimeSpec:
         if isinstance(o, bool) or not isinstance(o, (int, float)) or not (
                 math.isfinite(o) and o >= 1):
             raise InputError(f"runtime overlap_slowdown = {o!r} must be a factor >= 1")
+        if self.memory_model not in ("korthikanti", "runtime"):
+            raise InputError(f"runtime memory_model = {self.memory_model!r} is not known; "
+                             "expected korthikanti or runtime")
+        if self.attention not in ("eager", "flash"):
+            raise InputError(f"runtime attention = {self.attention!r} is not known; expected "
+                             "eager or flash")
+        lb = self.logit_bytes
+        if lb is not None and (isinstance(lb, bool) or not isinstance(lb, int)
+                               or not 2 <= lb <= 16):
+            raise InputError(f"runtime logit_bytes = {lb!r} must be an integer from 2 to 16 "
+                             "or null (the memory model's own)")
+        # fields that would be silently ignored: refused
+        if self.paro_cc_min_elements and self.collective_algo != "paro-cc":
+            raise InputError(f"runtime {self.name!r}: paro_cc_min_elements = "
+                             f"{self.paro_cc_min_elements} applies only with collective_algo "
+                             f"paro-cc, got {self.collective_algo!r}; expected 0 or paro-cc")
+        stray = [s for s in self.forward_only_gather if not self.supports(s)]
+        if stray:
+            raise InputError(f"runtime {self.name!r}: forward_only_gather names "
+                             f"{', '.join(stray)}, which is not among its stages; expected "
+                             "strategies from stages")
 
     @property
     def is_ideal(self) -> bool:
         """True when the profile schedules exactly like the ideal Plan builder."""
         return self == RuntimeSpec(name=self.name, framework=self.framework,
-                                   stages=self.stages, sources=self.sources)
+                                   stages=self.stages, sources=self.sources,
+                                   memory_model=self.memory_model, attention=self.attention,
+                                   logit_bytes=self.logit_bytes)
 
     def supports(self, short: str) -> bool:
         return not self.stages or any(s == short for s, _ in self.stages)
@@ -145,6 +178,35 @@ class RuntimeSpec:
 
 
 IDEAL = RuntimeSpec()
+
+
+def as_runtime(runtime) -> RuntimeSpec:
+    """A :class:`RuntimeSpec` from None (ideal), a profile name / YAML path, or a spec."""
+    if runtime is None:
+        return IDEAL
+    if isinstance(runtime, RuntimeSpec):
+        return runtime
+    from .io.runtime import load_runtime  # file I/O lives in parosim.io
+
+    return load_runtime(runtime)
+
+
+def training_for_runtime(training, runtime=None):
+    """``training`` with the memory settings it leaves unset (None: ``attention``,
+    ``memory_model``, ``logit_bytes``) taken from the runtime profile; explicit ones win.
+
+    >>> from parosim.training import TrainingSpec
+    >>> fsdp = RuntimeSpec(name="f", memory_model="runtime", attention="flash", logit_bytes=6)
+    >>> t = training_for_runtime(TrainingSpec(), fsdp)
+    >>> t.memory_model, t.attention, t.logit_bytes
+    ('runtime', 'flash', 6)
+    >>> training_for_runtime(TrainingSpec(attention="eager"), fsdp).attention
+    'eager'
+    >>> training_for_runtime(TrainingSpec(), None).memory_model
+    'korthikanti'
+    """
+    rt = as_runtime(runtime)
+    return training.with_defaults(rt.attention, rt.memory_model, rt.logit_bytes)
 
 
 def effective_overlap_slowdown(explicit: float | None, cluster_value: float | None,

@@ -73,7 +73,7 @@ from .plan import (
     _deps,
     _units,
 )
-from .runtime import RuntimeSpec
+from .runtime import RuntimeSpec, training_for_runtime
 from .specs import ClusterSpec
 from .strategies import Level, Strategy, parse_strategy
 from .training import BYTES_PER_GRAD, BYTES_PER_PARAM, TrainingSpec
@@ -173,6 +173,7 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
     model.require_shape("a training-step plan")
     strategy = parse_strategy(strategy)
     runtime.require(strategy.short)
+    training = training_for_runtime(training, runtime)   # the profile's memory settings
     n, m = cluster.gpus, cluster.group_size
     r = training.trainable_ratio
     recompute = resolve_recompute(model, strategy, cluster, training, runtime)

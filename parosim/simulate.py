@@ -30,7 +30,7 @@ from .models import ModelSpec
 from .network import MAX_SIM_SECONDS, horizon_error
 from .plan import CollectiveOp, ComputeOp, Plan, build_plan
 from .replay import replay
-from .runtime import effective_overlap_slowdown
+from .runtime import effective_overlap_slowdown, training_for_runtime
 from .specs import ClusterSpec
 from .strategies import ALL_STRATEGIES, Strategy, parse_strategy
 from .training import TrainingSpec
@@ -119,7 +119,8 @@ def memory_dict(strategy: Strategy, gpus: int, mem: MemoryBreakdown) -> dict:
             "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
             "shortfall_bytes": mem.shortfall_bytes, "params_bytes": mem.params_bytes,
             "grads_bytes": mem.grads_bytes, "optimizer_bytes": mem.optimizer_bytes,
-            "recompute": mem.recompute}
+            "recompute": mem.recompute, "memory_model": mem.memory_model,
+            "attention": mem.attention, "logit_bytes": mem.logit_bytes}
 
 
 @lru_cache(maxsize=256)
@@ -198,6 +199,7 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
                          f"{cluster.name!r} has {why}; expected --mode engine")
     rt = _runtime(runtime)
     rt.require(strategy.short)
+    training = training_for_runtime(training, rt)   # memory settings the profile sets
     if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
         algo = Algo.RING
     slow = effective_overlap_slowdown(training.overlap_slowdown,
@@ -263,15 +265,9 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
 
 def _runtime(runtime):
     """A RuntimeSpec from None (ideal), a profile name or a spec."""
-    from .runtime import IDEAL, RuntimeSpec
+    from .runtime import as_runtime
 
-    if runtime is None:
-        return IDEAL
-    if isinstance(runtime, RuntimeSpec):
-        return runtime
-    from .io.runtime import load_runtime
-
-    return load_runtime(runtime)
+    return as_runtime(runtime)
 
 
 def rank_key(r: StepResult) -> tuple:

@@ -144,7 +144,9 @@ class ProtocolCost:
     call (NCCL ``baseLat``). ``nvlink_latency_s`` / ``pcie_latency_s`` / ``net_latency_s``: cost
     per ring step (tree level) over that link type (NCCL ``hwLat``), added to the wire latency of
     the hop. ``max_bw_per_channel_Bps``: bus-bandwidth cap per channel (``perChMax*Bws``);
-    ``max_bw_Bps``: cap for the whole call (``llMaxBws``); ``inf`` = none.
+    ``max_bw_Bps``: cap for the whole call (``llMaxBws``); ``inf`` = none. NCCL takes them
+    from a row per node count (1, 2, more): the plain fields are the > 2-node row, the
+    ``_1node`` / ``_2node`` fields the others (:meth:`caps`).
     Defaults and sources: :mod:`parosim.collectives.nccl` and docs/collectives.md.
     """
 
@@ -155,31 +157,51 @@ class ProtocolCost:
     net_latency_s: float = 0.0
     max_bw_per_channel_Bps: float = math.inf
     max_bw_Bps: float = math.inf
+    max_bw_per_channel_1node_Bps: float = math.inf
+    max_bw_per_channel_2node_Bps: float = math.inf
+    max_bw_1node_Bps: float = math.inf
+    max_bw_2node_Bps: float = math.inf
+
+    def caps(self, nodes: int) -> tuple[float, float]:
+        """(per-channel cap, whole-call cap) in B/s for a communicator over ``nodes`` nodes."""
+        if nodes <= 1:
+            return self.max_bw_per_channel_1node_Bps, self.max_bw_1node_Bps
+        if nodes == 2:
+            return self.max_bw_per_channel_2node_Bps, self.max_bw_2node_Bps
+        return self.max_bw_per_channel_Bps, self.max_bw_Bps
 
     def __post_init__(self) -> None:
         _require(math.isfinite(self.bw_efficiency) and 0 < self.bw_efficiency <= 1,
                  f"protocol bw_efficiency = {self.bw_efficiency!r} must be in (0, 1]")
         for name in ("base_latency_s", "nvlink_latency_s", "pcie_latency_s", "net_latency_s"):
             _pos(getattr(self, name), f"protocol {name[:-2]}", allow_zero=True)
-        for name in ("max_bw_per_channel_Bps", "max_bw_Bps"):
+        for name in ("max_bw_per_channel_Bps", "max_bw_Bps", "max_bw_per_channel_1node_Bps",
+                     "max_bw_per_channel_2node_Bps", "max_bw_1node_Bps", "max_bw_2node_Bps"):
             v = getattr(self, name)
             _require(v > 0 and not math.isnan(v),
                      f"protocol {name[:-4]} = {v!r} must be positive (or inf: no cap)")
 
 
 # NCCL 2.20.3, src/graph/tuning.cc (commit b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2):
-# baseLat, hwLat (NVLink / PCI / NET), busBw refinements and per-channel caps (Ampere, > 2 nodes,
-# Intel CPU row of llMaxBws). Latencies in us there, seconds here; bandwidths GB/s -> B/s.
+# baseLat, hwLat (NVLink / PCI / NET), busBw refinements and per-channel caps, Ampere rows
+# (1 node / 2 nodes / more) and the Intel-CPU llMaxBws rows for several nodes. Latencies in us
+# there, seconds here; bandwidths GB/s -> B/s. Hopper and AMD rows: see topologies/.
 _US, _GB = 1e-6, 1e9
+_INF = math.inf
 NCCL_RING_LL = ProtocolCost(0.25, 6.6 * _US, 0.6 * _US, 1.0 * _US, 2.7 * _US,
-                            math.inf, 20.4 * _GB)
-NCCL_RING_LL128 = ProtocolCost(0.92, 14.0 * _US, 1.9 * _US, 2.5 * _US, 4.0 * _US, 20.0 * _GB)
+                            _INF, 20.4 * _GB, _INF, _INF, 87.7 * _GB, 39.0 * _GB)
+NCCL_RING_LL128 = ProtocolCost(0.92, 14.0 * _US, 1.9 * _US, 2.5 * _US, 4.0 * _US,
+                               20.0 * _GB, _INF, 20.0 * _GB, 20.0 * _GB)
 NCCL_RING_SIMPLE = ProtocolCost(1.0, 8.4 * _US, 3.4 * _US, 5.7 * _US, 14.0 * _US)
 NCCL_TREE_LL = ProtocolCost(0.92 / 3.8, 6.8 * _US, 0.6 * _US, 1.0 * _US, 5.0 * _US,
-                            17.8 * _GB / 3.8, 20.4 * _GB)
+                            17.8 * _GB / 3.8, 20.4 * _GB, 24.0 * _GB / 3.8, 23.6 * _GB / 3.8,
+                            87.7 * _GB, 39.0 * _GB)
 NCCL_TREE_LL128 = ProtocolCost(0.92 * 120 / 128, 14.0 * _US, 1.25 * _US, 1.9 * _US, 8.5 * _US,
-                               min(17.8 * 120 / 128, 20.0) * _GB)
-NCCL_TREE_SIMPLE = ProtocolCost(0.92, 0.0, 28.0 * _US, 28.0 * _US, 28.0 * _US, 17.8 * _GB)
+                               min(17.8 * 120 / 128, 20.0) * _GB, _INF,
+                               min(24.0 * 7 / 9, 20.0) * _GB,
+                               min(23.6 * 120 / 128, 20.0) * _GB)
+NCCL_TREE_SIMPLE = ProtocolCost(0.92, 0.0, 28.0 * _US, 28.0 * _US, 28.0 * _US, 17.8 * _GB, _INF,
+                                24.0 * _GB, 23.6 * _GB)
 PROTOCOLS = ("ll", "ll128", "simple")
 COLLECTIVE_MODELS = ("ideal", "nccl")
 
@@ -212,6 +234,8 @@ class CollectiveTuning:
     algorithms: tuple[str, ...] = ("ring", "tree")  # NCCL_ALGO for the `nccl` algorithm
     reduction_hbm_factor: float = 3.0   # HBM bytes moved per reduced byte (2 reads, 1 write)
     reduction_overlap: bool = True      # fused into the copy (max) / charged after it (sum)
+    net_overhead_s: float = 1e-6        # NCCL netOverhead: floor of an inter-node ring's
+                                        # intra steps (x 3 for Simple); tuning.cc, Intel x86
     ring_ll: ProtocolCost = NCCL_RING_LL
     ring_ll128: ProtocolCost = NCCL_RING_LL128
     ring_simple: ProtocolCost = NCCL_RING_SIMPLE
@@ -238,6 +262,7 @@ class CollectiveTuning:
                  f"collective.algorithms = {list(self.algorithms)!r}: expected a non-empty "
                  "list of ring, tree")
         _pos(self.reduction_hbm_factor, "collective.reduction_hbm_factor", allow_zero=True)
+        _pos(self.net_overhead_s, "collective.net_overhead", allow_zero=True)
         _pos(self.step_latency_s, "collective.step_latency", allow_zero=True)
         _pos(self.call_overhead_s, "collective.call_overhead", allow_zero=True)
         _pos(self.phase_overhead_s, "collective.phase_overhead", allow_zero=True)

@@ -27,7 +27,10 @@ so a graph with ``ecmp = "hash"`` is never reduced.
 
 from __future__ import annotations
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: `parosim collective` does not import networkx
+    import networkx as nx
 
 _EDGE_KEYS = ("bandwidth_Bps", "latency_s", "link_class")
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from .errors import InputError
 from .graphlite import LiteDiGraph
+from .specs import ClusterSpec, IntraFabric, NetworkFabric
 
 
 class _LazyNetworkx:
@@ -41,7 +42,6 @@ class _LazyNetworkx:
 
 
 nx = _LazyNetworkx()
-from .specs import ClusterSpec, IntraFabric, NetworkFabric  # noqa: E402 - after the lazy nx
 
 LINK_CLASSES = ("nvlink", "pcie", "nic", "uplink")
 

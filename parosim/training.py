@@ -30,6 +30,10 @@ TRAINABLE_RATIOS: dict[str, float] = {"full": 1.0, "partial": 1 / 16, "peft": 3 
 # Dense LLM training reaches roughly 40-60% of peak FLOPS (docs/model.md, "Compute and
 # hardware figures"); we take the middle. It applies to matmul time, not to memory-bound work.
 DEFAULT_COMPUTE_EFFICIENCY = 0.5
+# What the memory settings left unset (None) mean without a runtime profile (the ideal
+# runtime): Korthikanti et al. 2022's estimate with eager attention, as before profiles.
+DEFAULT_ATTENTION = "eager"
+DEFAULT_MEMORY_MODEL = "korthikanti"
 
 
 def parse_trainable_ratio(value: str | float | int) -> float:
@@ -98,19 +102,23 @@ class TrainingSpec:
     default) takes the cluster's ``compute.model`` (itself ``"flat"`` unless the cluster YAML
     says otherwise).
 
-    ``attention``: ``"eager"`` (the default: scores materialised, as Korthikanti et al. 2022
-    count them and as HuggingFace LLaMA ran in 2023) or ``"flash"`` (FlashAttention / PyTorch
-    SDPA: the s x s scores are never stored). It sets activation memory
-    (:mod:`parosim.memory`) and, under the kernel compute model, the attention kernels' time.
+    ``attention``: ``"eager"`` (scores materialised, as Korthikanti et al. 2022 count them
+    and as HuggingFace LLaMA ran in 2023) or ``"flash"`` (FlashAttention / PyTorch SDPA: the
+    s x s scores are never stored). It sets activation memory (:mod:`parosim.memory`) and,
+    under the kernel compute model, the attention kernels' time. ``None`` (the default): the
+    runtime profile's (``runtimes/*.yaml``: eager for ideal, deepspeed, paro; flash for
+    fsdp), :data:`DEFAULT_ATTENTION` without one.
 
-    ``memory_model``: ``"korthikanti"`` (the default, unchanged estimate: Korthikanti et al.
-    2022 eq. 1, fp32 logits, 10% + 1 GiB margin) or ``"runtime"`` (activations as PyTorch
-    runtimes keep them, itemised per saved tensor; logits in the precision the framework
-    keeps; fitted allocator margin; see :mod:`parosim.memory`). Runtime profiles select it.
-    ``logit_bytes``: bytes per logit live at the loss; ``None`` = the memory model's own (4:
-    fp32 logits for korthikanti; 10 for runtime: PyTorch autocast + ``F.cross_entropy`` keeps
-    bf16 logits, an fp32 upcast and the fp32 log-softmax); 2 for a fused bf16 cross-entropy
-    that writes its gradient in place (flash-attn's ``CrossEntropyLoss``).
+    ``memory_model``: ``"korthikanti"`` (Korthikanti et al. 2022 eq. 1, fp32 logits, 10% +
+    1 GiB margin) or ``"runtime"`` (activations as PyTorch runtimes keep them, itemised per
+    saved tensor; logits in the precision the framework keeps; fitted allocator margin; see
+    :mod:`parosim.memory`). ``None`` (the default): the runtime profile's (korthikanti for
+    ideal, runtime for deepspeed / fsdp / paro), :data:`DEFAULT_MEMORY_MODEL` without one.
+    ``logit_bytes``: bytes per logit live at the loss; ``None`` = the runtime profile's, else
+    the memory model's own (4: fp32 logits for korthikanti; 10 for runtime: bf16 logits, an
+    fp32 upcast and the fp32 log-softmax); 2 for a fused bf16 cross-entropy that writes its
+    gradient in place (flash-attn's ``CrossEntropyLoss``). :meth:`with_defaults` fills the
+    three in (:func:`parosim.runtime.training_for_runtime` from a profile).
 
     >>> TrainingSpec(micro_batch=2).tokens_per_micro_step
     1024
@@ -124,8 +132,8 @@ class TrainingSpec:
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
     overlap_slowdown: float | None = None
     compute_model: str | None = None
-    attention: str = "eager"
-    memory_model: str = "korthikanti"
+    attention: str | None = None
+    memory_model: str | None = None
     logit_bytes: int | None = None
 
     def __post_init__(self) -> None:
@@ -152,17 +160,17 @@ class TrainingSpec:
         if self.compute_model not in (None, "flat", "kernel"):
             raise InputError(f"compute_model = {self.compute_model!r} is not known; expected "
                              "flat or kernel (or None: the cluster's)")
-        if self.attention not in ("flash", "eager"):
+        if self.attention not in (None, "flash", "eager"):
             raise InputError(f"attention = {self.attention!r} is not known; expected flash or "
-                             "eager")
+                             "eager (or None: the runtime profile's)")
         lb = self.logit_bytes
         if lb is not None and (isinstance(lb, bool) or not isinstance(lb, int)
                                or not 2 <= lb <= 16):
             raise InputError(f"logit_bytes = {self.logit_bytes!r} must be an integer from 2 "
                              "(fused bf16 cross-entropy) to 16")
-        if self.memory_model not in ("runtime", "korthikanti"):
+        if self.memory_model not in (None, "runtime", "korthikanti"):
             raise InputError(f"memory_model = {self.memory_model!r} is not known; expected "
-                             "runtime or korthikanti")
+                             "runtime or korthikanti (or None: the runtime profile's)")
 
     @property
     def tokens_per_micro_step(self) -> int:
@@ -173,6 +181,23 @@ class TrainingSpec:
     def tokens_per_gpu_step(self) -> int:
         """Tokens one GPU processes per global step: b x seq_len x s."""
         return self.micro_batch * self.seq_len * self.accum_steps
+
+    def with_defaults(self, attention: str = DEFAULT_ATTENTION,
+                      memory_model: str = DEFAULT_MEMORY_MODEL,
+                      logit_bytes: int | None = None) -> TrainingSpec:
+        """This spec with its unset (None) memory settings filled in; set ones are kept.
+
+        >>> t = TrainingSpec(attention="flash").with_defaults()
+        >>> t.attention, t.memory_model, t.logit_bytes
+        ('flash', 'korthikanti', None)
+        """
+        if self.attention is not None and self.memory_model is not None and (
+                self.logit_bytes is not None or logit_bytes is None):
+            return self
+        return replace(self, attention=self.attention or attention,
+                       memory_model=self.memory_model or memory_model,
+                       logit_bytes=(self.logit_bytes if self.logit_bytes is not None
+                                    else logit_bytes))
 
     def with_micro_batch(self, b: int) -> TrainingSpec:
         return replace(self, micro_batch=b)

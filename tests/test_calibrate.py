@@ -57,7 +57,10 @@ def test_nic_is_not_identified_by_one_node_logs():
 
 
 def test_held_out_error_is_computed_on_unseen_sizes():
-    base, truth = _truth()
+    # one protocol (Simple): with all three the tuner's LL/LL128/Simple switch points fall
+    # between the fitted sizes (16x apart) and every-other-size interpolation is ambiguous
+    base, truth = (replace(s, collective=replace(s.collective, protocols=("simple",)))
+                   for s in _truth())
     meas = [replace(m, spec=base.with_nodes(1)) for m in _measure(truth, 1)]
     fitted, held = split_holdout(meas, "every-other")
     assert [m.size_bytes for m in fitted] == SIZES[0::2]

@@ -137,8 +137,11 @@ def test_cli_jobs_json(jobs_file, capsys, tmp_path):
     (JOBS.replace("name: b, ", ""), "missing required key 'name'"),
     (JOBS.replace("nodes: 4\n", "nodes: 4\nbogus: 1\n"), "unknown key 'bogus'"),
     (JOBS.replace("strategy: GGG", "strategy: NNN"), "does not fit in GPU memory"),
+    (JOBS.replace("accum: 1, nodes: [0", "memory_model: foo, accum: 1, nodes: [0"),
+     "memory_model = 'foo' is not known"),
     ("cluster: paper-a100-roce\njobs: []\n", "'jobs' must be a non-empty list"),
     ("jobs: [{name: a, nodes: [0]}]\n", "missing required key 'cluster'"),
+    (JOBS.replace("nodes: 4\n", "nodes: 4\nsteps: 1000\n"), "steps = 1000 must be an integer"),
 ])
 def test_cli_jobs_bad_inputs(text, needle, jobs_file, capsys):
     rc = main(["simulate", "--jobs", jobs_file(text)])
@@ -148,10 +151,17 @@ def test_cli_jobs_bad_inputs(text, needle, jobs_file, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_cli_jobs_refuses_per_job_flags(jobs_file, capsys):
-    rc = main(["simulate", "--jobs", jobs_file(JOBS), "--strategy", "IIG"])
+@pytest.mark.parametrize("argv,needle", [
+    (["--strategy", "IIG"], "--strategy cannot be combined with --jobs; expected it in the"),
+    (["--memory-model", "runtime"], "--memory-model cannot be combined with --jobs; expected"),
+    (["--nodes", "8"], "--nodes cannot be combined with --jobs; expected it in the jobs file"),
+    (["--repeats", "3"], "--repeats cannot be combined with --jobs; it is not modelled"),
+    (["--mode", "analytic"], "--mode cannot be combined with --jobs; it is not modelled"),
+])
+def test_cli_jobs_refuses_other_flags(argv, needle, jobs_file, capsys):
+    rc = main(["simulate", "--jobs", jobs_file(JOBS), *argv])
     err = capsys.readouterr().err
-    assert rc == 2 and "--strategy cannot be combined with --jobs" in err
+    assert rc == 2 and needle in err, err
 
 
 HETERO = """name: h

@@ -89,9 +89,11 @@ def test_ring_protocol_latency_is_nccl_formula():
     t = program_time(spec, lower(spec, Op.ALL_GATHER, Scope.GLOBAL, size, Algo.RING))
     k = 8
     ll = spec.collective.ring_ll
-    assert ll.max_bw_Bps == 19e9  # the preset's llMaxBws (AMD CPU row)
+    # llMaxBws rows: one node 87.7 GB/s (by GPU), 2 nodes 22.5, more 19.0 (the AMD CPU rows)
+    assert ll.caps(1) == (math.inf, 87.7e9)
+    assert ll.caps(2)[1] == 22.5e9 and ll.caps(3)[1] == ll.caps(64)[1] == 19e9
     hop = max(spec.intra.latency_s, ll.nvlink_latency_s)
-    bw = min(0.25 * spec.intra.bandwidth_Bps, ll.max_bw_Bps)
+    bw = min(0.25 * spec.intra.bandwidth_Bps, ll.max_bw_1node_Bps)
     expect = ll.base_latency_s + (k - 1) * hop + (k - 1) / k * size / bw
     assert t == pytest.approx(expect, rel=1e-9)
 
@@ -182,3 +184,54 @@ def test_bad_collective_fields_one_line_exit_2(tmp_path, field, value, needle):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("scope", [Scope.GLOBAL, Scope.INTER, Scope.INTRA])
+def test_tree_on_sub_communicators_engine_matches_closed_form(scope):
+    """Global scope, inter scope (one GPU per node per instance) and intra scope of 2-node
+    groups: Ring and Tree with every protocol are candidates, and each runs in the engine as
+    costed."""
+    from parosim.collectives import simulate_program
+
+    spec = load_cluster("dgx-h100-ib", nodes=4, group_nodes=2)
+    cands = NCCL().candidates(spec, Op.ALL_REDUCE, scope, 64 * MiB)
+    assert sorted(p.choice for p in cands) == sorted(
+        f"{a}/{p}" for a in ("ring", "tree") for p in ("ll", "ll128", "simple"))
+    for p in cands:
+        r = simulate_program(spec, p)
+        assert r.time_s == pytest.approx(program_time(spec, p), rel=0.01), p.choice
+
+
+def test_net_overhead_floors_intra_steps_of_inter_node_rings():
+    base = load_cluster("dgx-h100-ib", nodes=2)
+    base = replace(base, intra=replace(base.intra, latency_s=0.0))
+    on, off = (tuned(base, protocols=("ll",), net_overhead_s=x) for x in (1e-6, 0.0))
+    (p_on,) = lower(on, Op.ALL_GATHER, Scope.GLOBAL, MiB, Algo.RING).phases
+    (p_off,) = lower(off, Op.ALL_GATHER, Scope.GLOBAL, MiB, Algo.RING).phases
+    k, intra_frac = 16, 14 / 16  # each channel ring: 14 NVLink hops, 2 network hops
+    assert p_on.fixed_s - p_off.fixed_s == pytest.approx(
+        (k - 1) * intra_frac * (1e-6 - on.collective.ring_ll.nvlink_latency_s), rel=1e-9)
+    one_node = tuned(load_cluster("dgx-h100-ib", nodes=1), protocols=("ll",))
+    (p1,) = lower(one_node, Op.ALL_GATHER, Scope.GLOBAL, MiB, Algo.RING).phases
+    (p0,) = lower(tuned(one_node, net_overhead_s=0.0), Op.ALL_GATHER, Scope.GLOBAL, MiB,
+                  Algo.RING).phases
+    assert p1.fixed_s == p0.fixed_s  # a one-node ring has no network steps to launch
+
+
+def test_training_step_with_nccl_trees_runs_without_symmetry_reduction():
+    """A plan whose all-reduces the tuner lowers to trees runs on the whole network (a tree
+    is not translation-invariant), in the stream engine and in the per-rank engine alike."""
+    from parosim.models import preset
+    from parosim.plan import build_plan
+    from parosim.ranks import replay_ranks
+    from parosim.replay import ProgramCache, plan_period, replay
+    from parosim.training import TrainingSpec
+
+    spec = load_cluster("dgx-a100-ib", nodes=4)
+    plan = build_plan(preset("llama-7b"), "NNN", spec, TrainingSpec(accum_steps=1))
+    cache = ProgramCache(spec, Algo.NCCL)
+    assert any(cache.get(op).tree for op in plan.ops if hasattr(op, "scope"))
+    assert plan_period(plan, spec, cache) == 4
+    assert plan_period(plan, spec, ProgramCache(spec, Algo.RING)) == 2
+    a, b = replay(plan, spec, Algo.NCCL), replay_ranks(plan, spec, Algo.NCCL)
+    assert a.step_time_s == b.step_time_s > 0

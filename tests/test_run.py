@@ -9,8 +9,10 @@ Daly's wall-clock model, which Young's first-order rule misses.
 import json
 import math
 
+import numpy as np
 import pytest
-from scipy.optimize import minimize_scalar
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parosim.cli import main
 from parosim.errors import InputError
@@ -74,8 +76,8 @@ def test_beyond_first_order_follows_the_exact_optimum():
     # C = M/4: Young's sqrt(2CM) = 0.71 M is far off; the optimum of Daly's exact T_w is 0.53 M
     c = M / 4
     s = spec_for(c, failures=1500, step=10.0)
-    exact = minimize_scalar(lambda t: daly_wall_clock(1.0, t, c, 60.0, M),
-                            bounds=(0.05 * M, 3 * M), method="bounded").x
+    taus = np.linspace(0.05 * M, 3 * M, 200_001)  # Daly's exact T_w on a fine grid
+    exact = float(taus[np.argmin([daly_wall_clock(1.0, t, c, 60.0, M) for t in taus])])
     search = best_interval(s, replications=2, seed=0, points=13, span=3.0)
     assert abs(search.best_interval_s / exact - 1) < 0.05, (search.best_interval_s, exact)
     assert abs(young_interval(c, M) / exact - 1) > 0.2  # Young's assumptions do not hold
@@ -126,6 +128,9 @@ def test_cli_run_json(capsys):
     (["--search-points", "2"], "--search-points = 2 must be at least 3"),
     (["--checkpoint-interval", "0s"], "--checkpoint-interval '0s' must be positive"),
     (["--seed", "-1"], "--seed = -1 must be a non-negative integer"),
+    # never a hang: a run that cannot finish, or a search too large to simulate, is refused
+    (["--gpu-mtbf", "1s"], "failures are too frequent for the run to finish"),
+    (["--tokens", "1e17"], "the Monte-Carlo would simulate about"),
 ])
 def test_cli_run_bad_inputs(argv, needle, capsys):
     rc = main(["run", "--mode", "analytic", "--replications", "2", *argv])
@@ -158,3 +163,23 @@ def test_cli_run_draws_from_the_jittered_step(capsys):
                "0.1", "--seed", "3", "--replications", "4", "--tokens", "2B", "--json"])
     r = json.loads(capsys.readouterr().out)
     assert rc == 0 and r["step_time_samples"] == 4 and r["step_time_std_s"] > 0
+
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.integers(1, 400), k=st.integers(1, 50), c=st.floats(0, 20),
+       r=st.floats(0, 50), mtbf=st.floats(50, 5000), seed=st.integers(0, 2**16))
+def test_run_accounting_invariants(steps, k, c, r, mtbf, seed):
+    s = RunSpec(2.0, steps, c, r, gpus=1, nodes=1, gpu_mtbf_s=mtbf)
+    try:
+        res = simulate_run(s, k, replications=2, seed=seed)
+    except InputError:  # refused as too failure-prone to finish: fine, never a hang
+        return
+    n_ckpt = -(-steps // min(k, steps))
+    assert res.checkpoint_s_total == pytest.approx(n_ckpt * c)  # every segment once
+    assert res.wall_clock_s == pytest.approx(s.useful_s + res.checkpoint_s_total
+                                             + res.lost_work_s + res.restart_s_total)
+    assert 0 < res.goodput <= 1 and res.lost_work_s >= 0 and res.restart_s_total >= 0
+    if res.failures == 0:  # no failure in any replication: nothing lost, no restart
+        assert res.lost_work_s == 0 and res.restart_s_total == 0
+        assert res.wall_clock_s == pytest.approx(s.useful_s + n_ckpt * c)

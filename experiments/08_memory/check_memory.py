@@ -8,10 +8,17 @@ For each run: (1) does it fit under parosim's memory model with the published mi
 and recomputation? (2) the largest micro-batch parosim allows (same recomputation) vs the
 published one: within one power of two means published/2 <= ours <= 2 x published.
 
+The runs are evaluated as a user would ask parosim, with ``--runtime fsdp`` and nothing else
+set: the profile's defaults (runtimes/fsdp.yaml: the runtime memory model, FlashAttention,
+6 bytes per logit, its FlatParameter buffers) decide memory; the published micro-batch and
+activation checkpointing are the configuration. ``--runtime ideal`` shows the ideal
+runtime's defaults (the Korthikanti estimate with eager attention, parosim before runtime
+profiles) for comparison.
+
 Fragmentation fraction: fitted one-sided on half of the configurations (even positions): the
 largest fraction (0 to 30%, 0.5% steps) under which every fit-half run still fits; reported
 on the held-out half. Run: PYTHONPATH=$PWD python experiments/08_memory/check_memory.py
-[--rows] [--no-fit]
+[--rows] [--no-fit] [--fit-logit-bytes] [--runtime fsdp]
 """
 
 from __future__ import annotations
@@ -27,35 +34,37 @@ from published import foundry_rows, split  # noqa: E402
 
 import parosim.memory as memory  # noqa: E402
 from parosim.io import load_cluster  # noqa: E402
+from parosim.io.runtime import load_runtime  # noqa: E402
 from parosim.models import mpt  # noqa: E402
 from parosim.training import TrainingSpec  # noqa: E402
 
-LOGIT_BYTES = 6   # fitted with --fit-logit-bytes (fused bf16 loss 2 + its grad 2 + metrics 2)
+# None: the runtime profile's (fsdp: 6, fitted with --fit-logit-bytes: fused bf16 loss 2 + its
+# gradient 2 + composer's metric 2); --fit-logit-bytes sets it explicitly while it searches.
+LOGIT_BYTES = None
 
 
-def setup(row, memory_model="runtime"):
+def setup(row, logit_bytes=None):
+    """(model, cluster, training) of a published run: only what the run publishes is set;
+    the memory settings are the runtime profile's."""
     cluster = load_cluster("llm-foundry-a100-roce", nodes=row.gpus // 8)
-    if memory_model == "korthikanti":    # the earlier default, as it was
-        t = TrainingSpec(micro_batch=row.micro_batch, accum_steps=row.accum,
-                         seq_len=row.seq_len, recompute=row.recompute)
-        return mpt(row.model, row.seq_len), cluster, t
     t = TrainingSpec(micro_batch=row.micro_batch, accum_steps=row.accum, seq_len=row.seq_len,
-                     recompute=row.recompute, attention="flash", memory_model=memory_model,
-                     logit_bytes=LOGIT_BYTES)
+                     recompute=row.recompute, logit_bytes=logit_bytes)
     return mpt(row.model, row.seq_len), cluster, t
 
 
-RUNTIME = None    # --runtime fsdp: the FSDP profile's buffers (runtimes/fsdp.yaml)
+RUNTIME = "fsdp"    # --runtime: the profile whose defaults decide memory (runtimes/fsdp.yaml)
 
 
-def evaluate(rows, memory_model="runtime"):
-    """[(row, fits, max_micro_batch, total_bytes)]"""
+def evaluate(rows, runtime=None):
+    """[(row, fits, max_micro_batch, total_bytes)] under ``runtime`` (default RUNTIME)."""
+    rt = load_runtime(runtime or RUNTIME)
+    lb = LOGIT_BYTES if rt.memory_model == "runtime" else None   # the search's, if any
     out = []
     for r in rows:
-        m, c, t = setup(r, memory_model)
-        mb = memory.memory_breakdown(m, "GGG", c, t, RUNTIME)
+        m, c, t = setup(r, lb)
+        mb = memory.memory_breakdown(m, "GGG", c, t, rt)
         out.append((r, mb.fits, memory.max_micro_batch(m, "GGG", c, t, limit=4096,
-                                                      runtime=RUNTIME), mb.total_bytes))
+                                                      runtime=rt), mb.total_bytes))
     return out
 
 
@@ -126,22 +135,20 @@ def other_runs():
     out.append(("Megatron-Bridge llama-3-8b FSDP 8 GPUs mb1 seq8192", preset("llama-3-8b"),
                 h100, "GGG", TrainingSpec(micro_batch=1, accum_steps=16, seq_len=8192,
                                           memory_model="runtime", attention="flash")))
-    return out
+    return out     # other frameworks than the fsdp profile: evaluated on the ideal runtime
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", action="store_true")
     ap.add_argument("--no-fit", action="store_true")
-    ap.add_argument("--runtime", default=None,
-                    help="a runtime profile whose buffers count (e.g. fsdp); default ideal")
+    ap.add_argument("--runtime", default="fsdp",
+                    help="the runtime profile whose defaults decide memory (default fsdp)")
     ap.add_argument("--fit-logit-bytes", action="store_true",
-                    help="also fit the bytes per logit (else 2: fused cross-entropy)")
+                    help="also fit the bytes per logit (else the profile's)")
     a = ap.parse_args()
     global LOGIT_BYTES, RUNTIME
-    if a.runtime:
-        from parosim.io.runtime import load_runtime
-        RUNTIME = load_runtime(a.runtime)
+    RUNTIME = a.runtime
     rows = foundry_rows()
     committed = memory.FRAGMENTATION_FRACTION
     if a.fit_logit_bytes:
@@ -155,13 +162,14 @@ def main():
         print(f"fragmentation fraction fitted on {len(split(rows, 'fit'))} configurations: "
               f"{f:.3f} (committed: {committed:.3f})")
         memory.FRAGMENTATION_FRACTION = f
-    summary("korthikanti model (default), all", evaluate(rows, "korthikanti"))
-    summary("runtime model, fit half", evaluate(split(rows, "fit")))
-    summary("runtime model, held-out half", evaluate(split(rows, "held-out")))
+    summary("--runtime ideal (korthikanti, eager), all", evaluate(rows, "ideal"))
+    name = f"--runtime {RUNTIME}"
+    summary(f"{name}, fit half", evaluate(split(rows, "fit")))
+    summary(f"{name}, held-out half", evaluate(split(rows, "held-out")))
     res = evaluate(rows)
-    summary("runtime model, all", res)
+    summary(f"{name}, all", res)
     for name, m, c, strat, t in other_runs():
-        mb = memory.memory_breakdown(m, strat, c, t, RUNTIME)
+        mb = memory.memory_breakdown(m, strat, c, t, None)
         print(f"other published run: {name}: fits {mb.fits} ({mb.total_bytes / 2**30:.1f} GiB"
               f" of {mb.capacity_bytes / 2**30:.1f}, recompute {mb.recompute})")
     if a.rows:

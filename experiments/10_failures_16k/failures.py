@@ -20,9 +20,12 @@ Inputs and their sources
       and 30 min.
 
 Checks (the script fails if one does not hold): at every simulated point the Monte-Carlo
-goodput lies within 3 standard errors and 2 % of Daly's (2006) expected wall clock at the same
+wall clock lies within 3 standard errors of Daly's (2006) expected wall clock at the same
 interval (his per-segment expectation summed over the run's segments, the last of which may be
-shorter), and the searched best interval within 5 % of Daly's optimum where C <= M / 10.
+shorter); at every best interval the goodput lies within 2 % of Daly's too (far from the
+optimum, with a few segments per run, the Monte-Carlo spread is wider than 2 %, so only the
+statistical test applies there); the searched best interval lies within 5 % of Daly's optimum
+where C <= M / 10.
 
 Run from the repository root (about a minute):
 
@@ -142,7 +145,8 @@ def main() -> int:
     err = (df["goodput"] / df["daly_goodput"] - 1).abs()
     se = (df["wall_clock_s"] - df["useful_s"] / df["goodput_hi"]) / 1.96
     z = ((df["wall_clock_s"] - df["useful_s"] / df["daly_goodput"]) / se).abs()
-    for _, bad in df[(z > 3) | (err > 0.02)].iterrows():
+    at_best = df["figure"] != "interval"   # the best interval of each case
+    for _, bad in df[(z > 3) | (at_best & (err > 0.02))].iterrows():
         failures.append(f"{bad['gpus']} GPUs, C = {bad['checkpoint_s']} s, interval "
                         f"{bad['interval_s']:.0f} s: goodput {bad['goodput']:.4f} vs Daly "
                         f"{bad['daly_goodput']:.4f}")
@@ -154,8 +158,9 @@ def main() -> int:
                                                       for k, v in COLUMNS.items()))
     plot_interval(df)
     plot_scale(df)
-    print(f"max |goodput / Daly - 1| = {err.max():.4%}, max |z| = {z.max():.2f} standard "
-          f"errors over {len(df)} points")
+    print(f"max |goodput / Daly - 1| = {err[at_best].max():.4%} at the best intervals, "
+          f"{err.max():.4%} over all {len(df)} points; max |z| = {z.max():.2f} standard "
+          "errors")
     ib = df[df.figure == "interval-best"]
     print("best interval / Daly's - 1 at 16,384 GPUs: " + ", ".join(
         f"C = {c:g} s: {t / d - 1:+.2%}" for c, t, d in

@@ -45,6 +45,9 @@ RUNTIME = {"IIG": "paro", "NII": "paro", "NIG": "paro", "III": "paro", "ING": "p
 
 
 def training(model: str, regime: str) -> TrainingSpec:
+    # the paper's settings, explicit: recomputation as the paper ran it (the runtime profiles'
+    # memory model would let the automatic rule turn it off for 65B ZeRO-3 partial / PEFT)
+    # and eager attention; memory otherwise as the deepspeed / paro profiles keep it.
     return TrainingSpec(micro_batch=4, accum_steps=10, seq_len=512,
                         trainable_ratio=parse_trainable_ratio(regime),
                         recompute=model == "llama-65b", compute_model="kernel",

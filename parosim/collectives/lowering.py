@@ -195,7 +195,7 @@ class NCCL:
     algo = Algo.NCCL
 
     def candidates(self, spec: ClusterSpec, op: Op, scope: Scope, size: float) -> list[Program]:
-        from .nccl import tree_phase
+        from .nccl import tree_parts, tree_phase
 
         tun = spec.collective
         protos = list(tun.protocols) if tun.model == "nccl" else [None]
@@ -205,11 +205,10 @@ class NCCL:
                 prog = Ring().lower(spec, op, scope, size, proto=p)
                 out.append(replace(prog, algo=self.algo,
                                    choice=f"ring/{p}" if p else "ring"))
-        inst = _tree_instances(spec, scope)
-        if op is Op.ALL_REDUCE and "tree" in tun.algorithms and inst is not None:
-            nodes, locals_ = inst
+        parts = tree_parts(spec, scope)
+        if op is Op.ALL_REDUCE and "tree" in tun.algorithms and parts is not None:
             for p in protos:
-                ph = tree_phase(spec, scope.value, size, p, nodes, locals_)
+                ph = tree_phase(spec, scope.value, size, p, parts)
                 out.append(Program(op, scope, self.algo, size, ph.ringset.size, (ph,),
                                    choice=f"tree/{p}" if p else "tree"))
         return out
@@ -223,20 +222,6 @@ class NCCL:
             if t < best_t * (1 - 1e-12):
                 best, best_t = prog, t
         return best
-
-
-def _tree_instances(spec: ClusterSpec, scope: Scope):
-    """(instances as node tuples, local GPUs per node) of a scope spanning several nodes, or
-    None when an instance lies in one node (NCCL's intra-node tree is a chain: left out)."""
-    gpn, gn = spec.gpus_per_node, spec.group_nodes
-    if scope is Scope.GLOBAL and spec.nodes > 1:
-        return (tuple(range(spec.nodes)),), tuple(range(gpn))
-    if scope is Scope.INTRA and gn > 1:
-        return (tuple(tuple(range(g * gn, (g + 1) * gn)) for g in range(spec.groups)),
-                tuple(range(gpn)))
-    if scope is Scope.INTER and spec.groups > 1 and gn == 1:
-        return None  # one GPU per node per instance: m trees, each its own NIC (below)
-    return None
 
 
 ALGORITHMS = {Algo.RING: Ring(), Algo.HIERARCHICAL: Hierarchical(), Algo.HO_RING: HORing(),

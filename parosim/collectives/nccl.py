@@ -42,8 +42,9 @@ Reduction
 
 Protocol costs are resolved when a collective is lowered (stored in each
 :class:`~parosim.collectives.types.Phase`): lower again after changing ``collective.*``.
-Left out: NVLS (NVLink SHARP), CollNet / SHARP in-network reduction, PAT, NCCL's netOverhead
-floor on intra-node steps of inter-node rings, the thread-count and chunk-size heuristics.
+NCCL's ``netOverhead`` (``collective.net_overhead``, 1 us on Intel x86, x 3 for Simple) floors
+the intra-node steps of a ring that spans several nodes. Left out: NVLS (NVLink SHARP), CollNet
+/ SHARP in-network reduction, PAT, the thread-count and chunk-size heuristics.
 """
 
 from __future__ import annotations
@@ -134,20 +135,22 @@ def _btree_parents(n: int, mirror: bool) -> list[int]:
 
 
 @lru_cache(maxsize=64)
-def tree_hopset(spec: ClusterSpec, instances: tuple[tuple[int, ...], ...], locals_: tuple[int, ...],
+def tree_hopset(spec: ClusterSpec, parts: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...],
                 label: str) -> HopSet:
-    """The hops of NCCL's double binary tree for every instance (a tuple of nodes) of a scope
-    whose ranks on a node are the GPUs ``locals_``: per tree channel a chain through the
-    node's GPUs from a head GPU (one head per NIC), the heads of the nodes joined by two
-    mirrored binary trees; every edge up and down. Each flow carries S / (2 Rt), Rt the tree
-    channels, so one rank's NCCL bus bytes (2 S) are ``4 Rt`` flow buffers (``rings_per_rank``).
+    """The hops of NCCL's double binary tree for every instance of a scope; an instance is
+    (its nodes, its GPUs on each of them). Per tree channel a chain through the node's GPUs
+    from a head GPU (one head per NIC), the heads of the nodes joined by two mirrored binary
+    trees; every edge up and down. Each flow carries S / (2 Rt), Rt the tree channels, so one
+    rank's NCCL bus bytes (2 S) are ``4 Rt`` flow buffers (``rings_per_rank``).
     """
     gpn = spec.gpus_per_node
-    ppn = len(locals_)
-    nics = sorted({spec.nic_of(j) for j in locals_})
-    heads = [next(j for j in locals_ if spec.nic_of(j) == k) for k in nics]
     hops: list[tuple[int, int]] = []
-    for nodes in instances:
+    rt = 1
+    for nodes, locals_ in parts:
+        ppn = len(locals_)
+        nics = sorted({spec.nic_of(j) for j in locals_})
+        heads = [next(j for j in locals_ if spec.nic_of(j) == k) for k in nics]
+        rt = len(heads)
         L = len(nodes)
         for h in heads:
             i0 = locals_.index(h)
@@ -162,17 +165,33 @@ def tree_hopset(spec: ClusterSpec, instances: tuple[tuple[int, ...], ...], local
                         child, parent = nodes[pos] * gpn + h, nodes[par] * gpn + h
                         hops.append((child, parent))
                         hops.append((parent, child))
-    rt = len(heads)
-    return HopSet(tuple(hops), label, ppn * len(instances[0]), 4 * rt)
+    nodes0, locals0 = parts[0]
+    return HopSet(tuple(hops), label, len(locals0) * len(nodes0), 4 * rt)
+
+
+def tree_parts(spec: ClusterSpec, scope) -> tuple | None:
+    """The instances of a scope as (nodes, local GPUs) pairs, when an instance spans several
+    nodes; None otherwise (NCCL's intra-node tree is a chain: not a candidate)."""
+    from .types import Scope
+
+    gpn, gn, m = spec.gpus_per_node, spec.group_nodes, spec.group_size
+    allg = tuple(range(gpn))
+    if scope is Scope.GLOBAL and spec.nodes > 1:
+        return ((tuple(range(spec.nodes)), allg),)
+    if scope is Scope.INTRA and gn > 1:
+        return tuple((tuple(range(g * gn, (g + 1) * gn)), allg) for g in range(spec.groups))
+    if scope is Scope.INTER and spec.groups > 1:
+        return tuple((tuple(g * gn + j // gpn for g in range(spec.groups)), (j % gpn,))
+                     for j in range(m))
+    return None
 
 
 def tree_phase(spec: ClusterSpec, scope_label: str, size: float, proto: str | None,
-               instances: tuple[tuple[int, ...], ...], locals_: tuple[int, ...],
-               lane: str = "main") -> Phase:
+               parts: tuple, lane: str = "main") -> Phase:
     """An all-reduce of ``size`` bytes as one NCCL tree phase (protocol chosen if None)."""
-    hs = tree_hopset(spec, instances, locals_, scope_label)
+    hs = tree_hopset(spec, parts, scope_label)
     rt = hs.rings_per_rank // 4
-    n_nodes, ppn = len(instances[0]), len(locals_)
+    n_nodes, ppn = len(parts[0][0]), len(parts[0][1])
     steps = 2 * ((ppn - 1) + log2i(n_nodes))
     return make_phase(spec, f"all-reduce {scope_label} tree", Op.ALL_REDUCE, hs,
                       size / (2 * rt), lane, (), proto, tree_steps=max(1, steps),
@@ -236,6 +255,9 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
     net = max(0.0, pc.net_latency_s - (2 * spec.pcie.latency_s + spec.nic.latency_s))
     eff = pc.bw_efficiency
     if algorithm == "ring":
+        if nodes > 1:  # NCCL: "inter-node rings still have to launch nsteps * net overhead"
+            floor = tun.net_overhead_s * (3 if proto == "simple" else 1)
+            intra = max(intra, floor - spec.intra.latency_s)
         if proto == "ll128" and ppn < 2:
             eff *= LL128_ONE_PPN
         lat = pc.base_latency_s + ph.steps * ((1 - frac) * intra + frac * net)
@@ -249,7 +271,8 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
             eff *= TREE_CORRECTION[proto][ls]
         lat = pc.base_latency_s + 2 * ((ppn - 1) * intra + log2i(nodes) * net)
         reduced = total
-    cap_bus = min(pc.max_bw_Bps, C * pc.max_bw_per_channel_Bps)
+    per_channel, whole = pc.caps(nodes)
+    cap_bus = min(whole, C * per_channel)
     cap = cap_bus / max(1, ph.ringset.rings_per_rank)
     red = 0.0
     if ph.op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE) and tun.reduction_hbm_factor:

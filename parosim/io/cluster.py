@@ -15,7 +15,8 @@ The YAML (units as strings, converted to SI here, once)::
     # NCCL model (optional; docs/collectives.md): model: nccl | ideal, channels (0 = auto),
     # protocols: [ll, ll128, simple], algorithms: [ring, tree], reduction_hbm_factor, and per
     # (algorithm, protocol) ring_ll ... tree_simple: {bw_efficiency, base_latency,
-    # nvlink_latency, pcie_latency, net_latency, max_bw_per_channel, max_bw}
+    # nvlink_latency, pcie_latency, net_latency, max_bw_per_channel, max_bw (> 2 nodes; and
+    # the 1- and 2-node rows max_bw_per_channel_1node/_2node, max_bw_1node/_2node)}
     compute: {overlap_slowdown: 1.189,    # optional: compute slowdown beside collectives
               model: kernel, gemm_k_half: 948, attention_efficiency: 0.327,
               hbm_efficiency: 1.0, kernel_overhead: 5us}   # optional (docs/compute.md)
@@ -217,9 +218,10 @@ def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
 
 _PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
 _NCCL_KEYS = ("model", "channels", "protocols", "algorithms", "reduction_hbm_factor",
-              "reduction_overlap", *_PROTO_FIELDS)
+              "reduction_overlap", "net_overhead", *_PROTO_FIELDS)
 _PROTO_KEYS = {"bw_efficiency", "base_latency", "nvlink_latency", "pcie_latency", "net_latency",
-               "max_bw_per_channel", "max_bw"}
+               "max_bw_per_channel", "max_bw", "max_bw_per_channel_1node",
+               "max_bw_per_channel_2node", "max_bw_1node", "max_bw_2node"}
 
 
 def _cap(v: Any, name: str) -> float:
@@ -255,6 +257,8 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
     if "reduction_hbm_factor" in coll:
         out["reduction_hbm_factor"] = number(coll["reduction_hbm_factor"],
                                              "collective.reduction_hbm_factor")
+    if "net_overhead" in coll:
+        out["net_overhead_s"] = parse_time(coll["net_overhead"], "collective.net_overhead")
     if "reduction_overlap" in coll:
         out["reduction_overlap"] = _flag(coll["reduction_overlap"],
                                          "collective.reduction_overlap")
@@ -278,7 +282,10 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
             max_bw_per_channel_Bps=_cap(sub.get("max_bw_per_channel",
                                                 d.max_bw_per_channel_Bps),
                                         f"{n}.max_bw_per_channel"),
-            max_bw_Bps=_cap(sub.get("max_bw", d.max_bw_Bps), f"{n}.max_bw"))
+            max_bw_Bps=_cap(sub.get("max_bw", d.max_bw_Bps), f"{n}.max_bw"),
+            **{f"{k}_Bps": _cap(sub.get(k, getattr(d, f"{k}_Bps")), f"{n}.{k}")
+               for k in ("max_bw_per_channel_1node", "max_bw_per_channel_2node",
+                         "max_bw_1node", "max_bw_2node")})
     return out
 
 
@@ -387,7 +394,8 @@ def _nccl_yaml(c: CollectiveTuning) -> dict[str, Any]:
     out: dict[str, Any] = {"model": c.model, "channels": c.channels,
                            "protocols": list(c.protocols), "algorithms": list(c.algorithms),
                            "reduction_hbm_factor": c.reduction_hbm_factor,
-                           "reduction_overlap": c.reduction_overlap}
+                           "reduction_overlap": c.reduction_overlap,
+                           "net_overhead": f"{c.net_overhead_s!r}s"}
     for key in _PROTO_FIELDS:
         p = c.protocol(*key.split("_"))
         out[key] = {"bw_efficiency": p.bw_efficiency,
@@ -396,7 +404,10 @@ def _nccl_yaml(c: CollectiveTuning) -> dict[str, Any]:
                     "pcie_latency": f"{p.pcie_latency_s!r}s",
                     "net_latency": f"{p.net_latency_s!r}s",
                     "max_bw_per_channel": bw(p.max_bw_per_channel_Bps),
-                    "max_bw": bw(p.max_bw_Bps)}
+                    "max_bw": bw(p.max_bw_Bps),
+                    **{k: bw(getattr(p, f"{k}_Bps"))
+                       for k in ("max_bw_per_channel_1node", "max_bw_per_channel_2node",
+                                 "max_bw_1node", "max_bw_2node")}}
     return out
 
 

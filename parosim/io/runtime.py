@@ -19,6 +19,9 @@ A profile YAML (every number with its source in a comment; see ``runtimes/``)::
     grad_sync_every_micro_step: false
     forward_only_gather: []        # strategies gathered once per micro-step in forward
     overlap_slowdown: 1.189
+    memory_model: runtime          # korthikanti | runtime (parosim.memory)
+    attention: eager               # eager | flash (the era's model code)
+    logit_bytes: 10                # bytes per logit at the loss; null = the memory model's
     sources: free text
 
 :func:`deepspeed_config_runtime` reads a user's DeepSpeed JSON config into the ``deepspeed``
@@ -45,7 +48,7 @@ _KEYS = {"name", "framework", "stages", "collective_algo", "paro_cc_min_elements
          "sync_grads_end_of_backward", "prefetch_forward", "prefetch_backward",
          "persistence_threshold", "max_reuse_distance", "max_live_parameters",
          "grad_sync_every_micro_step", "forward_only_gather", "overlap_slowdown", "sources",
-         "notes", "reduce_scatter"}
+         "notes", "reduce_scatter", "memory_model", "attention", "logit_bytes"}
 
 
 def runtimes_dir() -> Path:
@@ -120,6 +123,12 @@ def runtime_from_dict(data: dict[str, Any], where: str = "runtime") -> RuntimeSp
     if isinstance(o, bool) or not isinstance(o, (int, float)):
         raise InputError(f"{where}: overlap_slowdown = {o!r} must be a number >= 1")
     kw["overlap_slowdown"] = float(o)
+    for k in ("memory_model", "attention"):
+        v = data.get(k, getattr(d, k))
+        if not isinstance(v, str):
+            raise InputError(f"{where}: {k} = {v!r} must be a name")
+        kw[k] = v
+    kw["logit_bytes"] = data.get("logit_bytes")    # checked by RuntimeSpec
     try:
         return RuntimeSpec(**kw)
     except InputError as e:
