@@ -672,18 +672,6 @@ def _cmd_run(a: argparse.Namespace) -> dict:
     samples = tuple((getattr(r, "extra", None) or {}).get("step_times_s") or ())
     spec = run_from_step(r.step_time_s, tps, tokens, cluster.gpus, cluster.nodes, ckpt,
                          restart, mtbf["--gpu-mtbf"], mtbf["--node-mtbf"], samples)
-    # the Monte-Carlo costs about a millisecond per simulated run and per failure in it:
-    # replications x search points x (1 + expected failures); refuse what would not finish
-    # in minutes (docs/limits.md)
-    failures = spec.useful_s / spec.mtbf_s if spec.mtbf_s else 0.0
-    work = a.replications * max(1, a.search_points) * (1.0 + failures)
-    if not work <= MAX_RUN_EVENTS:
-        raise InputError(f"--tokens {a.tokens} with --replications {a.replications} and "
-                         f"--search-points {a.search_points} means about {work:.3g} simulated "
-                         f"runs and failures ({failures:.3g} expected failures per run), more "
-                         "than the "
-                         f"limit of {MAX_RUN_EVENTS:.0e}; expected a shorter run or fewer "
-                         "replications")
     search = best_interval(spec, a.replications, a.seed, a.search_points)
     fixed = None
     if a.checkpoint_interval is not None:
@@ -694,9 +682,6 @@ def _cmd_run(a: argparse.Namespace) -> dict:
     out.update(model=model.name, cluster=cluster.name, strategy=r.strategy.name,
                algo=r.algo.value, mode=a.mode, seed=a.seed, runtime=rt.name)
     return out
-
-
-MAX_RUN_EVENTS = 2e5  # simulated runs + failures of one `parosim run` (~1 ms each)
 
 
 def _print_run(r: dict) -> None:
