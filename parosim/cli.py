@@ -268,11 +268,9 @@ _JOBS_OWN_FLAGS = ("command", "jobs", "json", "trace", "seed")
 
 
 def _cmd_jobs(a: argparse.Namespace) -> dict:
-    from .io.jobs import load_jobs
+    from .io.jobs import JOB_KEYS, TOP_KEYS, load_jobs
     from .io.trace import write_chrome_trace
     from .jobs import run_jobs
-
-    from .io.jobs import JOB_KEYS, TOP_KEYS
 
     defaults = vars(build_parser().parse_args(["simulate"]))
     for f, default in defaults.items():
