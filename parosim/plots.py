@@ -337,8 +337,9 @@ def best_strategy(df, *, x: str | None = None, metric: str | None = None,
     for xv in xs:
         cands = [(py, s) for s, pts in data.items() for px, py in pts if px == xv and py == py]
         if cands:
-            ax.text(xv, top * 1.04, max(cands)[1], ha="center", va="bottom", fontsize=8,
-                    rotation=90, fontweight="bold")
+            # the short name (the legend carries the framework name): it stays in the axes
+            ax.text(xv, top * 1.03, max(cands)[1].split(" (")[0], ha="center", va="bottom",
+                    fontsize=8, rotation=90, fontweight="bold")
     _log_x(ax, xs)
     ax.set_ylim(0, top * 1.3)
     ax.set_xlabel(_label(x))
@@ -436,14 +437,23 @@ def memory_throughput(df, *, x: str | None = None, metric: str | None = None,
         k = crowd[cell] = crowd.get(cell, -1) + 1
         ax.annotate(names[i], (mem[i], y), textcoords="offset points", xytext=(4, 4 + 9 * k),
                     fontsize=7, fontweight="bold" if i in on else "normal")
+    cap = None
     if "capacity_bytes" in df.columns and df["capacity_bytes"].notna().any():
         cap = float(df["capacity_bytes"].dropna().iloc[0]) * _SCALE.get(x, 1.0)
         ax.axvline(cap, color="k", linestyle="--", linewidth=1, label="GPU memory")
     ax.set_xlabel(_label(x))
     ax.set_ylabel(_label(metric))
-    ax.set_ylim(bottom=0)
+    # room above the highest point for its stacked labels (9 points each)
+    stack = max(crowd.values(), default=0) + 1
+    ax.set_ylim(0, yr * (1.12 + 0.05 * stack))
+    # and on the right of the rightmost point for its label
+    known = [v for v in mem if v == v] + ([cap] if cap is not None and cap == cap else [])
+    if known:
+        lo, hi = min(known), max(known)
+        span = (hi - lo) or 1.0
+        ax.set_xlim(lo - 0.05 * span, hi + 0.3 * span)
     ax.set_title("memory vs throughput (Pareto front in red)", fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     _suptitle(fig, df, [metric, x], title)
     return fig

@@ -78,6 +78,13 @@ def test_documented_figure_content(name, entry, draw, sub):
     assert tight.x1 <= w + 0.01 and tight.y1 <= h + 0.01, (tight, w, h)
     texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
     assert texts
+    # annotations inside the plot stay inside their axes (not over titles or the legend)
+    for ax in fig.axes:
+        box = ax.get_window_extent(renderer)
+        for t in ax.texts:
+            e = t.get_window_extent(renderer)
+            assert box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1, (t.get_text(), e, box)
+            assert box.x0 - 1 <= e.x0 and e.x1 <= box.x1 + 1, (t.get_text(), e, box)
     for ax in fig.axes:
         assert ax.get_xlabel() and ax.get_ylabel()
 
