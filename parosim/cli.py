@@ -892,7 +892,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = run(a)
     except InputError as e:
-        print(f"parosim: error: {_flag_names(str(e))}", file=sys.stderr)
+        msg = str(e) if a.command == "sweep" else _flag_names(str(e))  # sweep: YAML keys
+        print(f"parosim: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("parosim: interrupted (a sweep resumes when run again)", file=sys.stderr)
