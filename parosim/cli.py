@@ -149,8 +149,11 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
     p.add_argument("--trainable-ratio", default="full",
                    help="full | partial (1/16) | peft (3/1000) | a number in (0, 1]")
-    p.add_argument("--recompute", default="auto", choices=["auto", "on", "off"],
-                   help="activation recomputation (auto: on only when needed to fit)")
+    p.add_argument("--recompute", default="auto",
+                   choices=["auto", "on", "off", "full", "none", "selective"],
+                   help="activation recomputation (auto: full only when needed to fit; "
+                   "on = full, off = none; selective: the attention core only, with the "
+                   "--tp/--pp model)")
     p.add_argument("--efficiency", type=float, default=None,
                    help="fraction of peak FLOP/s that compute achieves (default 0.5)")
     p.add_argument("--overlap-slowdown", type=float, default=None,
@@ -180,6 +183,17 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
     p.add_argument("--intra-bandwidth", default=None,
                    help="override per-GPU intra-node bandwidth, e.g. 2400Gbps")
+    g = p.add_argument_group("tensor / pipeline parallelism (docs/parallelism.md)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1); --accum "
+                   "is then the micro-batches per step")
+    g.add_argument("--pp-schedule", default="1f1b", help="1f1b | interleaved")
+    g.add_argument("--virtual-stages", type=int, default=None,
+                   help="model chunks per stage of the interleaved schedule (default 2)")
+    g.add_argument("--sequence-parallel", action="store_true",
+                   help="Megatron sequence parallelism (needs --tp >= 2)")
+    g.add_argument("--tp-algo", default=None,
+                   help="algorithm of TP collectives that cross nodes (default: --algo)")
 
 
 def _setup(a: argparse.Namespace):
@@ -211,7 +225,8 @@ def _setup(a: argparse.Namespace):
     training = TrainingSpec(
         micro_batch=a.micro_batch, accum_steps=accum, seq_len=a.seq_len,
         trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
-        recompute={"auto": None, "on": True, "off": False}[a.recompute],
+        recompute={"auto": None, "on": True, "off": False, "full": True, "none": False,
+                   "selective": False}[a.recompute],
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
         overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
@@ -252,6 +267,22 @@ def _runtime_setup(a: argparse.Namespace, cluster, training):
                          f"collective's algorithm ({rt.collective_algo}); expected no --algo, "
                          "or --runtime ideal")
     return rt, training, strategy, info
+
+
+def _parallel(a: argparse.Namespace):
+    """The ParallelSpec of the --tp / --pp / ... flags."""
+    from .parallel import ParallelSpec
+
+    return ParallelSpec(tp=a.tp, pp=a.pp, schedule=str(a.pp_schedule).strip().lower(),
+                        virtual=a.virtual_stages, sequence_parallel=a.sequence_parallel,
+                        selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo)
+
+
+def _dp_keys(d: dict) -> dict:
+    """Plain data parallelism in the 3D vocabulary: tp = pp = 1, dp = GPUs, no bubble."""
+    for k, v in (("tp", 1), ("pp", 1), ("dp", d.get("gpus")), ("bubble_fraction", 0.0)):
+        d.setdefault(k, v)
+    return d
 
 
 def _algos(text: str | None):
@@ -348,10 +379,15 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     if a.link_timeline and a.mode != "engine":
         raise InputError("--link-timeline needs --mode engine (the analytic mode has no "
                          "timeline)")
+    par = _parallel(a)
+    if not par.trivial and (a.runtime or getattr(a, "deepspeed_config", None)):
+        raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
+                         "the ideal runtime; expected no --runtime or --deepspeed-config")
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode,
-                      trace=bool(a.trace), runtime=rt, repeats=a.repeats, seed=a.seed,
-                      jitter_cv=a.jitter_cv, record_links=links)
-    out = r.to_dict()
+                      trace=bool(a.trace), runtime=rt if par.trivial else None,
+                      repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv,
+                      record_links=links, parallel=par)
+    out = _dp_keys(r.to_dict())
     out.update(model=model.name, cluster=cluster.name,
                settings=_settings(a, cluster, training, rt))
     if info:
@@ -479,6 +515,11 @@ def _print_simulate(r: dict) -> None:
     print(_header(w))
     print(_row(r, w))
     print(_FOOTER)
+    if r.get("pp_schedule") and r.get("fits"):   # tensor / pipeline parallelism
+        print(f"TP {r['tp']} x PP {r['pp']} ({r['pp_schedule']}, {r['virtual_stages']} "
+              f"chunk(s) per stage) x DP {r['dp']}, {r['micro_batches']} micro-batches, "
+              f"bubble {100 * (r['bubble_fraction'] or 0):.1f} %, recompute "
+              f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}")
     if r.get("critical_rank") is not None:
         print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
               f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
@@ -501,8 +542,14 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
         raise InputError(f"--workers = {a.workers} must be a positive integer")
     model, cluster, training = _setup(a)
     rt, training, _, info = _runtime_setup(a, cluster, training)
-    rows = [r.to_dict() for r in compare(model, cluster, training, _algos(a.algo), a.mode,
-                                         workers=a.workers, runtime=rt)]
+    par = _parallel(a)
+    rows = [_dp_keys(r.to_dict())
+            for r in compare(model, cluster, training, _algos(a.algo), a.mode,
+                             workers=a.workers, runtime=rt if par.trivial else a.runtime,
+                             parallel=par)]
+    if not par.trivial and getattr(a, "deepspeed_config", None):
+        raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
+                         "the ideal runtime; expected no --deepspeed-config")
     out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
            "mode": a.mode, "runtime": rt.name,
            "settings": _settings(a, cluster, training, rt), "results": rows}
@@ -541,7 +588,20 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
     else:
         strategies = [parse_strategy(a.strategy)]
     rows = []
+    par = _parallel(a)
+    if not par.trivial and (a.runtime or getattr(a, "deepspeed_config", None)):
+        raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
+                         "the ideal runtime; expected no --runtime or --deepspeed-config")
     for s in strategies:
+        if not par.trivial:
+            from .parallel import layout_for
+            from .plan3d import max_micro_batch_3d, memory_3d
+
+            d = memory_dict(s, cluster.gpus, memory_3d(model, s, cluster, training, par))
+            d["max_micro_batch"] = max_micro_batch_3d(model, s, cluster, training, par)
+            d.update(tp=par.tp, pp=par.pp, dp=layout_for(cluster, par.tp, par.pp).d)
+            rows.append(d)
+            continue
         rt.require(s.short)
         d = memory_dict(s, cluster.gpus, memory_breakdown(model, s, cluster, training, rt))
         d["max_micro_batch"] = max_micro_batch(model, s, cluster, training, runtime=rt)
@@ -660,6 +720,10 @@ def _cmd_run(a: argparse.Namespace) -> dict:
     if len(algo) != 1:
         raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
                          "ho-ring")
+    if not _parallel(a).trivial:
+        raise InputError("'parosim run' draws data-parallel steps; --tp / --pp / "
+                         "--sequence-parallel / --recompute selective are for simulate, compare "
+                         "and memory (expected none of them here)")
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode, runtime=rt,
                       repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv)
     if not r.fits:
@@ -720,7 +784,48 @@ def _print_calibrate(res: dict) -> None:
     print_result(res)
 
 
+def _cmd_advise(a: argparse.Namespace) -> dict:
+    from .advise import advise, parse_global_batch
+    from .io import load_cluster
+    from .io.model import load_model
+    from .simulate import with_overrides
+    from .units import parse_size
+
+    model = load_model(a.model)
+    cluster = load_cluster(a.cluster, a.nodes, None)
+    if a.gpu_memory:
+        cluster = with_overrides(cluster, gpu_memory_bytes=parse_size(a.gpu_memory,
+                                                                      "--gpu-memory"))
+    if a.seq_len < 1:
+        raise InputError(f"--seq-len = {a.seq_len} must be a positive integer")
+    batch = parse_global_batch(a.global_batch, a.seq_len)
+    strategies = None if a.strategies == "all" else [
+        s for s in a.strategies.split(",") if s.strip()]
+    if a.efficiency is not None and not 0 < a.efficiency <= 1:
+        raise InputError(f"--efficiency = {a.efficiency} must be a fraction in (0, 1]")
+    if a.plot:
+        from .advise_plot import plot_path
+
+        plot_path(a.plot)
+    res = advise(model, cluster, batch, a.seq_len, a.top, a.engine_top, a.max_micro_batch,
+                 strategies, a.efficiency)
+    if a.plot:
+        from .advise_plot import save_pareto
+
+        res["plot"] = save_pareto(res, a.plot)
+    if a.json:
+        res = {k: v for k, v in res.items() if k not in ("points", "top_labels")}
+    return res
+
+
+def _print_advise(res: dict) -> None:
+    from .advise import format_advice
+
+    print(format_advice(res))
+
+
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
+    "advise": (_cmd_advise, _print_advise),
     "calibrate": (_cmd_calibrate, _print_calibrate),
     "sweep": (_cmd_sweep, _print_sweep),
     "validate": (_cmd_validate, _print_validate),
@@ -850,6 +955,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     from .cli_calibrate import add_arguments as _calibrate_args
 
     _calibrate_args(cal)
+
+    ad = sub.add_parser("advise", help="the fastest TP / PP / PaRO / micro-batch / "
+                        "recomputation / algorithm configurations for a global batch")
+    ad.add_argument("--model", default="llama-7b", help="preset name or YAML path")
+    ad.add_argument("--global-batch", required=True,
+                    help="sequences (2048, 2048seq) or tokens (4Mtok, 4194304tokens)")
+    ad.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence "
+                    "(default 2048)")
+    ad.add_argument("--top", type=int, default=5, help="configurations to print (default 5)")
+    ad.add_argument("--engine-top", type=int, default=3,
+                    help="best configurations replayed on the engine (default 3)")
+    ad.add_argument("--max-micro-batch", type=int, default=16,
+                    help="largest micro-batch tried (powers of 2; default 16)")
+    ad.add_argument("--strategies", default="all",
+                    help="comma-separated PaRO strategies to search (default all 14)")
+    ad.add_argument("--efficiency", type=float, default=None,
+                    help="fraction of peak FLOP/s compute achieves (default 0.5)")
+    ad.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 40GB")
+    ad.add_argument("--plot", default=None, help="write the memory-vs-throughput Pareto "
+                    "plot to FILE (.png, .svg, .pdf)")
+    ad.add_argument("--cluster", default="dgx-a100-ib",
+                    help="preset name or YAML path (default: dgx-a100-ib)")
+    ad.add_argument("--nodes", type=int, default=None, help="override the node count")
+    ad.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
     m = sub.add_parser("memory", epilog=_EXAMPLES["memory"],
                        help="memory breakdown per GPU, fits or not")

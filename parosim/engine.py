@@ -130,3 +130,32 @@ def run_program(env: simpy.Environment, net: Network, program: Program,
                      lambda i: run_phase(env, net, ph[i], tuning), on_record)
     if done:
         yield env.all_of(done)
+
+
+def run_repeated(env: simpy.Environment, net: Network, program: Program,
+                 tuning: CollectiveTuning, count: int):
+    """``count`` identical collectives back to back (3D plans coalesce a chunk's TP
+    collectives). A one-lane program moves count x each phase's bytes and pays count x its
+    latency and overheads: in the fluid model the same time as running it count times (equal
+    transfers back to back at one rate). Multi-lane programs (HO-Ring) run count times."""
+    lanes = {ph.lane for ph in program.phases}
+    if len(lanes) > 1:
+        for _ in range(count):
+            yield from run_program(env, net, program, tuning)
+        return
+    if tuning.call_overhead_s:
+        yield env.timeout(to_ps(count * tuning.call_overhead_s))
+    for phase in program.phases:
+        if phase.steps == 0:
+            continue
+        fs = net.flowset(phase.ringset)
+        yield net.transfer(fs, count * phase.bytes_per_rank / phase.bw_eff,
+                           phase.cap_Bps / phase.bw_eff)
+        latency = to_ps(count * (phase.steps * (fs.alpha_s + tuning.step_latency_s)
+                                 + tuning.phase_overhead_s + phase.fixed_s))
+        if tuning.serial_progress:
+            with net.progress.request() as req:
+                yield req
+                yield env.timeout(latency)
+        else:
+            yield env.timeout(latency)

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 
 from .collectives.lowering import lower
 from .collectives.types import Algo, Program
-from .engine import CountingEnvironment, Record, check_finished, run_lanes, run_program
+from .engine import (
+    CountingEnvironment,
+    Record,
+    check_finished,
+    run_lanes,
+    run_program,
+    run_repeated,
+)
 from .network import MAX_PS, PS, Network, horizon_error, symmetry_period, to_ps
 from .plan import CollectiveOp, ComputeOp, Plan
 from .specs import ClusterSpec
@@ -50,6 +57,13 @@ class ProgramCache:
         self._c: dict[tuple, Program] = {}
 
     def get(self, op: CollectiveOp) -> Program:
+        own = getattr(op, "lower", None)  # group collectives of 3D plans (parosim.plan3d)
+        if own is not None:
+            key = (op.cache_key, self.algo)
+            p = self._c.get(key)
+            if p is None:
+                p = self._c[key] = own(self.spec, self.algo)
+            return p
         algo = getattr(op, "algo", None) or self.algo   # a runtime may fix it per call
         key = (op.op, op.scope, op.size_bytes, algo)
         p = self._c.get(key)
@@ -67,13 +81,17 @@ def plan_period(plan: Plan, spec: ClusterSpec, cache: ProgramCache) -> int:
 
 
 def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 1.0,
-           trace: bool = False, graph=None, record_links: bool = False) -> ReplayResult:
+           trace: bool = False, graph=None, record_links: bool = False,
+           period_nodes: int | None = None) -> ReplayResult:
     """Run ``plan`` on the cluster with collective algorithm ``algo``. ``record_links``:
-    fill ``link_timeline`` with the utilisation over time of the hottest links."""
+    fill ``link_timeline`` with the utilisation over time of the hottest links.
+    ``period_nodes``: the symmetry period of the plan's ring sets (default: the cluster's,
+    right for data-parallel plans; 3D plans pass their own, :mod:`parosim.plan3d`)."""
     env = CountingEnvironment()
     g = graph if graph is not None else cluster_graph(spec, lite=True)
     cache = ProgramCache(spec, algo)
-    net = Network(env, g, spec.nodes, plan_period(plan, spec, cache), spec.gpus_per_node)
+    period = period_nodes if period_nodes is not None else plan_period(plan, spec, cache)
+    net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     net.record_links = record_links
     ops = plan.ops
     records: list[Record] = []
@@ -122,7 +140,11 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
             yield from compute(op)
         else:
             flip(+1)
-            yield from run_program(env, net, cache.get(op), spec.collective)
+            count = getattr(op, "count", 1)   # 3D plans coalesce a chunk's TP collectives
+            if count == 1:
+                yield from run_program(env, net, cache.get(op), spec.collective)
+            else:
+                yield from run_repeated(env, net, cache.get(op), spec.collective, count)
             flip(-1)
         last[0] = max(last[0], env.now)
 

@@ -107,6 +107,7 @@ class StepResult:
                       if self.framework_stage else self.strategy.short),
             "overlap_slowdown": self.overlap_slowdown,
             **self.extra,
+            **getattr(self, "parallel", {}),   # tp, pp, dp, bubble_fraction (3D only)
         }
 
 
@@ -164,8 +165,12 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
                   training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
                   mode: str = "engine", trace: bool = False, runtime=None,
                   repeats: int = 1, seed: int = 0, jitter_cv: float | None = None,
-                  record_links: bool = False) -> StepResult:
+                  record_links: bool = False, parallel=None) -> StepResult:
     """Simulate one global step.
+
+    ``parallel``: a :class:`parosim.parallel.ParallelSpec` (TP / PP / sequence parallelism /
+    selective recomputation; docs/parallelism.md); None or a trivial one is plain data
+    parallelism, unchanged.
 
     ``runtime``: a :class:`parosim.runtime.RuntimeSpec` or a profile name (``ideal``,
     ``deepspeed``, ``fsdp``, ``paro``); None = ideal. The compute slowdown beside collectives
@@ -182,6 +187,15 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     >>> r.fits and r.step_time_s > 0
     True
     """
+    if parallel is not None and not parallel.trivial:
+        from .plan3d import simulate_3d
+
+        if (_runtime(runtime).name != "ideal" or repeats != 1 or jitter_cv
+                or record_links):
+            raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
+                             "the ideal runtime's single step; expected no --runtime, "
+                             "--repeats, --jitter-cv or --link-timeline with them")
+        return simulate_3d(model, cluster, strategy, training, parallel, algo, mode, trace)
     strategy = parse_strategy(strategy)
     algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
     if mode not in MODES:
@@ -284,7 +298,7 @@ def _one(args: tuple) -> StepResult:
 def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             algos: list[Algo] | None = None, mode: str = "engine",
             strategies: list[Strategy] | None = None, workers: int = 1,
-            runtime=None) -> list[StepResult]:
+            runtime=None, parallel=None) -> list[StepResult]:
     """Every strategy (x every algorithm in ``algos``), ranked best first.
 
     With a ``runtime`` that names its stages (deepspeed, fsdp) only those strategies run.
@@ -296,6 +310,12 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     rt = _runtime(runtime)
     pool = [s for s in (strategies or ALL_STRATEGIES) if strategies or rt.supports(s.short)]
     jobs = [(model, cluster, s, training, a, mode, False, rt) for s in pool for a in algos]
+    if parallel is not None and not parallel.trivial:   # 3D: the ideal runtime only
+        if runtime is not None:
+            raise InputError("--tp / --pp / --sequence-parallel / --recompute selective "
+                             "model the ideal runtime; expected no --runtime with them")
+        jobs = [(model, cluster, s, training, a, mode, False, None, 1, 0, None, False,
+                 parallel) for s in pool for a in algos]
     if workers > 1 and mode == "engine" and len(jobs) > 2:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor

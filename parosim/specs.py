@@ -492,6 +492,14 @@ class ClusterSpec:
         """ng = n / m."""
         return self.nodes // self.group_nodes
 
+    def __hash__(self) -> int:
+        """Cached (specs key many caches; hashing the nested fields each time is slow)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            self.__dict__["_hash"] = h
+        return h
+
     def with_nodes(self, nodes: int) -> ClusterSpec:
         """The same cluster with another node count (the CLI's ``--nodes``)."""
         return replace(self, nodes=nodes)

@@ -180,3 +180,20 @@ def test_collectives_and_steps_4x2():
 
     _measure({"emulate": True, "nodes": 4, "ranks_per_node": 2, "strategies": "GGG,IIG,NIG"},
              check)
+
+
+def test_steps_3d_2x2():
+    """TP = 2 x DP = 2 and PP = 2 x DP = 2 Plans (issue 11) on the 2 x 2 emulation, predicted
+    with the calibrated spec (the steps are held out of the fit): pipeline step within 15 %,
+    TP step within 20 % (measured: +7 % and +2 %; docs/parallelism.md). One attempt, no
+    retake."""
+    def check(res):
+        steps = {r["strategy"]: r for r in res["rows"] if r["what"] == "step"}
+        assert set(steps) == {"TP2xPP1 NNN", "TP1xPP2 NNN"}
+        table = "\n".join(f"{k}: sim {r['simulated_s']:.3f} meas {r['measured_s']:.3f} err "
+                          f"{r['error_pct']:+.1f}%" for k, r in steps.items())
+        assert abs(steps["TP1xPP2 NNN"]["error_pct"]) <= 15, table
+        assert abs(steps["TP2xPP1 NNN"]["error_pct"]) <= 20, table
+
+    _measure({"emulate": True, "nodes": 2, "ranks_per_node": 2, "parallel": "2x1,1x2",
+              "sizes": "1MiB"}, check, attempts=1)

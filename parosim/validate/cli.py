@@ -31,7 +31,7 @@ DEFAULTS = {
     "emulate": False, "nodes": 2, "ranks_per_node": 2, "nic_bandwidth": "300Mbps",
     "nic_delay": "0s", "intra_ratio": 8.0, "sizes": "1MiB,4MiB,16MiB",
     "algos": "ring,hierarchical,ho-ring", "ops": "all-gather,reduce-scatter,all-reduce",
-    "strategies": "", "step_algo": "ring", "accum_steps": 4, "mode": "explicit",
+    "strategies": "", "parallel": "", "step_algo": "ring", "accum_steps": 4, "mode": "explicit",
     "backend": "gloo", "iters": 0, "warmup": 1, "calibrate": True, "calibration": None,
     "max_chunks": 2, "timeout": 600.0, "out": None, "json": False,
 }
@@ -57,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", default=d["ops"], help="all-gather,reduce-scatter,all-reduce")
     p.add_argument("--strategies", default=d["strategies"],
                    help="also run whole-step Plans of these strategies, e.g. GGG,IIG,NIG")
+    p.add_argument("--parallel", default=d["parallel"],
+                   help="also run TP x PP x DP Plans, e.g. 2x1,1x2 or 2x1:IIG (TPxPP[:PaRO "
+                   "strategy on the DP group, default NNN]; docs/parallelism.md)")
     p.add_argument("--step-algo", default=d["step_algo"], help="algorithm for the Plans")
     p.add_argument("--accum-steps", type=int, default=d["accum_steps"],
                    help="micro-steps per step in the Plans")
@@ -109,6 +112,13 @@ class _Opts:
         self.ops = [parse_enum(Op, o, "--ops") for o in _split(r["ops"], "--ops")]
         self.step_algo = parse_enum(Algo, r["step_algo"], "--step-algo")
         self.strategies = _split(r["strategies"], "--strategies", allow_empty=True)
+        from .harness import parse_parallel
+
+        self.parallel = parse_parallel(r.get("parallel") or "")
+        for tp, pp, _ in self.parallel:
+            if tp * pp > 0 and (self.nodes * self.ranks_per_node) % (tp * pp):
+                raise InputError(f"--parallel {tp}x{pp}: {tp * pp} does not divide the "
+                                 f"{self.nodes * self.ranks_per_node} ranks")
         if self.strategies:
             from ..strategies import parse_strategy
 
@@ -186,6 +196,12 @@ def run_validate(args) -> dict:
             rows += validate_steps(launch, spec, o.strategies, o.step_algo,
                                    training=small_training(o.accum_steps), warmup=o.warmup,
                                    iters=o.iters or 3)
+        if o.parallel:
+            from .harness import small_training, validate_steps_3d
+
+            rows += validate_steps_3d(launch, spec, o.parallel, o.step_algo,
+                                      training=small_training(o.accum_steps),
+                                      warmup=o.warmup, iters=o.iters or 3)
     from ..io.cluster import cluster_to_yaml
 
     result = {

@@ -14,6 +14,7 @@ reported beside it.
 from __future__ import annotations
 
 from ..collectives import Algo, Op, Scope, lower, program_time, simulate_program
+from ..errors import InputError
 from ..specs import ClusterSpec
 from .executor import Launch, auto_iters, collective_task, run_tasks
 from .report import row
@@ -96,6 +97,105 @@ def plan_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "ex
         ops.append(d)
     return {"id": task_id, "kind": "plan", "mode": mode, "warmup": warmup, "iters": iters,
             "ops": ops}
+
+
+_COPY_ID = 10**9   # ids of the extra copies of a coalesced op (above every plan op id)
+
+
+def plan3d_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "explicit",
+                warmup: int = 1, iters: int = 3) -> dict:
+    """:func:`plan_task` for a TP x PP x DP Plan (:mod:`parosim.plan3d`): every op carries the
+    ranks that run it (its stage's, or its group set's), a point-to-point send is a ``send``
+    phase on its (src, dst) pairs, and a coalesced op (``count`` > 1) becomes count
+    collective calls in a row on its stream."""
+    from ..parallel import PairSet, layout_for
+    from ..plan import ComputeOp
+    from .executor import program_phases
+
+    lay = layout_for(spec, plan.tp, plan.pp)
+    stage_ranks = {k: sorted(r for g in lay.tp_groups(k) for r in g) for k in range(plan.pp)}
+    ops = []
+    for op in plan.ops:
+        d = {"id": op.id, "name": op.name, "stream": op.stream, "deps": list(op.deps)}
+        k = int(op.stream.rsplit("/s", 1)[1])
+        if isinstance(op, ComputeOp):
+            d.update(kind="compute", duration_s=float(op.duration_s), ranks=stage_ranks[k])
+            ops.append(d)
+            continue
+        if isinstance(op.scopes, PairSet):
+            phases = [{"name": op.name, "op": "send", "rings": [list(p) for p in
+                                                                   op.scopes.rings],
+                       "buffer_bytes": float(op.size_bytes), "lane": "main", "deps": [],
+                       "channel": f"{op.stream}|main"}]
+        else:
+            phases = program_phases(op.lower(spec, algo), f"{op.stream}|")
+        ranks = sorted({r for ph in phases for ring in ph["rings"] for r in ring})
+        # a coalesced op (count collectives back to back) runs as count separate calls on
+        # its stream, as Megatron issues them; the last copy keeps the op's id
+        for c in range(op.count - 1):
+            ops.append(dict(d, id=_COPY_ID + op.id * 1000 + c, name=f"{op.name} #{c}",
+                            deps=list(op.deps) if c == 0 else [], kind="collective",
+                            phases=phases, ranks=ranks))
+        d.update(kind="collective", phases=phases, ranks=ranks)
+        ops.append(d)
+    return {"id": task_id, "kind": "plan", "mode": mode, "warmup": warmup, "iters": iters,
+            "ops": ops}
+
+
+def parse_parallel(text: str) -> list[tuple[int, int, str]]:
+    """``"2x1,1x2:IIG"`` -> [(tp, pp, strategy)]: TP x PP, optional PaRO strategy (NNN).
+
+    >>> parse_parallel("2x1,1x2:nng")
+    [(2, 1, 'NNN'), (1, 2, 'NNG')]
+    """
+    from ..strategies import parse_strategy
+
+    out = []
+    for item in (x.strip() for x in str(text).split(",")):
+        if not item:
+            continue
+        shape, _, strat = item.partition(":")
+        try:
+            tp, pp = (int(v) for v in shape.lower().split("x"))
+        except ValueError:
+            raise InputError(f"--parallel {item!r} is not TPxPP[:STRATEGY]; expected e.g. "
+                             "2x1 or 1x2:IIG") from None
+        out.append((tp, pp, parse_strategy(strat or "NNN").short))
+    return out
+
+
+def validate_steps_3d(launch: Launch, spec: ClusterSpec, configs, algo: Algo = Algo.RING,
+                      model=None, training=None, mode: str = "explicit", warmup: int = 1,
+                      iters: int = 3) -> list[dict]:
+    """Run one global step of TP x PP x DP Plans for real and compare with the engine.
+
+    ``configs``: [(tp, pp, strategy)] (see :func:`parse_parallel`). Rows as
+    :func:`validate_steps`, with ``strategy`` = ``TPxPP strategy`` and ``tp``, ``pp``,
+    ``dp``."""
+    from ..parallel import ParallelSpec
+    from ..plan3d import build_plan_3d, check_supported, replay_3d
+
+    model = model or small_model()
+    training = training or small_training()
+    check_supported(spec, training, algo)
+    plans = {}
+    for tp, pp, strat in configs:
+        par = ParallelSpec(tp=tp, pp=pp)
+        plans[f"TP{tp}xPP{pp} {strat}"] = build_plan_3d(model, strat, spec, training, par)
+    tasks = [plan3d_task(f"step3d/{k}", p, spec, algo, mode, warmup, iters)
+             for k, p in plans.items()]
+    res = run_tasks(launch, tasks)
+    rows = []
+    for k, p in plans.items():
+        r = res[f"step3d/{k}"]
+        sim = replay_3d(p, spec, algo)[0].step_time_s
+        rows.append(row("step", sim, r.median_s, algo=algo.value, strategy=k,
+                        model=model.name, accum_steps=training.accum_steps, ops=len(p.ops),
+                        tp=p.tp, pp=p.pp, dp=p.dp,
+                        measured_by="explicit-ring" if mode == "explicit" else
+                        "backend-native", backend=r.backend, times_s=r.times_s,
+                        ranks=launch.world, nodes=launch.nodes))
+    return rows
 
 
 def validate_steps(launch: Launch, spec: ClusterSpec, strategies=("GGG", "IIG", "NIG"),

@@ -67,8 +67,10 @@ def ordering_mismatches(rows: list[dict], key=("what", "op", "size_bytes", "stra
             if hi["simulated_s"] <= lo["simulated_s"] * (1 + margin):
                 continue
             if not hi["measured_s"] > lo["measured_s"]:
-                label = " ".join(str(x) for x in (g[1] or g[0], g[3]) if x)
-                size = f" size {g[2]:g}" if g[2] else ""
+                g4 = (*g, None, None, None, None)   # keys of any length (steps use 3)
+                label = " ".join(str(x) for x in (g4[1] or g4[0], g4[3]) if x)
+                size = (f" size {g4[2]:g}" if isinstance(g4[2], (int, float)) and g4[2]
+                        else "")
                 bad.append(f"{label}{size}: simulated {lo[by]} < {hi[by]} by "
                            f"{100 * (hi['simulated_s'] / lo['simulated_s'] - 1):.0f}%, "
                            f"measured {lo['measured_s']:.3g} s vs {hi['measured_s']:.3g} s")

@@ -78,6 +78,8 @@ class PhaseRunner:
         numel = max(1, int(phase["buffer_bytes"] // 4))
         if self.ring is not None:
             k = len(self.ring)  # equal pieces (backends' collectives need them): round up
+            if phase["op"] == "send":
+                k = 1
             numel = -(-numel // k) * k
             self.buf = torch.zeros(numel, dtype=torch.float32, device=ctx.device)
             self.scratch = torch.empty(numel // len(self.ring) + 1, dtype=torch.float32,
@@ -92,6 +94,15 @@ class PhaseRunner:
         if self.ring is None or len(self.ring) < 2:
             return
         op = self.ph["op"]
+        if op == "send":   # point-to-point (pipeline stages): rings are (src, dst) pairs
+            src, dst = self.ring
+            me = self.ctx.rank
+            if me == src:
+                dist.send(self.buf, dst, group=R._pg(self.group, src, dst))
+            else:
+                dist.recv(self.buf, src, group=R._pg(self.group, src, dst))
+            self.ctx.sync()
+            return
         if self.mode == "native":
             NATIVE[op](self.buf, self.ring, self.ctx.rank, self.group)
         elif op == "all-gather":
@@ -102,7 +113,7 @@ class PhaseRunner:
 
     def check(self) -> str | None:
         """None if the data is right after one run from :meth:`fill`, else what is wrong."""
-        if self.ring is None or len(self.ring) < 2:
+        if self.ring is None or len(self.ring) < 2 or self.ph["op"] == "send":
             return None
         k, p = len(self.ring), self.ring.index(self.ctx.rank)
         ps = R.pieces(self.buf.cpu(), k)
@@ -182,8 +193,10 @@ def run_plan(ctx: Ctx, task: dict) -> dict:
     """Streams as threads; collective ops run their phases on their lanes (nested threads)."""
     ops = task["ops"]
     index = {op["id"]: i for i, op in enumerate(ops)}
+    # an op with "ranks" runs only on those ranks (3D plans: a pipeline stage's ops)
+    mine = [op.get("ranks") is None or ctx.rank in op["ranks"] for op in ops]
     runners = {i: [PhaseRunner(ctx, ph, task["mode"]) for ph in op["phases"]]
-               for i, op in enumerate(ops) if op["kind"] == "collective"}
+               for i, op in enumerate(ops) if op["kind"] == "collective" and mine[i]}
     streams: dict[str, list[int]] = {}
     for i, op in enumerate(ops):
         streams.setdefault(op["stream"], []).append(i)
@@ -205,6 +218,9 @@ def run_plan(ctx: Ctx, task: dict) -> dict:
                     while not done[index[d]].wait(1.0):
                         if errors:
                             return
+                if not mine[i]:
+                    done[i].set()
+                    continue
                 s = time.perf_counter()
                 if ops[i]["kind"] == "compute":
                     time.sleep(ops[i]["duration_s"])

@@ -1,0 +1,950 @@
+"""3D parallelism (TP x PP x DP with PaRO on the DP group): the Plan, memory, analytic, step.
+
+The layout (ranks, groups, their lowering) is :mod:`parosim.parallel`; this module builds one
+global step of one job as a :class:`Plan3D` (a :class:`parosim.plan.Plan` whose ops carry
+their group set), replayed by the same engine (:func:`parosim.replay.replay`), and costs it in
+closed form. Formulas and sources: ``docs/parallelism.md``.
+
+Per pipeline stage k (streams ``compute/s{k}``, ``comm-param/s{k}``, ``comm-grad/s{k}``,
+``p2p-fwd/s{k}``, ``p2p-bwd/s{k}``):
+
+* **Units.** The L layers are cut into p·v chunks of L/(p·v) layers (v = 1 for 1F1B); chunk
+  c of stage k is virtual stage c·p + k. The token embedding sits on virtual stage 0 (stage 0),
+  the final norm + LM head on the last (stage p-1) (Megatron-LM's placement). Every unit's
+  weights are split by t (Megatron column/row split; the vocabulary-parallel embedding and
+  head split the vocabulary); norm weights, replicated in Megatron, are counted split too
+  (< 0.01 % of the parameters). A tied embedding with p > 1 is held twice, on the first and
+  the last stage (Megatron's copy; the all-reduce of its gradient between the two stages,
+  once per step, is not modelled).
+* **Compute** per unit and micro-batch: the FLOPs of :mod:`parosim.compute` divided by t, at
+  the same efficiency. Full recomputation adds one layer forward before each backward;
+  selective recomputation (attention core only) adds nothing to the matmul FLOPs
+  (Korthikanti et al. 2022 §5: the recomputed QKᵀ/softmax/AV work is a few % and we do not
+  count it) and only saves memory.
+* **TP collectives** (full buffer 2·s·b·h bytes, bf16), on the compute stream (blocking, as in
+  Megatron): per layer 2 all-reduces in forward and 2 in backward (f and g of Shoeybi et al.
+  2019), again 2 in the recomputed forward; the embedding's forward output 1 all-reduce; the
+  LM head's backward input gradient 1 all-reduce. With sequence parallelism each all-reduce
+  becomes an all-gather + a reduce-scatter of the same buffer (Korthikanti §4.2.2).
+* **Pipeline**: 1F1B (warm-up p-k-1 forwards on stage k, then one forward / one backward,
+  then the cool-down) or Megatron's interleaved schedule (warm-up 2(p-k-1) + (v-1)p chunk
+  forwards; needs m divisible by p). After a chunk's forward its output activation
+  (2·s·b·h/t bytes per rank: Megatron's scatter/gather optimisation, or the
+  sequence-parallel shard) goes point-to-point to the next stage on ``p2p-fwd/s{k}``; without
+  sequence parallelism the receiving TP group all-gathers it (2·s·b·h). Gradients go back the
+  same way on ``p2p-bwd/s{k}``. Those transfers are flows on the cluster graph: they contend.
+* **DP with PaRO**: exactly :mod:`parosim.plan`'s rules applied to the stage's units and its
+  DP groups (n -> d, m -> m_dp, sizes /t): parameter all-gathers before each use for p = I/G
+  (prefetched one unit ahead), gradient reduce-scatters after each backward for g = I/G, and
+  at the boundary the gradient sync, the optimizer step and the parameter sync, per stage.
+
+With p = N and g = N a chunk's forward (backward) is one compute op and one TP op per
+collective kind with a ``count`` (the engine moves count x the bytes and pays count x the
+latency): the same time as the per-layer ops when nothing else shares the links, and far fewer
+ops. Otherwise ops are per unit, as in :mod:`parosim.plan`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from .collectives.types import Algo, Op, Scope, parse_enum
+from .compute import (
+    ADAM_BYTES_PER_PARAM,
+    head_backward_flops,
+    head_forward_flops,
+    layer_backward_flops,
+    layer_forward_flops,
+    step_flops,
+)
+from .errors import InputError
+from .memory import (
+    MARGIN_FRACTION,
+    RUNTIME_RESERVE_BYTES,
+    MemoryBreakdown,
+)
+from .models import ModelSpec
+from .parallel import (
+    GroupScopes,
+    Layout,
+    PairSet,
+    ParallelSpec,
+    layout_for,
+    lower_group,
+    lower_p2p,
+)
+from .plan import SYNC_GRAD, SYNC_PARAM, CollectiveOp, ComputeOp, Plan
+from .specs import ClusterSpec
+from .strategies import Level, Strategy, model_states_bytes, parse_strategy
+from .training import (
+    BYTES_PER_ACTIVATION,
+    BYTES_PER_GRAD,
+    BYTES_PER_OPTIM_STATE,
+    BYTES_PER_PARAM,
+    TrainingSpec,
+)
+
+_LEVEL_SCOPE = {Level.I: Scope.INTRA, Level.G: Scope.GLOBAL}
+
+
+# -- ops and plan ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GroupOp(CollectiveOp):
+    """A collective (or point-to-point transfer) over a set of groups of one stage.
+
+    ``group``: ``"tp"``, ``"dp"`` or ``"p2p"``; ``count``: identical collectives back to back
+    (the engine moves count x the bytes and pays count x the latency and overheads);
+    ``scopes``: the :class:`~parosim.parallel.GroupScopes` (or the
+    :class:`~parosim.parallel.PairSet`); the inherited ``algo``, when set, overrides the
+    step's algorithm (TP groups inside a node: ring).
+    """
+
+    stage: int = 0
+    group: str = "dp"
+    count: int = 1
+    scopes: GroupScopes | PairSet | None = None
+
+    def lower(self, spec: ClusterSpec, algo: Algo):
+        """The lowered :class:`~parosim.collectives.types.Program` (one collective)."""
+        if self.group == "p2p":
+            return lower_p2p(self.scopes, self.size_bytes)
+        return lower_group(spec, self.op, self.scope, self.size_bytes, self.algo or algo,
+                           self.scopes)
+
+    @property
+    def cache_key(self) -> tuple:
+        return (self.group, self.stage, self.op, self.scope, self.size_bytes, self.algo,
+                self.scopes.label if isinstance(self.scopes, PairSet) else None)
+
+
+@dataclass(frozen=True)
+class Plan3D(Plan):
+    """A Plan of a TP x PP x DP job. ``group_size`` is m_dp (DP ranks per PaRO group);
+    ``accum_steps`` is m, the micro-batches per step per DP replica."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    schedule: str = "1f1b"
+    virtual: int = 1
+    sequence_parallel: bool = False
+    selective_recompute: bool = False
+    hardware_flops_per_gpu: float = 0.0
+    stage_params: tuple[float, ...] = field(default=())
+
+    @property
+    def groups(self) -> int:
+        return self.dp // self.group_size
+
+
+@dataclass(frozen=True)
+class _Unit:
+    label: str
+    kind: str            # "embed", "layer", "head"
+    params: int          # whole-model parameters of the unit (split by t per GPU)
+
+
+def chunk_units(model: ModelSpec, par: ParallelSpec) -> list[list[_Unit]]:
+    """Units of every virtual stage (chunk c of stage k is index c·p + k)."""
+    return _chunk_units(model, par.pp, par.virtual)
+
+
+@lru_cache(maxsize=512)
+def _chunk_units(model: ModelSpec, pp: int, virtual: int) -> list[list[_Unit]]:
+    model.require_shape("a pipeline plan")
+    par = ParallelSpec(pp=pp, schedule="interleaved" if virtual > 1 else "1f1b",
+                       virtual=virtual)
+    chunks = par.chunks
+    if model.layers % chunks:
+        raise InputError(f"model {model.name!r} has {model.layers} layers, not divisible "
+                         f"into --pp {par.pp} x {par.virtual} virtual stage(s) = {chunks} "
+                         "equal chunks; expected a pipeline degree (x chunks) that divides "
+                         "the layer count")
+    per = model.layers // chunks
+    out = []
+    for vs in range(chunks):
+        units = [_Unit(f"L{i}", "layer", model.layer_params)
+                 for i in range(vs * per, (vs + 1) * per)]
+        if vs == 0:
+            units.insert(0, _Unit("embed", "embed", model.embedding_params))
+        if vs == chunks - 1:
+            head = model.head_params
+            if getattr(model, "tied_embeddings", False) and pp > 1:
+                head += model.vocab * model.hidden   # Megatron's copy on the last stage
+            units.append(_Unit("head", "head", head))
+        out.append(units)
+    return out
+
+
+def stage_params(model: ModelSpec, par: ParallelSpec) -> list[float]:
+    """Parameters each GPU of stage k holds before DP sharding: Σ its units / t."""
+    units = chunk_units(model, par)
+    out = [0.0] * par.pp
+    for vs, us in enumerate(units):
+        out[vs % par.pp] += sum(u.params for u in us) / par.tp
+    return out
+
+
+def tp_collectives(kind: str, phase: str, sp: bool) -> list[tuple[Op, int]]:
+    """TP collectives of one unit in one pass: [(op, count)] (module docstring).
+
+    >>> tp_collectives("layer", "fwd", False), tp_collectives("layer", "bwd", True)
+    ([(<Op.ALL_REDUCE: 'all-reduce'>, 2)], [(<Op.ALL_GATHER: 'all-gather'>, 2), \
+(<Op.REDUCE_SCATTER: 'reduce-scatter'>, 2)])
+    """
+    n = {("layer", "fwd"): 2, ("layer", "bwd"): 2, ("layer", "recompute"): 2,
+         ("embed", "fwd"): 1, ("head", "bwd"): 1}.get((kind, phase), 0)
+    if sp:
+        if kind == "embed":
+            return [(Op.REDUCE_SCATTER, 1)] if phase == "fwd" else []
+        if kind == "head":
+            return ([(Op.ALL_GATHER, 1)] if phase == "fwd" else
+                    [(Op.REDUCE_SCATTER, 1)] if phase == "bwd" else [])
+        return [(Op.ALL_GATHER, n), (Op.REDUCE_SCATTER, n)] if n else []
+    return [(Op.ALL_REDUCE, n)] if n else []
+
+
+def tp_buffer_bytes(model: ModelSpec, training: TrainingSpec) -> float:
+    """Full buffer of one TP collective: the layer activation, 2·s·b·h bytes (bf16)."""
+    return BYTES_PER_ACTIVATION * training.seq_len * training.micro_batch * model.hidden
+
+
+def unit_flops(model: ModelSpec, training: TrainingSpec, kind: str, phase: str) -> float:
+    """FLOPs of one whole unit (before the TP split) for one micro-batch."""
+    if kind == "layer":
+        return (layer_backward_flops(model, training) if phase == "bwd"
+                else layer_forward_flops(model, training))
+    if kind == "head":
+        return (head_backward_flops(model, training) if phase == "bwd"
+                else head_forward_flops(model, training))
+    return 0.0
+
+
+def recompute_flops(model: ModelSpec, training: TrainingSpec, full: bool,
+                    selective: bool) -> float:
+    """FLOPs recomputed before one layer's backward (whole layer, before the TP split)."""
+    from .compute import layer_attention_flops_per_token
+
+    if full:
+        return layer_forward_flops(model, training)
+    if selective:
+        return (training.tokens_per_micro_step
+                * layer_attention_flops_per_token(model, training.seq_len))
+    return 0.0
+
+
+def schedule_order(stage: int, par: ParallelSpec, m: int) -> list[tuple[str, int, int]]:
+    """(``"F"``/``"B"``, virtual stage, micro-batch) in the order stage ``stage`` runs them.
+
+    >>> [f"{a}{i}" for a, _, i in schedule_order(0, ParallelSpec(pp=3), 4)]
+    ['F0', 'F1', 'F2', 'B0', 'F3', 'B1', 'B2', 'B3']
+    """
+    p, v = par.pp, par.virtual
+    total = m * v
+    if v == 1:
+        warm = min(p - stage - 1, m)
+    else:
+        if m % p:
+            raise InputError(f"the interleaved schedule needs the micro-batches per step "
+                             f"(--accum = {m}) to be a multiple of --pp {p}")
+        warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
+
+    def unit(u: int, backward: bool) -> tuple[int, int]:
+        c = (u // p) % v
+        if backward:
+            c = v - 1 - c
+        return c * p + stage, (u // (p * v)) * p + u % p if v > 1 else u
+
+    order = [("F", *unit(u, False)) for u in range(warm)]
+    for j in range(total - warm):
+        order.append(("F", *unit(warm + j, False)))
+        order.append(("B", *unit(j, True)))
+    order += [("B", *unit(u, True)) for u in range(total - warm, total)]
+    return order
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.ops: list = []
+        self.last: dict[str, int] = {}
+
+    def _add(self, op) -> int:
+        self.ops.append(op)
+        self.last[op.stream] = op.id
+        return op.id
+
+    def compute(self, name, kind, layer, mb, flops, seconds, stream, deps) -> int:
+        return self._add(ComputeOp(len(self.ops), name, kind, layer, mb, flops, seconds,
+                                   stream, _deps(deps)))
+
+    def coll(self, name, op, scope, size, purpose, layer, mb, stream, deps, *, stage, group,
+             scopes, count=1, algo=None) -> int | None:
+        k = 2 if group == "p2p" else scopes.size(scope)
+        if k <= 1 or size <= 0 or count < 1:
+            return None
+        return self._add(GroupOp(len(self.ops), name, op, scope, float(size), purpose, layer,
+                                 mb, stream, _deps(deps), algo=algo, stage=stage, group=group,
+                                 count=count, scopes=scopes))
+
+
+def _deps(deps) -> tuple[int, ...]:
+    return tuple(sorted({d for d in deps if d is not None}))
+
+
+def resolve_recompute_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
+                         training: TrainingSpec, par: ParallelSpec) -> bool:
+    """Full recomputation: as set, or auto (None): on iff it does not fit without."""
+    if training.recompute is not None:
+        return training.recompute
+    return not _memory(model, strategy, cluster, training, par, False).fits
+
+
+def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
+                  training: TrainingSpec, par: ParallelSpec) -> Plan3D:
+    """The op list of one global step of a TP x PP x DP job (module docstring).
+
+    ``training.micro_batch`` is per DP replica and ``training.accum_steps`` is m, the
+    micro-batches each replica's pipeline runs per step.
+    """
+    from .compute import compute_seconds
+
+    strategy = parse_strategy(strategy)
+    lay = layout_for(cluster, par.tp, par.pp)
+    p, t, v = par.pp, par.tp, par.virtual
+    m = training.accum_steps
+    r = training.trainable_ratio
+    sp = par.sequence_parallel
+    recompute = resolve_recompute_3d(model, strategy, cluster, training, par)
+    rc_flops = recompute_flops(model, training, recompute, par.selective_recompute)
+    units = chunk_units(model, par)
+    last_vs = len(units) - 1
+    b = _Builder()
+    tp_size = tp_buffer_bytes(model, training)
+    msg = tp_size / t                    # p2p bytes per rank (scatter/gather or SP shard)
+    tp_algo = par.tp_algo if t > cluster.gpus_per_node else Algo.RING
+    coalesce = strategy.p is Level.N and strategy.g is Level.N
+    done: list[list[int]] = [[] for _ in range(p)]
+    sent: dict[tuple[str, int, int], int] = {}
+
+    def secs(f: float) -> float:
+        return compute_seconds(f, cluster, training)
+
+    def tp_ops(k: int, kinds: list[str], phase: str, mb: int, label: str) -> None:
+        counts: dict[Op, int] = {}
+        for kind in kinds:
+            for op, c in tp_collectives(kind, phase, sp):
+                counts[op] = counts.get(op, 0) + c
+        for op, c in counts.items():
+            b.coll(f"tp {op.value} {phase} {label} mb{mb}", op, Scope.GLOBAL, tp_size, "tp",
+                   None, mb, f"compute/s{k}", [], stage=k, group="tp",
+                   scopes=lay.tp_scopes(k), count=c, algo=tp_algo)
+
+    def gather(k: int, u: _Unit, phase: str, mb: int) -> int | None:
+        if strategy.p is Level.N:
+            return None
+        d = done[k]
+        return b.coll(f"ag-param {phase} {u.label} mb{mb}", Op.ALL_GATHER,
+                      _LEVEL_SCOPE[strategy.p], BYTES_PER_PARAM * u.params / t,
+                      "param-gather", None, mb, f"comm-param/s{k}",
+                      [d[-2] if len(d) >= 2 else None], stage=k, group="dp",
+                      scopes=lay.dp_scopes(k))
+
+    def forward(k: int, vs: int, mb: int) -> None:
+        us = units[vs]
+        dep0 = sent.get(("F", vs - 1, mb))
+        cs = f"compute/s{k}"
+        if coalesce:
+            f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
+            done[k].append(b.compute(f"fwd c{vs} mb{mb}", "fwd", None, mb, f, secs(f), cs,
+                                     [dep0]))
+            tp_ops(k, [u.kind for u in us], "fwd", mb, f"c{vs}")
+        else:
+            for j, u in enumerate(us):
+                g = gather(k, u, "fwd", mb)
+                f = unit_flops(model, training, u.kind, "fwd") / t
+                kind = {"layer": "fwd", "head": "head-fwd", "embed": "embed-fwd"}[u.kind]
+                done[k].append(b.compute(f"fwd {u.label} mb{mb}", kind, None, mb, f, secs(f),
+                                         cs, [g, dep0 if j == 0 else None]))
+                tp_ops(k, [u.kind], "fwd", mb, u.label)
+        if vs < last_vs:
+            nxt = (vs + 1) % p
+            sid = b.coll(f"send act c{vs} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL, msg,
+                         "p2p-act", None, mb, f"p2p-fwd/s{k}", [b.last[cs]], stage=k,
+                         group="p2p", scopes=lay.pairs(k, nxt))
+            if not sp and t > 1:
+                sid = b.coll(f"tp all-gather act c{vs + 1} mb{mb}", Op.ALL_GATHER,
+                             Scope.GLOBAL, tp_size, "tp", None, mb, f"p2p-fwd/s{k}", [sid],
+                             stage=nxt, group="tp", scopes=lay.tp_scopes(nxt), algo=tp_algo)
+            sent[("F", vs, mb)] = sid if sid is not None else b.last[cs]
+
+    def backward(k: int, vs: int, mb: int) -> None:
+        us = units[vs]
+        dep0 = sent.get(("B", vs + 1, mb))
+        cs = f"compute/s{k}"
+        if coalesce:
+            first = [dep0]
+            if rc_flops:
+                f = sum(rc_flops for u in us if u.kind == "layer") / t
+                b.compute(f"recompute c{vs} mb{mb}", "recompute", None, mb, f, secs(f), cs,
+                          first)
+                if recompute:
+                    tp_ops(k, [u.kind for u in us], "recompute", mb, f"c{vs}")
+                first = []
+            f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
+            done[k].append(b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f, secs(f), cs,
+                                     first))
+            tp_ops(k, [u.kind for u in us], "bwd", mb, f"c{vs}")
+        else:
+            for j, u in enumerate(reversed(us)):
+                g = gather(k, u, "bwd", mb)
+                first = [dep0] if j == 0 else []
+                if rc_flops and u.kind == "layer":
+                    f = rc_flops / t
+                    b.compute(f"recompute {u.label} mb{mb}", "recompute", None, mb, f,
+                              secs(f), cs, [g, *first])
+                    if recompute:
+                        tp_ops(k, ["layer"], "recompute", mb, u.label)
+                    first = []
+                f = unit_flops(model, training, u.kind, "bwd") / t
+                kind = {"layer": "bwd", "head": "head-bwd", "embed": "embed-bwd"}[u.kind]
+                cid = b.compute(f"bwd {u.label} mb{mb}", kind, None, mb, f, secs(f), cs,
+                                [g, *first])
+                done[k].append(cid)
+                tp_ops(k, [u.kind], "bwd", mb, u.label)
+                if strategy.g is not Level.N:
+                    b.coll(f"rs-grad {u.label} mb{mb}", Op.REDUCE_SCATTER,
+                           _LEVEL_SCOPE[strategy.g], BYTES_PER_GRAD * u.params * r / t,
+                           "grad-reduce", None, mb, f"comm-grad/s{k}", [cid], stage=k,
+                           group="dp", scopes=lay.dp_scopes(k))
+        if vs > 0:
+            prv = (vs - 1) % p
+            sid = b.coll(f"send grad c{vs} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL, msg,
+                         "p2p-grad", None, mb, f"p2p-bwd/s{k}", [b.last[cs]], stage=k,
+                         group="p2p", scopes=lay.pairs(k, prv))
+            if not sp and t > 1:
+                sid = b.coll(f"tp all-gather grad c{vs - 1} mb{mb}", Op.ALL_GATHER,
+                             Scope.GLOBAL, tp_size, "tp", None, mb, f"p2p-bwd/s{k}", [sid],
+                             stage=prv, group="tp", scopes=lay.tp_scopes(prv), algo=tp_algo)
+            sent[("B", vs, mb)] = sid if sid is not None else b.last[cs]
+
+    orders = [schedule_order(k, par, m) for k in range(p)]
+    ptr = [0] * p
+    while any(ptr[k] < len(orders[k]) for k in range(p)):
+        progressed = False
+        for k in range(p):
+            while ptr[k] < len(orders[k]):
+                what, vs, mb = orders[k][ptr[k]]
+                if what == "F" and vs > 0 and ("F", vs - 1, mb) not in sent:
+                    break
+                if what == "B" and vs < last_vs and ("B", vs + 1, mb) not in sent:
+                    break
+                (forward if what == "F" else backward)(k, vs, mb)
+                ptr[k] += 1
+                progressed = True
+        if not progressed:  # a schedule bug, not an input problem
+            raise RuntimeError("pipeline schedule cannot progress: "
+                               + ", ".join(f"s{k}: {orders[k][ptr[k]]}" for k in range(p)
+                                           if ptr[k] < len(orders[k])))
+    sparams = stage_params(model, par)
+    for k in range(p):
+        _boundary(b, k, strategy, lay, sparams[k] * r, cluster)
+    n = cluster.gpus
+    tokens = training.micro_batch * training.seq_len * m * lay.d
+    hw = sum(o.flops for o in b.ops if isinstance(o, ComputeOp)) / p
+    return Plan3D(ops=tuple(b.ops), strategy=strategy, gpus=n, group_size=lay.m_dp,
+                  model=model.name, micro_batch=training.micro_batch, accum_steps=m,
+                  seq_len=training.seq_len, trainable_ratio=r, tokens_per_step=tokens,
+                  model_flops_per_step=step_flops(model, training, tokens / n),
+                  recompute=recompute, tp=t, pp=p, dp=lay.d, schedule=par.schedule,
+                  virtual=v, sequence_parallel=sp,
+                  selective_recompute=par.selective_recompute, hardware_flops_per_gpu=hw,
+                  stage_params=tuple(sparams))
+
+
+def _boundary(b: _Builder, k: int, strategy: Strategy, lay: Layout, trainable: float,
+              cluster: ClusterSpec) -> None:
+    """Per stage: t_sync_g, the optimizer step, t_sync_p (:mod:`parosim.plan` tables)."""
+    full = BYTES_PER_GRAD * trainable
+    sizes = {"full": full, "shard": full / lay.m_dp}
+    gs = lay.dp_scopes(k)
+    deps = [b.last.get(f"compute/s{k}"), b.last.get(f"comm-grad/s{k}")]
+    for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
+        cid = b.coll(f"sync-grad {op.value} {scope.value} s{k}", op, scope, sizes[size],
+                     "sync-grad", None, None, f"comm-grad/s{k}", deps, stage=k, group="dp",
+                     scopes=gs)
+        deps = [cid] if cid is not None else deps
+    d_os = strategy.os.divisor(lay.d, lay.m_dp)
+    opt_s = ADAM_BYTES_PER_PARAM * trainable / d_os / cluster.gpu.hbm_bandwidth_Bps
+    deps = [b.compute(f"optimizer step s{k}", "optimizer", None, None, 0.0, opt_s,
+                      f"compute/s{k}", deps)]
+    for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
+        cid = b.coll(f"sync-param {op.value} {scope.value} s{k}", op, scope, sizes[size],
+                     "sync-param", None, None, f"comm-param/s{k}", deps, stage=k,
+                     group="dp", scopes=gs)
+        deps = [cid] if cid is not None else deps
+
+
+# -- memory ------------------------------------------------------------------------------
+
+def layer_activation_bytes_3d(model: ModelSpec, training: TrainingSpec, tp: int, sp: bool,
+                              selective: bool) -> float:
+    """Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022, Table 2):
+
+    no recompute: ``sbh(10 + 24/t + 5as/(ht))``; with SP ``sbh/t (34 + 5as/h)``;
+    selective: ``sbh(10 + 24/t)``; with SP ``34 sbh/t``.
+
+    >>> from parosim.models import preset
+    >>> m, tr = preset("llama-7b"), TrainingSpec(micro_batch=1, seq_len=2048)
+    >>> from parosim.memory import layer_activation_bytes
+    >>> layer_activation_bytes_3d(m, tr, 1, False, False) == layer_activation_bytes(m, 1, 2048)
+    True
+    """
+    s, b, h, a = training.seq_len, training.micro_batch, model.hidden, model.heads
+    # selective recomputation and FlashAttention both keep no s x s attention matrices;
+    # FlashAttention keeps its fp32 log-sum-exp, 4·b·a·s (split over the heads of the group)
+    attn = 0.0 if selective or training.attention == "flash" else 5 * a * s / h
+    lse = 4 * b * a * s / tp if training.attention == "flash" and not selective else 0.0
+    if sp:
+        return s * b * h * (34 + attn) / tp + lse
+    return s * b * h * (10 + 24 / tp + attn / tp) + lse
+
+
+def in_flight(stage: int, par: ParallelSpec, m: int) -> int:
+    """Chunk forwards whose activations stage ``stage`` holds at its peak (warm-up + 1)."""
+    p, v = par.pp, par.virtual
+    if v == 1:
+        return min(p - stage, m)
+    return min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    stage: int
+    breakdown: MemoryBreakdown
+
+
+def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
+                  training: TrainingSpec, par: ParallelSpec, recompute: bool,
+                  lay: Layout) -> list[MemoryBreakdown]:
+    t, sp = par.tp, par.sequence_parallel
+    r = training.trainable_ratio
+    units = chunk_units(model, par)
+    per_chunk = model.layers // par.chunks
+    s, b, h = training.seq_len, training.micro_batch, model.hidden
+    full_layer = layer_activation_bytes_3d(model, training, t, sp, par.selective_recompute)
+    no_rc_layer = layer_activation_bytes_3d(model, training, t, sp, False)
+    kept = BYTES_PER_ACTIVATION * s * b * h / (t if sp else 1) if recompute else full_layer
+    out = []
+    cap = float(cluster.gpu.memory_bytes)
+    for k in range(par.pp):
+        mine = [us for vs, us in enumerate(units) if vs % par.pp == k]
+        psi = sum(u.params for us in mine for u in us) / t
+        states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
+        chunks = in_flight(k, par, training.accum_steps)
+        acts = chunks * per_chunk * kept + (no_rc_layer if recompute else 0.0)
+        if k == par.pp - 1:   # final norm + LM-head input and fp32 logits (vocab split by t)
+            logit = training.logit_bytes or 4          # fp32 logits unless told otherwise
+            acts += 4 * s * b * h / (t if sp else 1) + logit * s * b * model.vocab / t
+        biggest = max(u.params for us in mine for u in us) / t
+        bufs = 0.0
+        if strategy.p is not Level.N:
+            bufs += 2 * BYTES_PER_PARAM * biggest
+        if strategy.g is not Level.N:
+            bufs += 2 * BYTES_PER_GRAD * biggest * r
+        margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
+        total = states + acts + bufs + margin
+        d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)
+        out.append(MemoryBreakdown(
+            model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
+            margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
+            shortfall_bytes=max(0.0, total - cap), params_bytes=BYTES_PER_PARAM * psi / d_p,
+            grads_bytes=BYTES_PER_GRAD * psi * r / d_g,
+            optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute))
+    return out
+
+
+def _memory(model, strategy, cluster, training, par, recompute) -> MemoryBreakdown:
+    lay = layout_for(cluster, par.tp, par.pp)
+    stages = _stage_memory(model, strategy, cluster, training, par, recompute, lay)
+    return max(stages, key=lambda mb: mb.total_bytes)
+
+
+def memory_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
+              training: TrainingSpec, par: ParallelSpec) -> MemoryBreakdown:
+    """Bytes per GPU of the most loaded pipeline stage (docs/parallelism.md, "Memory")."""
+    model.require_shape("memory with tensor or pipeline parallelism")
+    if (training.memory_model or "korthikanti") != "korthikanti":
+        raise InputError("--tp / --pp / --sequence-parallel / --recompute selective use the "
+                         "Korthikanti et al. memory estimate; expected no --memory-model "
+                         "runtime with them")
+    strategy = parse_strategy(strategy)
+    rc = resolve_recompute_3d(model, strategy, cluster, training, par)
+    return _memory(model, strategy, cluster, training, par, rc)
+
+
+def stage_memory_3d(model, strategy, cluster, training, par) -> list[MemoryBreakdown]:
+    """Per-stage breakdowns (stage 0 first)."""
+    strategy = parse_strategy(strategy)
+    rc = resolve_recompute_3d(model, strategy, cluster, training, par)
+    return _stage_memory(model, strategy, cluster, training, par, rc,
+                         layout_for(cluster, par.tp, par.pp))
+
+
+def max_micro_batch_3d(model, strategy, cluster, training, par, limit: int = 4096) -> int:
+    """The largest micro-batch that fits (0 if 1 does not); memory grows with b."""
+    def fits(b: int) -> bool:
+        return memory_3d(model, strategy, cluster, training.with_micro_batch(b), par).fits
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and fits(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+# -- analytic ----------------------------------------------------------------------------
+
+_TIMES: dict = {}   # closed-form time per (cluster, algo, collective, group set)
+_SUMMARY_TIMES: dict = {}
+
+
+@dataclass(frozen=True)
+class Analytic3D:
+    """Closed-form step of a 3D plan (seconds)."""
+
+    step_time_s: float
+    pipeline_s: float
+    bubble_s: float
+    boundary_s: float
+    compute_s: float          # compute ops of the busiest stage over the step
+    stage_time_s: tuple[float, ...]   # per micro-batch, per stage (compute + TP, or DP comm)
+
+    @property
+    def bubble_fraction(self) -> float:
+        return self.bubble_s / self.pipeline_s if self.pipeline_s > 0 else 0.0
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return max(0.0, self.step_time_s - self.compute_s - self.bubble_s)
+
+
+def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = None
+                ) -> Analytic3D:
+    """Closed form of a 3D Plan (docs/parallelism.md, "Analytic"):
+
+    per stage and micro-batch T_k = max(compute + TP collectives, PaRO micro-step
+    collectives); pipeline = m·max T_k + (p-1)·(mean T_k / v + one activation and one
+    gradient transfer); step = pipeline + max over stages of (gradient sync + optimizer +
+    parameter sync). ``m`` (default: the plan's) lets a plan built with fewer micro-batches
+    stand for one with m (per-micro-batch costs are identical).
+
+    With p = 1 and no DP traffic this is m x (compute + TP) exactly.
+    """
+    from .collectives.cost import program_time
+
+    m_plan = plan.accum_steps
+    m = m_plan if m is None else m
+    p, v = plan.pp, plan.virtual
+
+    def t_of(op) -> float:
+        key = (spec, algo, op.group, op.op, op.scope, op.size_bytes, op.algo, op.scopes)
+        t = _TIMES.get(key)
+        if t is None:
+            if len(_TIMES) > 100_000:
+                _TIMES.clear()
+            t = _TIMES[key] = program_time(spec, op.lower(spec, algo))
+        return t * op.count
+
+    busy = [0.0] * p
+    comp = [0.0] * p
+    dp = [0.0] * p
+    p2p = [0.0] * p
+    bound = [0.0] * p
+    for op in plan.ops:
+        k = int(op.stream.rsplit("/s", 1)[1])
+        if isinstance(op, ComputeOp):
+            if op.micro_step is None:
+                bound[k] += op.duration_s
+            else:
+                busy[k] += op.duration_s
+                comp[k] += op.duration_s
+            continue
+        t = t_of(op)
+        if op.micro_step is None:
+            bound[k] += t
+        elif op.stream.startswith("compute/"):
+            busy[k] += t
+        elif op.stream.startswith("p2p-"):
+            p2p[k] += t
+        else:
+            dp[k] += t
+    # one activation + one gradient transfer per (virtual) boundary, per micro-batch
+    return _combine(busy, comp, dp, p2p, bound, m_plan, m, p, v)
+
+
+def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
+               training: TrainingSpec, par: ParallelSpec, algo: Algo,
+               recompute: bool) -> Analytic3D:
+    """:func:`evaluate_3d` of :func:`build_plan_3d` without building the ops (the same sums
+    per stage, term by term; tested equal): ``advise`` screens thousands of configurations
+    with it."""
+    from .collectives.cost import program_time
+    from .compute import compute_seconds
+
+    lay = layout_for(cluster, par.tp, par.pp)
+    p, t, v, sp = par.pp, par.tp, par.virtual, par.sequence_parallel
+    r = training.trainable_ratio
+    units = chunk_units(model, par)
+    last_vs = len(units) - 1
+    tp_size = tp_buffer_bytes(model, training)
+    tp_algo = par.tp_algo if t > cluster.gpus_per_node else Algo.RING
+
+    if len(_SUMMARY_TIMES) > 64:
+        _SUMMARY_TIMES.clear()
+    cache = _SUMMARY_TIMES.setdefault((cluster, algo), {})   # one hash of the cluster
+
+    def coll(group, op, scope, size, gs, own=None) -> float:
+        if group == "p2p":
+            k = 2
+        else:
+            k = gs.size(scope)
+        if k <= 1 or size <= 0:
+            return 0.0
+        key = (group, op, scope, float(size), own, gs)
+        tt = cache.get(key)
+        if tt is None:
+            prog = (lower_p2p(gs, float(size)) if group == "p2p" else
+                    lower_group(cluster, op, scope, float(size), own or algo, gs))
+            tt = cache[key] = program_time(cluster, prog)
+        return tt
+
+    def tp_time(k: int, kind: str, phase: str) -> float:
+        return sum(c * coll("tp", op, Scope.GLOBAL, tp_size, lay.tp_scopes(k), tp_algo)
+                   for op, c in tp_collectives(kind, phase, sp))
+
+    busy = [0.0] * p
+    comp = [0.0] * p
+    dp = [0.0] * p
+    p2p = [0.0] * p
+    bound = [0.0] * p
+    msg = tp_size / t
+    rcf = recompute_flops(model, training, recompute, par.selective_recompute)
+    flops = {(kind, ph): unit_flops(model, training, kind, ph)
+             for kind in ("embed", "layer", "head") for ph in ("fwd", "bwd")}
+    for vs, us in enumerate(units):
+        k = vs % p
+        gs = lay.dp_scopes(k)
+        kinds: dict[tuple[str, int], int] = {}
+        for u in us:   # the layers of a chunk are identical: cost each kind once
+            kinds[(u.kind, u.params)] = kinds.get((u.kind, u.params), 0) + 1
+        for (kind, params), n in kinds.items():
+            secs = (compute_seconds(flops[(kind, "fwd")] / t, cluster, training)
+                    + compute_seconds(flops[(kind, "bwd")] / t, cluster, training))
+            if kind == "layer" and rcf:
+                secs += compute_seconds(rcf / t, cluster, training)
+            comp[k] += n * secs
+            busy[k] += n * (secs + tp_time(k, kind, "fwd") + tp_time(k, kind, "bwd"))
+            if recompute and kind == "layer":
+                busy[k] += n * tp_time(k, kind, "recompute")
+            if strategy.p is not Level.N:
+                dp[k] += n * 2 * coll("dp", Op.ALL_GATHER, _LEVEL_SCOPE[strategy.p],
+                                      BYTES_PER_PARAM * params / t, gs)
+            if strategy.g is not Level.N:
+                dp[k] += n * coll("dp", Op.REDUCE_SCATTER, _LEVEL_SCOPE[strategy.g],
+                                  BYTES_PER_GRAD * params * r / t, gs)
+        if vs < last_vs:
+            nxt = (vs + 1) % p
+            p2p[k] += coll("p2p", Op.ALL_GATHER, Scope.GLOBAL, msg, lay.pairs(k, nxt))
+            if not sp and t > 1:
+                p2p[k] += coll("tp", Op.ALL_GATHER, Scope.GLOBAL, tp_size,
+                               lay.tp_scopes(nxt), tp_algo)
+        if vs > 0:
+            prv = (vs - 1) % p
+            p2p[k] += coll("p2p", Op.ALL_GATHER, Scope.GLOBAL, msg, lay.pairs(k, prv))
+            if not sp and t > 1:
+                p2p[k] += coll("tp", Op.ALL_GATHER, Scope.GLOBAL, tp_size,
+                               lay.tp_scopes(prv), tp_algo)
+    sparams = stage_params(model, par)
+    for k in range(p):
+        gs = lay.dp_scopes(k)
+        full = BYTES_PER_GRAD * sparams[k] * r
+        sizes = {"full": full, "shard": full / lay.m_dp}
+        for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
+            bound[k] += coll("dp", op, scope, sizes[size], gs)
+        d_os = strategy.os.divisor(lay.d, lay.m_dp)
+        bound[k] += (ADAM_BYTES_PER_PARAM * sparams[k] * r / d_os
+                     / cluster.gpu.hbm_bandwidth_Bps)
+        for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
+            bound[k] += coll("dp", op, scope, sizes[size], gs)
+    return _combine(busy, comp, dp, p2p, bound, 1, training.accum_steps, p, v)
+
+
+def _combine(busy, comp, dp, p2p, bound, m_plan, m, p, v) -> Analytic3D:
+    """The pipeline formula of :func:`evaluate_3d` on per-stage sums over m_plan
+    micro-batches."""
+    per = [max(busy[k], dp[k]) / m_plan for k in range(p)]
+    t_max, t_mean = max(per), sum(per) / p
+    hop = sum(p2p) / m_plan / (p * v - 1) if p * v > 1 else 0.0
+    bubble = (p - 1) * t_mean / v
+    pipeline = m * t_max + bubble + (p - 1) * hop
+    boundary = max(bound)
+    compute = m * max(comp[k] / m_plan for k in range(p))
+    return Analytic3D(pipeline + boundary, pipeline, bubble, boundary, compute, tuple(per))
+
+
+# -- one step ----------------------------------------------------------------------------
+
+def replay_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 1.0,
+              trace: bool = False):
+    """Engine replay of a 3D plan; returns (ReplayResult, bubble_fraction, records)."""
+    from .replay import replay
+
+    lay_period = layout_for(spec, plan.tp, plan.pp).symmetric_period()
+    rep = replay(plan, spec, algo, overlap_slowdown, trace=True, period_nodes=lay_period)
+    lanes: dict[str, float] = {}
+    lo, hi = math.inf, 0.0
+    for rec in rep.records:
+        if rec.lane.startswith("compute/") and rec.kind not in ("optimizer", "sync-grad",
+                                                                 "sync-param"):
+            lanes[rec.lane] = lanes.get(rec.lane, 0.0) + rec.end_s - rec.start_s
+            lo, hi = min(lo, rec.start_s), max(hi, rec.end_s)
+    window = hi - lo if hi > lo else 0.0
+    mean_busy = sum(lanes.values()) / plan.pp if lanes else 0.0
+    bubble = 1.0 - mean_busy / window if window > 0 and plan.pp > 1 else 0.0
+    comp = {}
+    for rec in rep.records:
+        if rec.lane.startswith("compute/") and rec.kind in ("fwd", "bwd", "recompute",
+                                                            "head-fwd", "head-bwd",
+                                                            "embed-fwd", "embed-bwd",
+                                                            "optimizer"):
+            comp[rec.lane] = comp.get(rec.lane, 0.0) + rec.end_s - rec.start_s
+    busiest = max(comp.values(), default=0.0)
+    records = rep.records if trace else []
+    return rep, max(0.0, bubble), busiest, window, records
+
+
+def check_supported(cluster: ClusterSpec, training: TrainingSpec, algo: Algo | None = None,
+                    mode: str = "analytic") -> None:
+    """Refuse, with one line, what the TP/PP model does not honour (never a silent answer)."""
+    from .compute import compute_model
+
+    flags = "--tp / --pp / --sequence-parallel / --recompute selective"
+    if compute_model(cluster, training) != "flat":
+        raise InputError(f"{flags} use the flat compute model (FLOPs at --efficiency of "
+                         "peak); expected no --compute-model kernel with them")
+    if (training.memory_model or "korthikanti") != "korthikanti":
+        raise InputError(f"{flags} use the Korthikanti et al. memory estimate; expected no "
+                         "--memory-model runtime with them")
+    if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or not cluster.closed_form_exact:
+        raise InputError(f"{flags} assume identical GPUs and links; cluster "
+                         f"{cluster.name!r} has overrides, jitter or ECMP hashing")
+    if algo is not None and algo not in (Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING):
+        raise InputError(f"--algo {algo.value} is not modelled with {flags}; expected ring, "
+                         "hierarchical or ho-ring")
+
+
+def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
+                training: TrainingSpec, par: ParallelSpec, algo: Algo | str = Algo.HO_RING,
+                mode: str = "engine", trace: bool = False):
+    """One global step of a TP x PP x DP job: a :class:`parosim.simulate.StepResult` with
+    ``tp``, ``pp``, ``dp`` and ``bubble_fraction`` added (docs/parallelism.md)."""
+    from .simulate import MODES, StepResult
+
+    strategy = parse_strategy(strategy)
+    algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
+    if mode not in MODES:
+        raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
+    model.require_shape("a step simulation with tensor or pipeline parallelism")
+    check_supported(cluster, training, algo, mode)
+    lay = layout_for(cluster, par.tp, par.pp)
+    chunk_units(model, par)
+    if par.schedule == "interleaved" and training.accum_steps % par.pp:
+        raise InputError(f"the interleaved schedule needs the micro-batches per step "
+                         f"(--accum = {training.accum_steps}) to be a multiple of --pp "
+                         f"{par.pp}")
+    mem = memory_3d(model, strategy, cluster, training, par)
+    res = StepResult(strategy, algo, mode, cluster.gpus, mem)
+    extra = {"tp": par.tp, "pp": par.pp, "dp": lay.d, "bubble_fraction": None,
+             "pp_schedule": par.schedule, "virtual_stages": par.virtual,
+             "sequence_parallel": par.sequence_parallel,
+             "recompute_mode": ("full" if mem.recompute else
+                                "selective" if par.selective_recompute else "none"),
+             "micro_batches": training.accum_steps}
+    res.parallel = extra
+    if not mem.fits:
+        return res
+    m = training.accum_steps
+    if mode == "analytic":
+        m_small = par.pp if par.virtual > 1 else 1
+        plan = build_plan_3d(model, strategy, cluster, replace(training, accum_steps=m_small),
+                             par)
+        an = evaluate_3d(plan, cluster, algo, m=m)
+        step, exposed, compute = an.step_time_s, an.exposed_comm_s, an.compute_s
+        extra["bubble_fraction"] = an.bubble_fraction
+        scale = m / m_small
+        hw = plan.hardware_flops_per_gpu  # boundary (optimizer) FLOPs are 0
+        hw *= scale
+        b_intra, b_inter = _bytes(plan, cluster, algo, scale)
+        tokens = plan.tokens_per_step * scale
+        model_flops = plan.model_flops_per_step * scale
+    else:
+        plan = build_plan_3d(model, strategy, cluster, training, par)
+        from .runtime import effective_overlap_slowdown
+
+        slow = effective_overlap_slowdown(training.overlap_slowdown,
+                                          getattr(cluster, "overlap_slowdown", None), None)
+        rep, bubble, busiest, _, recs = replay_3d(plan, cluster, algo, slow, trace)
+        step = rep.step_time_s
+        compute = busiest
+        extra["bubble_fraction"] = bubble
+        exposed = max(0.0, step - busiest - bubble * step)
+        n = cluster.gpus
+        b_intra = rep.gpu_egress.get("intra", 0.0) / n
+        b_inter = rep.gpu_egress.get("inter", 0.0) / n
+        res.events, res.records = rep.events, recs
+        hw, tokens, model_flops = (plan.hardware_flops_per_gpu, plan.tokens_per_step,
+                                   plan.model_flops_per_step)
+    res.step_time_s = step
+    res.exposed_comm_s = exposed
+    res.compute_s = compute
+    res.tokens_per_s = tokens / step
+    res.tokens_per_s_per_gpu = res.tokens_per_s / cluster.gpus
+    res.samples_per_s = res.tokens_per_s / training.seq_len
+    res.tflops_per_gpu = hw / step / 1e12
+    res.mfu = model_flops / (step * cluster.gpu.peak_flops)
+    res.bytes_intra, res.bytes_inter = float(b_intra), float(b_inter)
+    return res
+
+
+def _bytes(plan: Plan3D, spec: ClusterSpec, algo: Algo, scale: float) -> tuple[float, float]:
+    """Bytes one GPU sends per step over intra-node and inter-node hops (average over GPUs),
+    from the lowered programs (micro-step ops x ``scale``)."""
+    from .simulate import cross_node_fraction
+
+    intra = inter = 0.0
+    gpn, n = spec.gpus_per_node, spec.gpus
+    progs: dict = {}
+    for op in plan.ops:
+        if not isinstance(op, GroupOp):
+            continue
+        prog = progs.get(op.cache_key)
+        if prog is None:
+            prog = progs[op.cache_key] = op.lower(spec, algo)
+        times = op.count * (1 if op.micro_step is None else scale)
+        for ph in prog.phases:
+            rings = ph.ringset.rings
+            senders = (len(rings) if isinstance(ph.ringset, PairSet)
+                       else sum(len(r) for r in rings))
+            share = senders / n  # the ranks that send, averaged over all GPUs
+            f = cross_node_fraction(ph.ringset, gpn)
+            inter += times * ph.bytes_per_rank * f * share
+            intra += times * ph.bytes_per_rank * (1 - f) * share
+    return intra, inter
