@@ -454,11 +454,13 @@ def _name(r: dict) -> str:
 
 def _settings(a: argparse.Namespace, cluster, training, rt=None) -> dict:
     """Every input that shaped the result (echoed in the JSON and the text header)."""
+    dp = cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
     out = {"nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
            "group_nodes": cluster.group_nodes, "micro_batch": training.micro_batch,
            "accum_steps": training.accum_steps, "seq_len": training.seq_len,
-           "global_batch_seqs": training.micro_batch * training.accum_steps * cluster.gpus,
-           "global_batch_tokens": (training.micro_batch * training.accum_steps * cluster.gpus
+           "data_parallel": dp,
+           "global_batch_seqs": training.micro_batch * training.accum_steps * dp,
+           "global_batch_tokens": (training.micro_batch * training.accum_steps * dp
                                    * training.seq_len),
            "trainable_ratio": training.trainable_ratio,
            "recompute": getattr(a, "recompute", "auto"),
