@@ -472,6 +472,18 @@ CASES: list[tuple[str, list[str], tuple]] = [
                                "paper-a100-roce", "-o", "{o}/c.yaml"], ERR("")),
     ("calibrate-bad-cluster", ["calibrate", "--nccl-tests", "{d}/good.yaml", "--cluster",
                                "{d}/nic16.yaml", "-o", "{o}/c.yaml"], ERR("")),
+    # --- more: advise ---------------------------------------------------------------------------
+    ("advise-global-batch-0", ["advise", "--global-batch", "0"], ERR("--global-batch '0'")),
+    ("advise-global-batch-empty", ["advise", "--global-batch="], ERR("--global-batch ''")),
+    ("advise-global-batch-inf", ["advise", "--global-batch", "1e400"], ERR("--global-batch")),
+    ("advise-nodes-8193", ["advise", "--global-batch", "2048", "--nodes", "8193"],
+     ERR("65536 GPUs")),
+    ("advise-top-0", ["advise", "--global-batch", "2048", "--top", "0"], ERR("--top = 0")),
+    ("advise-strategy-bad", ["advise", "--global-batch", "2048", "--strategies", "XYZ"],
+     ERR("'XYZ'")),
+    ("advise-efficiency-2", ["advise", "--global-batch", "2048", "--efficiency", "2"],
+     ERR("--efficiency")),
+    ("advise-no-batch", ["advise"], ERR("required")),
     # --- more: the parser ----------------------------------------------------------------------
     ("no-command", [], ERR("required")),
     ("unknown-command", ["train"], ERR("invalid choice")),
