@@ -286,11 +286,13 @@ def _dp_keys(d: dict) -> dict:
 
 
 def _algos(text: str | None):
-    from .collectives import Algo, parse_enum
+    """``--algo``: one algorithm, ``all``, or a comma list (``ring,ho-ring``)."""
+    from .collectives import Algo
+    from .ncclbench import parse_algos
 
     if text is None:
         return [Algo.HO_RING]
-    return list(Algo) if text == "all" else [parse_enum(Algo, text, "--algo")]
+    return parse_algos(text)
 
 
 # with --jobs only these simulate flags apply; every other one given is refused (a jobs file
@@ -369,8 +371,9 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     strategy = ds_strategy or ("NIG" if a.strategy is None else a.strategy)
     algo = _algos(a.algo)
     if len(algo) != 1:
-        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical, "
-                         "ho-ring or nccl")
+        raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
+                         "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
+                         "nccl")
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
     per_rank = (cluster.compute_heterogeneous
@@ -720,8 +723,9 @@ def _cmd_run(a: argparse.Namespace) -> dict:
     strategy = ds_strategy or a.strategy or "NIG"
     algo = _algos(a.algo)
     if len(algo) != 1:
-        raise InputError("--algo all is for 'parosim compare'; expected ring, hierarchical or "
-                         "ho-ring")
+        raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
+                         "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
+                         "nccl")
     if not _parallel(a).trivial:
         raise InputError("'parosim run' draws data-parallel steps; --tp / --pp / "
                          "--sequence-parallel / --recompute selective are for simulate, compare "
