@@ -493,6 +493,9 @@ def _settings_text(s: dict) -> str:
              f"recompute {s['recompute']}", f"efficiency {s['compute_efficiency']:g}"]
     if s.get("overlap_slowdown") is not None:
         parts.append(f"overlap slowdown {s['overlap_slowdown']:g}")
+    if s.get("attention"):
+        parts.append(f"compute model {s.get('compute_model') or 'cluster default'}, "
+                     f"attention {s['attention']}")
     if s["overrides"]:
         parts.append("overrides: " + ", ".join(f"{k.replace('_', '-')} {v}"
                                                 for k, v in s["overrides"].items()))
@@ -543,8 +546,7 @@ def _print_simulate(r: dict) -> None:
 def _cmd_compare(a: argparse.Namespace) -> dict:
     from .simulate import compare
 
-    if a.workers < 1:
-        raise InputError(f"--workers = {a.workers} must be a positive integer")
+    _check_workers(a.workers)
     model, cluster, training = _setup(a)
     rt, training, _, info = _runtime_setup(a, cluster, training)
     par = _parallel(a)
@@ -638,11 +640,21 @@ def _print_memory(res: dict) -> None:
               + ("" if r["fits"] else f"   (lacks {fmt_bytes(r['shortfall_bytes'])})"))
 
 
+MAX_WORKERS = 256  # local processes (docs/limits.md); a larger pool is a cluster: --scheduler
+
+
+def _check_workers(n: int) -> None:
+    if n < 1:
+        raise InputError(f"--workers = {n} must be a positive integer")
+    if n > MAX_WORKERS:
+        raise InputError(f"--workers = {n} is more than {MAX_WORKERS} local processes; expected "
+                         f"at most {MAX_WORKERS} (this machine has {os.cpu_count()} CPUs)")
+
+
 def _cmd_sweep(a: argparse.Namespace) -> dict:
     from .sweep import run_sweep_cli
 
-    if a.workers < 1:
-        raise InputError(f"--workers = {a.workers} must be a positive integer")
+    _check_workers(a.workers)
     return run_sweep_cli(a.spec, a.out, a.workers, a.scheduler, progress=not a.no_progress)
 
 
