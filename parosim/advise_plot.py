@@ -27,7 +27,8 @@ def pareto_figure(res: dict) -> Figure:
     front = sorted(res["pareto_front"])
     if front:
         ax.plot([m / 1e9 for m, _ in front], [t for _, t in front], color="#d62728",
-                marker="o", markersize=4, drawstyle="steps-post", label="Pareto front (closed form)")
+                marker="o", markersize=4, drawstyle="steps-post",
+                label="Pareto front (closed form)")
     for i, c in enumerate(res["candidates"], 1):
         ax.scatter([c["memory_bytes"] / 1e9], [c["tokens_per_s"]], marker="*", s=120,
                    color="#1f77b4", zorder=3, label="top configurations" if i == 1 else None)

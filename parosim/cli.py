@@ -14,14 +14,67 @@ from collections.abc import Callable
 from .errors import InputError
 
 
+class _Explicit(argparse.Action):
+    """Stores the value and remembers that the flag was given (``_given_<dest>``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"_given_{self.dest}", True)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (unless None/False or already in the help text) and keeps
+    the examples in the epilog as written."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if ("default" in h or action.default in (None, False, argparse.SUPPRESS)
+                or not action.option_strings):
+            return h
+        return h + " (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kw)
+
     def error(self, message: str):  # one clear line, exit 2
         self.exit(2, f"parosim: error: {message}\n")
 
 
+def _presets() -> list[str]:
+    """Preset names for --help (a directory listing; nothing is parsed)."""
+    from pathlib import Path
+
+    env = os.environ.get("PAROSIM_TOPOLOGIES")
+    d = Path(env) if env else Path(__file__).resolve().parents[1] / "topologies"
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+_MODE_HELP = ("engine: replay every operation of the step on the simpy flow-level network "
+              "(overlap and link sharing exact; slower); analytic: closed form of one "
+              "micro-step times --accum (fast; concurrent collectives do not share links)")
+
+_EXAMPLES = {
+    "collective": "examples:\n  parosim collective --op all-gather --size 1GB --algo all\n"
+                  "  parosim collective --op all-reduce --size 256MiB --nodes 16 --json",
+    "simulate": "examples:\n  parosim simulate --model llama-7b --strategy NIG\n"
+                "  parosim simulate --model llama-65b --strategy IIG --global-batch 1Mitok "
+                "--mode analytic",
+    "compare": "examples:\n  parosim compare --model llama-13b --nodes 8\n"
+               "  parosim compare --model llama-65b --trainable-ratio peft --mode analytic",
+    "memory": "examples:\n  parosim memory --model llama-65b\n"
+              "  parosim memory --model llama-13b --strategy zero3 --gpu-memory 40GB",
+    "sweep": "examples:\n  parosim sweep experiments/03_allgather_1gb/sweep.yaml --out "
+             "/tmp/ag",
+}
+
+
 def _common_cluster(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default="paper-a100-roce",
-                   help="preset name or YAML path (default: paper-a100-roce)")
+                   help=f"preset name ({', '.join(_presets()) or 'none found'}) or a YAML "
+                   "path (default: paper-a100-roce)")
     p.add_argument("--nodes", type=int, default=None, help="override the node count")
     p.add_argument("--group-nodes", type=int, default=None,
                    help="nodes per PaRO group (default 1: a group is a node)")
@@ -46,18 +99,23 @@ def _cmd_collective(a: argparse.Namespace) -> dict:
     spec = load_cluster(a.cluster, a.nodes, a.group_nodes)
     if a.seed is not None:  # the ECMP hash seed (a leaf-spine fabric with ecmp: hash)
         spec = _seeded(spec, a.seed)
-    op = parse_enum(Op, a.op or "all-gather", "--op")
+    op = parse_enum(Op, "all-gather" if a.op is None else a.op, "--op")
     scope = parse_enum(Scope, a.scope, "--scope")
-    algos = parse_algos(a.algo or "ho-ring")
+    algos = parse_algos("ho-ring" if a.algo is None else a.algo)
     size = parse_size(a.size if a.size is not None else "1GiB", "--size")
     results = [simulate_collective(spec, op, scope, size, al).to_dict() for al in algos]
+    settings = {"nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node,
+                "group_nodes": spec.group_nodes, "size": a.size if a.size is not None
+                else "1GiB", "nic_bandwidth_Bps": spec.nic.bandwidth_Bps,
+                "intra_bandwidth_Bps": spec.intra.bandwidth_Bps}
     for r in results:
         r["cluster"] = spec.name
+        r["settings"] = settings
     return results[0] if len(results) == 1 else {"results": results}
 
 
 def _print_collective(res: dict) -> None:
-    from .units import fmt_bytes, fmt_time
+    from .units import fmt_bytes, fmt_size, fmt_time
 
     if "rows" in res:  # nccl-tests form (sweep or --compare)
         from .cli_nccl import print_result
@@ -65,8 +123,9 @@ def _print_collective(res: dict) -> None:
         return print_result(res)
     rows = res.get("results", [res])
     r0 = rows[0]
-    print(f"{r0['op']} of {fmt_bytes(r0['size_bytes'])} over scope {r0['scope']} "
-          f"(k = {r0['ring_size']} ranks per ring) on {r0['cluster']}, {r0['gpus']} GPUs")
+    print(f"{r0['op']} of {fmt_size(r0['size_bytes'])} over scope {r0['scope']} "
+          f"(k = {r0['ring_size']} ranks per collective instance, the n of the busbw factor) "
+          f"on {r0['cluster']}, {r0['gpus']} GPUs")
     print(f"{'algo':<14}{'time':>14}{'algbw GB/s':>12}{'busbw GB/s':>12}{'chunks':>8}   "
           "link class: bytes (busiest link busy)")
     for r in rows:
@@ -81,7 +140,12 @@ def _training_args(p: argparse.ArgumentParser) -> None:
                    help="a preset (llama-7b/13b/30b/65b, llama-2-7b/13b/70b, llama-3-8b/70b, "
                         "gpt3-175b, mpt-125m ... mpt-70b) or a YAML path")
     p.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per micro-step")
-    p.add_argument("--accum", type=int, default=10, help="accumulation micro-steps s")
+    p.add_argument("--accum", type=int, default=10, action=_Explicit,
+                   help="accumulation micro-steps s")
+    p.add_argument("--global-batch", default=None, metavar="SEQS|TOKENS",
+                   help="global batch per optimizer step, in sequences (2048) or tokens "
+                   "(1Mitok = 2**20, 4Mtok = 4e6); sets --accum = global / (micro-batch x "
+                   "data-parallel GPUs), as DeepSpeed's train_batch_size does")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
     p.add_argument("--trainable-ratio", default="full",
                    help="full | partial (1/16) | peft (3/1000) | a number in (0, 1]")
@@ -144,11 +208,22 @@ def _setup(a: argparse.Namespace):
     cluster = load_cluster(a.cluster, a.nodes, a.group_nodes)
     cluster = with_overrides(
         cluster,
-        parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth") if a.nic_bandwidth else None,
-        parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth") if a.intra_bandwidth else None,
-        parse_size(a.gpu_memory, "--gpu-memory") if a.gpu_memory else None)
+        None if a.nic_bandwidth is None else parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth"),
+        None if a.intra_bandwidth is None
+        else parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth"),
+        None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
+    accum = a.accum
+    if getattr(a, "global_batch", None) is not None:
+        from .training import accum_for_global_batch
+
+        dp = cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+        accum = accum_for_global_batch(a.global_batch, a.micro_batch, dp, a.seq_len)
+        if getattr(a, "_given_accum", False) and a.accum != accum:
+            raise InputError(f"--accum {a.accum} disagrees with --global-batch "
+                             f"{a.global_batch} (which gives accum {accum}); expected one "
+                             "of them")
     training = TrainingSpec(
-        micro_batch=a.micro_batch, accum_steps=a.accum, seq_len=a.seq_len,
+        micro_batch=a.micro_batch, accum_steps=accum, seq_len=a.seq_len,
         trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
         recompute={"auto": None, "on": True, "off": False, "full": True, "none": False,
                    "selective": False}[a.recompute],
@@ -211,15 +286,13 @@ def _dp_keys(d: dict) -> dict:
 
 
 def _algos(text: str | None):
-    from .collectives import Algo, parse_enum
+    """``--algo``: one algorithm, ``all``, or a comma list (``ring,ho-ring``)."""
+    from .collectives import Algo
+    from .ncclbench import parse_algos
 
     if text is None:
         return [Algo.HO_RING]
-    if "," in str(text):  # a comma list (issue 12); one name keeps parse_enum's message
-        from .ncclbench import parse_algos
-
-        return parse_algos(text)
-    return list(Algo) if text == "all" else [parse_enum(Algo, text, "--algo")]
+    return parse_algos(text)
 
 
 # with --jobs only these simulate flags apply; every other one given is refused (a jobs file
@@ -228,11 +301,9 @@ _JOBS_OWN_FLAGS = ("command", "jobs", "json", "trace", "seed")
 
 
 def _cmd_jobs(a: argparse.Namespace) -> dict:
-    from .io.jobs import load_jobs
+    from .io.jobs import JOB_KEYS, TOP_KEYS, load_jobs
     from .io.trace import write_chrome_trace
     from .jobs import run_jobs
-
-    from .io.jobs import JOB_KEYS, TOP_KEYS
 
     defaults = vars(build_parser().parse_args(["simulate"]))
     for f, default in defaults.items():
@@ -297,11 +368,12 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
         if parse_strategy(a.strategy).short != ds_strategy:
             raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
                              f"stage ({ds_strategy}); expected one of them")
-    strategy = ds_strategy or a.strategy or "NIG"
+    strategy = ds_strategy or ("NIG" if a.strategy is None else a.strategy)
     algo = _algos(a.algo)
     if len(algo) != 1:
-        raise InputError(f"--algo {a.algo} (several algorithms) is for 'parosim compare'; "
-                         "expected one of ring, hierarchical, ho-ring or nccl")
+        raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
+                         "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
+                         "nccl")
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
     per_rank = (cluster.compute_heterogeneous
@@ -319,7 +391,8 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
                       repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv,
                       record_links=links, parallel=par)
     out = _dp_keys(r.to_dict())
-    out.update(model=model.name, cluster=cluster.name)
+    out.update(model=model.name, cluster=cluster.name,
+               settings=_settings(a, cluster, training, rt))
     if info:
         out["deepspeed_config"] = info
     timeline = [(d["time_s"], d["utilization"]) for d in out.pop("link_timeline", [])]
@@ -338,36 +411,104 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
     return out
 
 
+_COLS = (("strategy", 10, "<"), ("algo", 12, "<"), ("step s", 9, ">"),
+         ("tokens/s", 10, ">"), ("TFLOPS", 7, ">"), ("MFU", 6, ">"), ("exposed s", 10, ">"),
+         ("inter/GPU", 11, ">"), ("memory/GPU", 11, ">"), ("recomp", 7, ">"))
+
+
+def _line(cells: list[str], w: int = 10) -> str:
+    """Columns of :data:`_COLS` (the strategy column ``w`` wide), two spaces apart: a long
+    value never runs into the next."""
+    widths = [w] + [c[1] for c in _COLS[1:]]
+    return "  ".join(f"{c:{col[2]}{wd}}" for c, col, wd in zip(cells, _COLS, widths,
+                                                               strict=False))
+
+
 def _row(r: dict, w: int = 10) -> str:
     from .units import fmt_bytes
 
     mem = r["memory"]
+    recomp = "yes" if mem.get("recompute") else "no"
     if not r["fits"]:
         lacks = "does not fit: lacks " + fmt_bytes(mem["shortfall_bytes"])
-        return f"{_name(r):<{w}}{r['algo']:<14}{lacks:<58}{fmt_bytes(mem['total_bytes']):>12}"
-    return (f"{_name(r):<{w}}{r['algo']:<14}{r['step_time_s']:>10.3f}"
-            f"{r['tokens_per_s']:>12.0f}{r['tflops_per_gpu']:>9.1f}{r['mfu']:>7.3f}"
-            f"{r['exposed_comm_s']:>10.3f}{fmt_bytes(r['bytes_inter']):>10}"
-            f"{fmt_bytes(mem['total_bytes']):>12}")
+        return (_line([_name(r), r["algo"]], w) + "  " + f"{lacks:<60}" + "  "
+                + f"{fmt_bytes(mem['total_bytes']):>11}  {recomp:>7}")
+    return _line([_name(r), r["algo"], f"{r['step_time_s']:.3f}", f"{r['tokens_per_s']:.0f}",
+                  f"{r['tflops_per_gpu']:.1f}", f"{r['mfu']:.3f}",
+                  f"{r['exposed_comm_s']:.3f}", fmt_bytes(r["bytes_inter"]),
+                  fmt_bytes(mem["total_bytes"]), recomp], w)
 
 
-_HEADER = (f"{'strategy':<10}{'algo':<14}{'step s':>10}{'tokens/s':>12}{'TFLOPS':>9}"
-           f"{'MFU':>7}{'exposed s':>10}{'inter/GPU':>10}{'memory/GPU':>12}")
+_HEADER = _line([c[0] for c in _COLS])
+_FOOTER = ("TFLOPS: hardware FLOP/s per GPU, recomputation included; MFU: model FLOPs (no "
+           "recomputation) / peak; recomp: activation recomputation on")
 
 
 def _name(r: dict) -> str:
-    """``PaRO-NGG (ZeRO-2)``: the framework stage beside the PaRO name, when there is one."""
+    """``NGG (ZeRO-2)``: the framework name beside the PaRO name, when there is one (the
+    runtime's stage, else the strategy's usual framework name)."""
+    from .strategies import FRAMEWORK_NAMES
+
     st = r.get("framework_stage")
+    short = r["strategy"].replace("PaRO-", "")
+    st = st or FRAMEWORK_NAMES.get(short)
     return f"{r['strategy']} ({st})" if st else r["strategy"]
 
 
+def _settings(a: argparse.Namespace, cluster, training, rt=None) -> dict:
+    """Every input that shaped the result (echoed in the JSON and the text header)."""
+    dp = cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+    out = {"nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
+           "group_nodes": cluster.group_nodes, "micro_batch": training.micro_batch,
+           "accum_steps": training.accum_steps, "seq_len": training.seq_len,
+           "data_parallel": dp,
+           "global_batch_seqs": training.micro_batch * training.accum_steps * dp,
+           "global_batch_tokens": (training.micro_batch * training.accum_steps * dp
+                                   * training.seq_len),
+           "trainable_ratio": training.trainable_ratio,
+           "recompute": getattr(a, "recompute", "auto"),
+           "compute_efficiency": training.compute_efficiency,
+           "overlap_slowdown": training.overlap_slowdown,
+           "nic_bandwidth_Bps": cluster.nic.bandwidth_Bps,
+           "intra_bandwidth_Bps": cluster.intra.bandwidth_Bps,
+           "gpu_memory_bytes": cluster.gpu.memory_bytes,
+           "overrides": {k: v for k, v in (("nic_bandwidth", a.nic_bandwidth),
+                                           ("intra_bandwidth", a.intra_bandwidth),
+                                           ("gpu_memory", a.gpu_memory)) if v is not None}}
+    for k in ("compute_model", "attention", "memory_model"):
+        if hasattr(training, k):
+            out[k] = getattr(training, k)
+    if rt is not None:
+        out["runtime"] = rt.name
+    return out
+
+
+def _settings_text(s: dict) -> str:
+    ratio = s["trainable_ratio"]
+    names = {1.0: "full", 1 / 16: "partial", 3 / 1000: "peft"}
+    parts = [f"micro-batch {s['micro_batch']}", f"accum {s['accum_steps']}",
+             f"seq-len {s['seq_len']}",
+             f"global batch {s['global_batch_seqs']} seqs = {s['global_batch_tokens']} tokens",
+             f"trainable ratio {ratio:g}" + (f" ({names[ratio]})" if ratio in names else ""),
+             f"recompute {s['recompute']}", f"efficiency {s['compute_efficiency']:g}"]
+    if s.get("overlap_slowdown") is not None:
+        parts.append(f"overlap slowdown {s['overlap_slowdown']:g}")
+    if s.get("attention"):
+        parts.append(f"compute model {s.get('compute_model') or 'cluster default'}, "
+                     f"attention {s['attention']}")
+    if s["overrides"]:
+        parts.append("overrides: " + ", ".join(f"{k.replace('_', '-')} {v}"
+                                                for k, v in s["overrides"].items()))
+    return "settings: " + ", ".join(parts)
+
+
 def _width(rows: list[dict]) -> int:
-    """Width of the strategy column: 10, or the longest name with its stage + 1."""
-    return max([10] + [len(_name(r)) + 1 for r in rows])
+    """Width of the strategy column: 10, or the longest name with its stage."""
+    return max([10] + [len(_name(r)) for r in rows])
 
 
 def _header(w: int) -> str:
-    return f"{'strategy':<{w}}" + _HEADER[10:]
+    return _line([c[0] for c in _COLS], w)
 
 
 def _print_simulate(r: dict) -> None:
@@ -376,9 +517,12 @@ def _print_simulate(r: dict) -> None:
         return _print_jobs(r)
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}, runtime "
           f"{r.get('runtime', 'ideal')}")
+    if "settings" in r:
+        print(_settings_text(r["settings"]))
     w = _width([r])
     print(_header(w))
     print(_row(r, w))
+    print(_FOOTER)
     if r.get("pp_schedule") and r.get("fits"):   # tensor / pipeline parallelism
         print(f"TP {r['tp']} x PP {r['pp']} ({r['pp_schedule']}, {r['virtual_stages']} "
               f"chunk(s) per stage) x DP {r['dp']}, {r['micro_batches']} micro-batches, "
@@ -402,6 +546,7 @@ def _print_simulate(r: dict) -> None:
 def _cmd_compare(a: argparse.Namespace) -> dict:
     from .simulate import compare
 
+    _check_workers(a.workers)
     model, cluster, training = _setup(a)
     rt, training, _, info = _runtime_setup(a, cluster, training)
     par = _parallel(a)
@@ -413,7 +558,8 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
         raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
                          "the ideal runtime; expected no --deepspeed-config")
     out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
-           "mode": a.mode, "runtime": rt.name, "results": rows}
+           "mode": a.mode, "runtime": rt.name,
+           "settings": _settings(a, cluster, training, rt), "results": rows}
     if info:
         out["deepspeed_config"] = info
     return out
@@ -422,10 +568,13 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
 def _print_compare(res: dict) -> None:
     print(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), mode {res['mode']}, "
           f"runtime {res.get('runtime', 'ideal')}, best first")
+    if "settings" in res:
+        print(_settings_text(res["settings"]))
     w = _width(res["results"])
-    print(f"{'#':>3} " + _header(w))
+    print(f"{'#':>3}  " + _header(w))
     for i, r in enumerate(res["results"], 1):
-        print(f"{i:>3} " + _row(r, w))
+        print(f"{i:>3}  " + _row(r, w))
+    print(_FOOTER)
 
 
 def _cmd_memory(a: argparse.Namespace) -> dict:
@@ -465,7 +614,9 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
         d["max_micro_batch"] = max_micro_batch(model, s, cluster, training, runtime=rt)
         d["runtime"], d["framework_stage"] = rt.name, rt.stage(s.short)
         rows.append(d)
-    res = rows[0] if len(rows) == 1 else {"results": rows}
+    res = dict(rows[0]) if len(rows) == 1 else {"results": rows}
+    res.update(model=model.name, cluster=cluster.name,
+               settings=_settings(a, cluster, training, rt))
     return res
 
 
@@ -473,23 +624,37 @@ def _print_memory(res: dict) -> None:
     from .units import fmt_bytes
 
     rows = res.get("results", [res])
+    if "model" in res:
+        print(f"{res['model']} on {res['cluster']} ({rows[0]['gpus']} GPUs), memory per GPU")
+    if "settings" in res:
+        print(_settings_text(res["settings"]))
     w = _width(rows)
     print(f"{'strategy':<{w}}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
-          f"{'total':>11}{'capacity':>11}  fits  max micro-batch")
+          f"{'total':>11}{'capacity':>11}  fits  recomp  max micro-batch")
     for r in rows:
         print(f"{_name(r):<{w}}{fmt_bytes(r['model_states_bytes']):>11}"
               f"{fmt_bytes(r['activations_bytes']):>11}{fmt_bytes(r['buffers_bytes']):>11}"
               f"{fmt_bytes(r['margin_bytes']):>11}{fmt_bytes(r['total_bytes']):>11}"
               f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"
-              f"  {r['max_micro_batch']}"
+              f"  {'yes' if r.get('recompute') else 'no':<6}  {r['max_micro_batch']}"
               + ("" if r["fits"] else f"   (lacks {fmt_bytes(r['shortfall_bytes'])})"))
+
+
+MAX_WORKERS = 256  # local processes (docs/limits.md); a larger pool is a cluster: --scheduler
+
+
+def _check_workers(n: int) -> None:
+    if n < 1:
+        raise InputError(f"--workers = {n} must be a positive integer")
+    if n > MAX_WORKERS:
+        raise InputError(f"--workers = {n} is more than {MAX_WORKERS} local processes; expected "
+                         f"at most {MAX_WORKERS} (this machine has {os.cpu_count()} CPUs)")
 
 
 def _cmd_sweep(a: argparse.Namespace) -> dict:
     from .sweep import run_sweep_cli
 
-    if a.workers < 1:
-        raise InputError(f"--workers = {a.workers} must be a positive integer")
+    _check_workers(a.workers)
     return run_sweep_cli(a.spec, a.out, a.workers, a.scheduler, progress=not a.no_progress)
 
 
@@ -501,6 +666,11 @@ def _print_sweep(res: dict) -> None:
 
 
 def _cmd_validate(a: argparse.Namespace) -> dict:
+    try:
+        import torch  # noqa: F401 - only `validate` needs it (the optional extra)
+    except ImportError:
+        raise InputError("parosim validate needs torch, which is not installed; install the "
+                         "extra with: pip install -e \".[validate]\"") from None
     from .validate.cli import run_validate
 
     return run_validate(a)
@@ -527,6 +697,11 @@ def _cmd_run(a: argparse.Namespace) -> dict:
 
     if a.replications < 1:
         raise InputError(f"--replications = {a.replications} must be a positive integer")
+    if a.search_points > 10_000:
+        raise InputError(f"--search-points = {a.search_points} is more than 10000; expected "
+                         "a few tens")
+    if a.repeats > 10_000:
+        raise InputError(f"--repeats = {a.repeats} is more than 10000 steps; expected fewer")
     if a.seed < 0:
         raise InputError(f"--seed = {a.seed} must be a non-negative integer")
     tokens = parse_count(a.tokens, "--tokens")
@@ -560,8 +735,9 @@ def _cmd_run(a: argparse.Namespace) -> dict:
     strategy = ds_strategy or a.strategy or "NIG"
     algo = _algos(a.algo)
     if len(algo) != 1:
-        raise InputError(f"--algo {a.algo} (several algorithms) is for 'parosim compare'; "
-                         "expected one of ring, hierarchical, ho-ring or nccl")
+        raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
+                         "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
+                         "nccl")
     if not _parallel(a).trivial:
         raise InputError("'parosim run' draws data-parallel steps; --tp / --pp / "
                          "--sequence-parallel / --recompute selective are for simulate, compare "
@@ -684,8 +860,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     options of the others that would cost imports."""
     p = _Parser(prog="parosim", description="Simulate data-parallel LLM training with PaRO "
                 "strategies and Ring / hierarchical / HO-Ring collectives.")
+    p.add_argument("--version", action="version", version=f"parosim {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    c = sub.add_parser("collective", help="simulate one collective")
+    c = sub.add_parser("collective", epilog=_EXAMPLES["collective"],
+                       help="simulate one collective")
     c.add_argument("--op", default=None,
                    help="all-gather (default) | reduce-scatter | all-reduce")
     c.add_argument("--size", default=None,
@@ -702,13 +880,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="ECMP hash seed (leaf-spine with ecmp: hash; default the cluster's)")
     _common_cluster(c)
 
-    s = sub.add_parser("simulate", help="simulate one training step of one strategy")
+    s = sub.add_parser("simulate", epilog=_EXAMPLES["simulate"],
+                       help="simulate one training step of one strategy")
     s.add_argument("--strategy", default=None,
                    help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
     s.add_argument("--algo", "--collective", dest="algo", default=None,
                    help="ring | hierarchical | ho-ring | nccl (default ho-ring; set by --runtime "
                    "deepspeed / fsdp / paro)")
-    s.add_argument("--mode", default="engine", choices=["engine", "analytic"])
+    s.add_argument("--mode", default="engine", choices=["engine", "analytic"], help=_MODE_HELP)
     s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto); per "
                    "rank and with link-utilisation counters for per-rank runs")
     s.add_argument("--seed", type=int, default=0,
@@ -726,17 +905,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _training_args(s)
     _common_cluster(s)
 
-    cmp_ = sub.add_parser("compare", help="all 14 strategies ranked (the main job)")
+    cmp_ = sub.add_parser("compare", epilog=_EXAMPLES["compare"],
+                       help="all 14 strategies ranked (the main job)")
     cmp_.add_argument("--algo", "--collective", dest="algo", default=None,
                       help="ring | hierarchical | ho-ring | nccl | all (default ho-ring; set by "
                       "--runtime deepspeed / fsdp / paro)")
-    cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"])
+    cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"],
+                      help=_MODE_HELP)
     cmp_.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                       help="processes to simulate in (default: up to 2)")
     _training_args(cmp_)
     _common_cluster(cmp_)
 
-    sw = sub.add_parser("sweep", help="a grid of configurations, parallel and resumable")
+    sw = sub.add_parser("sweep", epilog=_EXAMPLES["sweep"],
+                       help="a grid of configurations, parallel and resumable")
     sw.add_argument("spec", help="sweep spec YAML (see experiments/)")
     sw.add_argument("--out", required=True, help="output directory (results.csv, figures/)")
     sw.add_argument("--workers", type=int, default=2, help="local worker processes")
@@ -816,11 +998,36 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ad.add_argument("--nodes", type=int, default=None, help="override the node count")
     ad.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
-    m = sub.add_parser("memory", help="memory breakdown per GPU, fits or not")
+    m = sub.add_parser("memory", epilog=_EXAMPLES["memory"],
+                       help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
     _training_args(m)
     _common_cluster(m)
     return p
+
+
+# Internal field names that core modules put in messages -> the flags a CLI user typed.
+_FLAGS = {"micro_batch": "--micro-batch", "accum_steps": "--accum", "seq_len": "--seq-len",
+          "compute_efficiency": "--efficiency", "overlap_slowdown": "--overlap-slowdown",
+          "trainable ratio": "--trainable-ratio", "trainable_ratio": "--trainable-ratio",
+          "nodes": "--nodes", "group_nodes": "--group-nodes"}
+
+
+def _flag_names(msg: str) -> str:
+    """``micro_batch = 0 must be ...`` -> ``--micro-batch = 0 must be ...``."""
+    for field_name, flag in _FLAGS.items():
+        if msg.startswith(field_name + " "):
+            return flag + msg[len(field_name):]
+    return msg
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("parosim")
+    except Exception:  # noqa: BLE001 - not installed (run from a checkout)
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -832,7 +1039,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = run(a)
     except InputError as e:
-        print(f"parosim: error: {e}", file=sys.stderr)
+        msg = str(e) if a.command == "sweep" else _flag_names(str(e))  # sweep: YAML keys
+        print(f"parosim: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("parosim: interrupted (a sweep resumes when run again)", file=sys.stderr)

@@ -162,7 +162,8 @@ def _print_compare(res: dict) -> None:
             return "-" if v is None else f"{v:.1f}"
 
         print(f"  |error| sizes >= 64 KiB ({s['large_n']}): median "
-              f"{f(s['large_median_abs_error_pct'])} %, worst {f(s['large_max_abs_error_pct'])} %; below 64 KiB ({s['small_n']}): "
+              f"{f(s['large_median_abs_error_pct'])}"
+              f" %, worst {f(s['large_max_abs_error_pct'])} %; below 64 KiB ({s['small_n']}): "
               f"median {f(s['small_median_abs_error_pct'])} %, worst "
               f"{f(s['small_max_abs_error_pct'])} %")
     if res.get("plot"):

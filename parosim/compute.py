@@ -171,7 +171,7 @@ def op_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
 
 
 def step_flops(model: ModelSpec, training: TrainingSpec, tokens: float) -> float:
-    """Model FLOPs for MFU: 6·Ψ·tokens + 12·L·h·seq·tokens (shared/HARDWARE.md).
+    """Model FLOPs for MFU: 6·Ψ·tokens + 12·L·h·seq·tokens (docs/model.md).
 
     Recomputation is not counted (MFU counts the model's FLOPs, not the hardware's), nor is
     the cheaper backward of partly frozen models: MFU is defined on the full 6Ψ.

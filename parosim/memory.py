@@ -2,7 +2,7 @@
 
 ``total = model_states + activations + buffers + margin`` against the GPU's memory.
 
-* **Model states** (shared/PARO.md): ``2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os``
+* **Model states** (docs/model.md): ``2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os``
   (:func:`parosim.strategies.model_states_bytes`).
 * **Activations** (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
   Transformer Models", eq. 1 and section 4.3), fp16/bf16, sequence s, micro-batch b, hidden h,
@@ -264,6 +264,10 @@ def memory_breakdown(model: ModelSpec, strategy: Strategy | str, cluster: Cluste
     ``shape_estimated`` is True.
     """
     strategy = parse_strategy(strategy)
+    if model.params * training.trainable_ratio < 1:
+        raise InputError(f"trainable ratio {training.trainable_ratio!r} leaves less than one "
+                         f"trainable parameter of the {model.params} of {model.name}; expected "
+                         f"a ratio of at least {1 / model.params:.3g}")
     runtime = as_runtime(runtime)
     recompute = resolve_recompute(model, strategy, cluster, training, runtime)
     return _breakdown(model, strategy, cluster, training, recompute, runtime)

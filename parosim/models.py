@@ -42,7 +42,7 @@ from .errors import InputError
 
 _SHAPE_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 
-# The paper's LLaMA shapes (shared/PARO.md; Touvron et al. 2023, table 2): layers, hidden,
+# The paper's LLaMA shapes (docs/model.md; Touvron et al. 2023, table 2): layers, hidden,
 # ffn_hidden, heads; vocabulary 32000 for all.
 LLAMA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     "llama-7b": (32, 4096, 11008, 32),
@@ -110,6 +110,10 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+MAX_LAYERS = 10_000   # docs/limits.md: the plan has O(layers) operations per micro-step
+MAX_DIM = 2**24       # hidden, ffn_hidden, heads, vocab
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer of the LLaMA architecture, or a bare parameter count.
@@ -151,6 +155,10 @@ class ModelSpec:
             v = getattr(self, f)
             if not _is_int(v) or v < 1:
                 raise InputError(f"model {self.name!r}: {f} = {v!r} must be a positive integer")
+            hi = MAX_LAYERS if f == "layers" else MAX_DIM
+            if v > hi:
+                raise InputError(f"model {self.name!r}: {f} = {v!r} is more than {hi}, the "
+                                 f"simulator's limit; expected at most {hi}")
         if self.mlp not in MLPS:
             raise InputError(f"model {self.name!r}: mlp = {self.mlp!r} is not known; expected "
                              f"one of {', '.join(MLPS)}")

@@ -49,7 +49,22 @@ if TYPE_CHECKING:  # the collectives package imports this module
 PS = 10**12  # simulated time unit: picoseconds per second
 
 
+# The simulated clock is an int64-safe count of picoseconds: 1e6 s (11.6 days) at most, per
+# step or collective (docs/limits.md). Inputs that would need more are refused with one line.
+MAX_SIM_SECONDS = 1e6
+MAX_PS = int(MAX_SIM_SECONDS * PS)
+
+
+def horizon_error(seconds: float) -> InputError:
+    return InputError(f"a simulated duration of {seconds:.3g} s exceeds the simulator's range "
+                      f"of {MAX_SIM_SECONDS:.0e} s per step or collective; expected inputs "
+                      "giving a shorter run (check the sizes, bandwidths, --efficiency, "
+                      "--overlap-slowdown, --accum)")
+
+
 def to_ps(seconds: float) -> int:
+    if not (seconds <= MAX_SIM_SECONDS):  # also NaN
+        raise horizon_error(seconds)
     return int(math.ceil(seconds * PS - 1e-6))
 
 
@@ -441,6 +456,8 @@ class Network:
             self._update_scheduled = True
             _Late(self.env, 0, self._update)
         else:
+            if self.env.now + delay > MAX_PS:
+                raise horizon_error((self.env.now + delay) / PS)
             gen = self._gen
             _Late(self.env, delay, lambda ev: self._wake(gen))
 

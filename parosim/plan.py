@@ -325,7 +325,7 @@ def _boundary(b: _Builder, model: ModelSpec, strategy: Strategy, cluster: Cluste
 
 
 def collective_bytes_per_gpu(op: CollectiveOp, k: int) -> float:
-    """Ring model: AG/RS send (k-1)/k·S per GPU, AR 2(k-1)/k·S (shared/HARDWARE.md).
+    """Ring model: AG/RS send (k-1)/k·S per GPU, AR 2(k-1)/k·S (docs/model.md, "Collectives").
 
     >>> c = CollectiveOp(0, "x", Op.ALL_REDUCE, Scope.GLOBAL, 8.0, "sync-grad", None, None,
     ...                  COMM_GRAD)

@@ -31,21 +31,22 @@ LABELS: dict[str, str] = {
     "samples_per_s": "throughput (samples/s)",
     "step_time_s": "step time (s)",
     "tflops_per_gpu": "TFLOP/s per GPU",
-    "mfu": "MFU",
+    "mfu": "MFU (fraction of peak)",
     "exposed_comm_s": "exposed communication (s)",
     "total_bytes": "memory per GPU (GiB)",
     "model_states_bytes": "model states per GPU (GiB)",
     "time_s": "time (ms)",
     "busbw_GBps": "bus bandwidth (GB/s)",
     "algbw_GBps": "algorithm bandwidth (GB/s)",
-    "size_bytes": "message size (bytes)",
+    "size_bytes": "message size (MB, 1e6 bytes)",
     "gpus": "GPUs",
     "nic_bandwidth": "inter-node bandwidth per NIC (Gbps)",
     "intra_bandwidth": "intra-node bandwidth per GPU (Gbps)",
     "strategy": "strategy",
     "group_nodes": "nodes per group",
 }
-_SCALE = {"total_bytes": 2**-30, "model_states_bytes": 2**-30, "time_s": 1e3}
+_SCALE = {"total_bytes": 2**-30, "model_states_bytes": 2**-30, "time_s": 1e3,
+          "size_bytes": 1e-6}
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39")
 
@@ -57,7 +58,9 @@ def _log_x(ax, xs: Iterable[float]) -> None:
     ticks = sorted({v for v in xs if v == v and v > 0})
     if ticks:  # nothing positive to show (e.g. every point failed): keep a linear axis
         ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [f"{v:g}" if v < 1e5 else f"{v:.3g}" for v in ticks])
+        ax.set_xticks(ticks, [f"{int(v)}" if v == int(v) and v < 1e7 else f"{v:.4g}"
+                              for v in ticks],
+                      rotation=45 if len(ticks) > 4 else 0)
         ax.xaxis.set_minor_formatter(NullFormatter())
 
 
@@ -94,11 +97,53 @@ def _default_hue(df, candidates: tuple[str, ...]) -> str | None:
     return None
 
 
+def _fw(name: Any) -> str:
+    """``GGG (ZeRO-3 / FSDP)``: a strategy with its framework name, when it has one."""
+    from .strategies import FRAMEWORK_NAMES
+
+    short = str(name).replace("PaRO-", "")
+    fw = FRAMEWORK_NAMES.get(short)
+    return f"{name} ({fw})" if fw else str(name)
+
+
 def _series_key(df, hue: str | None, base: str) -> list[str]:
+    names = [_fw(v) if base == "strategy" else str(v) for v in df[base]]
     if hue is None:
-        return [str(v) for v in df[base]]
+        return names
     return [f"{a}, {hue.replace('_', ' ')} {b}" if hue not in ("algo",) else f"{a} / {b}"
-            for a, b in zip(df[base], df[hue], strict=False)]
+            for a, b in zip(names, df[hue], strict=False)]
+
+
+def _stem(v: Any) -> str:
+    v = str(v)
+    return Path(v).stem if v.endswith((".yaml", ".yml")) else v
+
+
+def context(df) -> str:
+    """What the data is about, for titles: ``llama-7b on paper-a100-roce, 32 GPUs``."""
+    def vals(col: str) -> list[str]:
+        if col not in df.columns:
+            return []
+        return [_stem(v) for v in _uniq(df[col].dropna())]
+
+    parts = []
+    models, clusters = vals("model"), vals("cluster")
+    if models:
+        parts.append(", ".join(models))
+    if clusters:
+        parts.append(("on " if models else "") + ", ".join(clusters))
+    gpus = vals("gpus")
+    if len(gpus) == 1:
+        parts.append(f"({gpus[0]} GPUs)")
+    return " ".join(parts) if parts else ""
+
+
+def _suptitle(fig: Figure, df, metrics: Iterable[str], title: str | None) -> None:
+    """The figure title: metric(s) with unit, model and cluster (and the spec's title)."""
+    what = " and ".join(_label(m) for m in metrics)
+    ctx = context(df)
+    head = f"{what}: {ctx}" if ctx else what
+    fig.suptitle(head if not title else f"{title}\n{head}", fontsize=10)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,13 +195,14 @@ def throughput_bars(df, *, x: str | None = None, metric: str | None = None,
     if nofit_x:
         ax.plot(nofit_x, [0.0] * len(nofit_x), linestyle="none", marker="x", color="#b00",
                 markersize=7, label="does not fit / error")
-    ax.set_xticks(range(len(cats)), [str(c) for c in cats], rotation=45 if len(cats) > 6 else 0)
     ax.set_xlabel(_label(x))
     ax.set_ylabel(_label(metric))
     ax.set_ylim(0, ymax * 1.15)
-    ax.set_title(title or f"{_label(metric)} per {_label(x)}")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="upper left")
+    ax.set_xticks(range(len(cats)), [_fw(c) if x == "strategy" else str(c) for c in cats],
+                  rotation=45 if len(cats) > 4 else 0, ha="right" if len(cats) > 4 else "center")
+    ax.set_title(f"{_label(metric)} per {_label(x)} (★ best)", fontsize=9)
+    _legend(ax, fig, loc="upper left")
+    _suptitle(fig, df, [metric], title)
     return fig
 
 
@@ -174,10 +220,43 @@ def _lines(ax, df, x: str, metric: str, series: list[str], per_gpu_eff: bool = F
         pts = sorted((xs_all[i], ys_all[i] if ok[i] else math.nan)
                      for i in range(len(df)) if series[i] == s)
         out[s] = pts
-    for k, (s, pts) in enumerate(out.items()):
+    # series with the same points would draw on top of each other: one line, one legend entry
+    # naming them all (``NGG = GNG``)
+    groups: dict[tuple, list[str]] = {}
+    never: list[str] = []
+    for s, pts in out.items():
+        if all(py != py for _, py in pts):
+            never.append(s)  # no point fits: nothing to draw, named once below
+            continue
+        key = tuple((round(px, 9), None if py != py else float(f"{py:.9g}")) for px, py in pts)
+        groups.setdefault(key, []).append(s)
+    for k, names in enumerate(groups.values()):
+        pts = out[names[0]]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=4,
-                label=s, color=COLORS[k % len(COLORS)])
+                label=_wrap(" = ", names), color=COLORS[k % len(COLORS)])
+    if never:
+        ax.plot([], [], linestyle="none", marker="x", color="#b00",
+                label=_wrap(", ", never, "no point fits: "))
     return out
+
+
+def _wrap(sep: str, names: list[str], head: str = "", per_line: int = 3) -> str:
+    """Names joined by ``sep``, ``per_line`` to a line (a legend entry stays narrow)."""
+    lines = [sep.join(names[i:i + per_line]) for i in range(0, len(names), per_line)]
+    return head + (sep.strip() + "\n").join(lines) if sep.strip() else head + "\n".join(lines)
+
+
+def _legend(ax, fig: Figure | None = None, **kw) -> None:
+    """A legend inside the axes when it is short, outside on the right when long."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    if len(handles) > 8 and fig is not None:
+        kw = {k: v for k, v in kw.items() if k not in ("loc", "ncol", "fontsize")}
+        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                  borderaxespad=0.0, **kw)
+    else:
+        ax.legend(handles, labels, **{"fontsize": 8, **kw})
 
 
 def scalability(df, *, x: str | None = None, metric: str | None = None,
@@ -192,12 +271,30 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax, ax2 = fig.subplots(1, 2)
     data = _lines(ax, df, x, metric, series)
-    for k, (name, pts) in enumerate(data.items()):
-        base = next(((px, py) for px, py in pts if py == py), None)
-        eff = [(py / px) / (base[1] / base[0]) if base and py == py else math.nan
-               for px, py in pts]
-        ax2.plot([p[0] for p in pts], eff, marker="o", markersize=4,
-                 color=COLORS[k % len(COLORS)], label=name)
+    # efficiency(n) = per-GPU throughput at n / per-GPU throughput at the smallest n that fits
+    per_gpu = _per_gpu_throughput(df)
+    xs_all = _values(df, x)
+    ok = list(_ok(df))
+    eff_series: dict[str, list[tuple[float, float]]] = {}
+    for name in data:
+        pts = sorted((xs_all[i], per_gpu[i] if ok[i] else math.nan)
+                     for i in range(len(df)) if series[i] == name)
+        base = next((py for _, py in pts if py == py), None)
+        eff_series[name] = [(px, py / base if base and py == py else math.nan)
+                            for px, py in pts]
+    colors = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
+    groups: dict[tuple, list[str]] = {}
+    for name, pts in eff_series.items():
+        if all(py != py for _, py in pts):
+            continue
+        key = tuple((px, None if py != py else round(py, 9)) for px, py in pts)
+        groups.setdefault(key, []).append(name)
+    for k, names in enumerate(groups.values()):
+        pts = eff_series[names[0]]
+        label = _wrap(" = ", names)
+        ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=4,
+                 color=colors.get(label, COLORS[k % len(COLORS)]), label=label)
+    ax2.ticklabel_format(axis="y", useOffset=False)
     ideal = ax2.axhline(1.0, color="k", linestyle=":", linewidth=1, label="linear scaling")
     for a in (ax, ax2):
         _log_x(a, _values(df, x))
@@ -205,11 +302,24 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
         a.grid(alpha=0.3)
     ax.set_ylabel(_label(metric))
     ax2.set_ylabel("scaling efficiency (1 = linear)")
-    ax.set_title(title or f"{_label(metric)} vs {_label(x)}")
-    ax2.set_title("per-GPU throughput / the same at the smallest scale")
-    ax.legend(fontsize=8, ncol=2)
-    ax2.legend(handles=[ideal], fontsize=8)  # the series are named in the left legend
+    ax.set_title(f"{_label(metric)} vs {_label(x)}", fontsize=9)
+    ax2.set_title("tokens/s per GPU at n / the same at the smallest n", fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    ax2.legend(handles=[ideal], fontsize=8, loc="lower left")
+    fig.legend(handles, labels, loc="outside lower center", fontsize=7,
+               ncol=min(4, max(1, len(handles))))
+    _suptitle(fig, df, [metric], title)
     return fig
+
+
+def _per_gpu_throughput(df) -> list[float]:
+    """Tokens/s per GPU of each row (the column, or tokens/s divided by the GPU count)."""
+    if "tokens_per_s_per_gpu" in df.columns:
+        return [float(v) for v in df["tokens_per_s_per_gpu"]]
+    if "tokens_per_s" in df.columns and "gpus" in df.columns:
+        return [float(t) / float(g) for t, g in zip(df["tokens_per_s"], df["gpus"],
+                                                     strict=False)]
+    raise ValueError("scaling efficiency needs tokens_per_s_per_gpu, or tokens_per_s and gpus")
 
 
 def best_strategy(df, *, x: str | None = None, metric: str | None = None,
@@ -227,15 +337,17 @@ def best_strategy(df, *, x: str | None = None, metric: str | None = None,
     for xv in xs:
         cands = [(py, s) for s, pts in data.items() for px, py in pts if px == xv and py == py]
         if cands:
-            ax.text(xv, top * 1.04, max(cands)[1], ha="center", va="bottom", fontsize=8,
-                    rotation=90, fontweight="bold")
+            # the short name (the legend carries the framework name): it stays in the axes
+            ax.text(xv, top * 1.03, max(cands)[1].split(" (")[0], ha="center", va="bottom",
+                    fontsize=8, rotation=90, fontweight="bold")
     _log_x(ax, xs)
     ax.set_ylim(0, top * 1.3)
     ax.set_xlabel(_label(x))
     ax.set_ylabel(_label(metric))
-    ax.set_title(title or f"best strategy vs {_label(x)}")
-    ax.legend(fontsize=7, ncol=3, loc="lower right")
+    ax.set_title(f"best strategy vs {_label(x)}", fontsize=9)
+    _legend(ax, fig, fontsize=7, ncol=3, loc="lower right")
     ax.grid(alpha=0.3)
+    _suptitle(fig, df, [metric], title)
     return fig
 
 
@@ -262,9 +374,10 @@ def collectives(df, *, x: str | None = None, metric: str | None = None,
         ax.set_xlabel(_label(x))
         ax.set_ylabel(_label(m))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax, fig)
     op = df["op"].iloc[0] if "op" in df.columns and len(df) else "collective"
-    axes[0].set_title(title or f"{op}: ring vs hierarchical vs HO-Ring")
+    axes[0].set_title(f"{op}: ring vs hierarchical vs HO-Ring", fontsize=9)
+    _suptitle(fig, df, metrics, title)
     return fig
 
 
@@ -301,7 +414,7 @@ def memory_throughput(df, *, x: str | None = None, metric: str | None = None,
     ok = list(_ok(df))
     mem = _values(df, x)
     thr = [v if o else math.nan for v, o in zip(_values(df, metric), ok, strict=False)]
-    names = [str(s) for s in df["strategy"]]
+    names = [_fw(s) for s in df["strategy"]]
     idx = [i for i in range(len(df)) if ok[i] and thr[i] == thr[i]]
     front = pareto_front([mem[i] for i in idx], [thr[i] for i in idx])
     on = [i for i, f in zip(idx, front, strict=False) if f]
@@ -324,15 +437,25 @@ def memory_throughput(df, *, x: str | None = None, metric: str | None = None,
         k = crowd[cell] = crowd.get(cell, -1) + 1
         ax.annotate(names[i], (mem[i], y), textcoords="offset points", xytext=(4, 4 + 9 * k),
                     fontsize=7, fontweight="bold" if i in on else "normal")
+    cap = None
     if "capacity_bytes" in df.columns and df["capacity_bytes"].notna().any():
         cap = float(df["capacity_bytes"].dropna().iloc[0]) * _SCALE.get(x, 1.0)
         ax.axvline(cap, color="k", linestyle="--", linewidth=1, label="GPU memory")
     ax.set_xlabel(_label(x))
     ax.set_ylabel(_label(metric))
-    ax.set_ylim(bottom=0)
-    ax.set_title(title or "memory vs throughput (Pareto front in red)")
-    ax.legend(fontsize=8, loc="lower right")
+    # room above the highest point for its stacked labels (9 points each)
+    stack = max(crowd.values(), default=0) + 1
+    ax.set_ylim(0, yr * (1.12 + 0.05 * stack))
+    # and on the right of the rightmost point for its label
+    known = [v for v in mem if v == v] + ([cap] if cap is not None and cap == cap else [])
+    if known:
+        lo, hi = min(known), max(known)
+        span = (hi - lo) or 1.0
+        ax.set_xlim(lo - 0.05 * span, hi + 0.3 * span)
+    ax.set_title("memory vs throughput (Pareto front in red)", fontsize=9)
+    ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
+    _suptitle(fig, df, [metric, x], title)
     return fig
 
 
@@ -409,9 +532,10 @@ def sweep_figures(df, figures: Iterable[dict]) -> Iterator[tuple[str, Callable[[
             suffix = "-".join(f"{c}={_slug(v)}" for c, v in zip(by, key, strict=True))
             stem = f.get("file", f["plot"]) + (f"-{suffix}" if suffix else "")
             title = f.get("title")
-            if title is None and suffix:
-                title = f"{f['plot']}: " + ", ".join(f"{c} {v}"
-                                                     for c, v in zip(by, key, strict=True))
+            if title is None and suffix:  # model and cluster are in every title already
+                title = ", ".join(f"{c.replace('_', ' ')} = {_stem(v)}"
+                                  for c, v in zip(by, key, strict=True)
+                                  if c not in ("model", "cluster")) or None
             yield stem, functools.partial(fn, sub.reset_index(drop=True), x=f.get("x"),
                                           metric=f.get("metric"), hue=f.get("hue"),
                                           title=title)
@@ -422,8 +546,13 @@ def save_figure(fig: Figure, stem: str | Path, dpi: int = 120) -> list[str]:
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []
-    for ext in ("png", "svg"):
-        p = Path(f"{stem}.{ext}")
-        fig.savefig(p, dpi=dpi, metadata={"Date": None} if ext == "svg" else None)
-        paths.append(str(p))
+    from matplotlib import rc_context
+
+    # the same figure -> the same bytes: no date, and SVG ids hashed from a fixed salt
+    with rc_context({"svg.hashsalt": "parosim"}):
+        for ext in ("png", "svg"):
+            p = Path(f"{stem}.{ext}")
+            fig.savefig(p, dpi=dpi, metadata={"Date": None} if ext == "svg" else
+                        {"Software": None})
+            paths.append(str(p))
     return paths

@@ -26,7 +26,7 @@ from .engine import (
     run_program,
     run_repeated,
 )
-from .network import PS, Network, symmetry_period, to_ps
+from .network import MAX_PS, PS, Network, horizon_error, symmetry_period, to_ps
 from .plan import CollectiveOp, ComputeOp, Plan
 from .specs import ClusterSpec
 from .topology import cluster_graph
@@ -116,6 +116,8 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
             left = float(work)
             while left > 0:
                 f = overlap_slowdown if in_flight[0] else 1.0
+                if not left * f <= MAX_PS:
+                    raise horizon_error(left * f / PS)
                 dt = int(round(left * f))
                 if dt <= 0:
                     break
@@ -154,6 +156,8 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     done = run_lanes(env, ops, lane, lambda i: ops[i].deps, lambda i: ops[i].name, body,
                      records.append if trace else None, kind)
     env.run()
+    if env.now > MAX_PS:
+        raise horizon_error(env.now / PS)
     check_finished(done, lambda i: ops[i].name, lambda i: ops[i].deps, lane, env)
     st = net.link_stats()
     step = (last[0] if overlap_slowdown != 1.0 else env.now) / PS

@@ -437,7 +437,9 @@ def parse_count(text: str | int | float, what: str = "--tokens") -> int:
             raise InputError(f"{what} {text!r} is not a count; expected a number with an "
                              "optional K, M, B (billion) or T suffix, e.g. '1.4T'")
         value = float(m.group(1)) * _COUNT[m.group(2)]
-    if not (math.isfinite(value) and value >= 1):
+    if not math.isfinite(value):
+        raise InputError(f"{what} {text!r} must be finite")
+    if not value >= 1:
         raise InputError(f"{what} {text!r} must be at least 1")
     return int(round(value))
 

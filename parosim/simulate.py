@@ -27,6 +27,7 @@ from .compute import compute_seconds  # noqa: F401  (re-exported for notebooks)
 from .errors import InputError
 from .memory import MemoryBreakdown, memory_breakdown
 from .models import ModelSpec
+from .network import MAX_SIM_SECONDS, horizon_error
 from .plan import CollectiveOp, ComputeOp, Plan, build_plan
 from .replay import replay
 from .runtime import effective_overlap_slowdown, training_for_runtime
@@ -35,6 +36,25 @@ from .strategies import ALL_STRATEGIES, Strategy, parse_strategy
 from .training import TrainingSpec
 
 MODES = ("engine", "analytic")
+
+# The engine replays every operation of the step (docs/limits.md): at most this many, counted
+# from a one-micro-step plan before the full plan is built. ~2 s and ~100 MB per 100,000 ops.
+# The analytic mode evaluates one micro-step and has no such limit.
+MAX_ENGINE_OPS = 500_000
+
+
+def check_engine_size(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
+                      training: TrainingSpec, rt=None) -> None:
+    """Refuse, before building it, an engine plan of more than :data:`MAX_ENGINE_OPS` ops."""
+    one = build_plan(model, strategy, cluster, replace(training, accum_steps=1), rt)
+    micro = sum(1 for o in one.ops if o.micro_step is not None)
+    total = len(one.ops) - micro + micro * training.accum_steps
+    if total > MAX_ENGINE_OPS:
+        most = max(1, (MAX_ENGINE_OPS - (len(one.ops) - micro)) // max(1, micro))
+        raise InputError(f"--accum {training.accum_steps} makes an engine step of {total} "
+                         f"operations, more than the engine's limit of {MAX_ENGINE_OPS}; "
+                         f"expected --accum <= {most} or --mode analytic (which evaluates one "
+                         "micro-step and scales it)")
 
 
 @dataclass
@@ -92,7 +112,7 @@ class StepResult:
 
 
 def memory_dict(strategy: Strategy, gpus: int, mem: MemoryBreakdown) -> dict:
-    """The ``memory`` JSON object (DESIGN.md contract plus the detail terms)."""
+    """The ``memory`` JSON object (the stable JSON contract plus the detail terms)."""
     return {"strategy": strategy.name, "gpus": gpus,
             "model_states_bytes": mem.model_states_bytes,
             "activations_bytes": mem.activations_bytes, "buffers_bytes": mem.buffers_bytes,
@@ -209,6 +229,8 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         repeat = training.accum_steps
         plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1), rt)
     else:
+        if training.accum_steps > 100:
+            check_engine_size(model, strategy, cluster, training, rt)
         plan = build_plan(model, strategy, cluster, training, rt)
     if mode == "engine" and per_rank:
         from .ranks import hetero_step
@@ -235,6 +257,8 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         step, exposed = an.step_time_s, an.exposed_comm_s
         compute = an.t_comp_s + an.t_optimizer_s
         b_intra, b_inter = _analytic_bytes(plan, cluster, algo, repeat)
+        if not step <= MAX_SIM_SECONDS:  # the same range as the engine's clock
+            raise horizon_error(step)
         res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
                      "step_time_p99_s": step, "repeats": repeats, "seed": seed,
                      "jitter_cv": 0.0, "critical_rank": None}
@@ -322,7 +346,7 @@ def with_overrides(cluster: ClusterSpec, nic_bandwidth_Bps: float | None = None,
 POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-roce",
                   "nodes": None, "group_nodes": None, "strategy": "NIG", "algo": "ho-ring",
                   "trainable_ratio": "full", "micro_batch": 4, "accum": 10, "seq_len": 512,
-                  "mode": "analytic", "nic_bandwidth": None, "intra_bandwidth": None,
+                  "mode": "engine", "nic_bandwidth": None, "intra_bandwidth": None,
                   "gpu_memory": None, "recompute": None, "runtime": "ideal",
                   "overlap_slowdown": None}
 
@@ -333,6 +357,25 @@ RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
                   "shortfall_bytes", "fits")
 
 
+def _check_point_keys(point: dict) -> None:
+    """A misspelled key is an error, not a silently ignored value (``mode`` defaults to
+    ``engine``, as on the command line)."""
+    from .io.sweep import INPUT_KEYS
+
+    if not isinstance(point, dict):
+        raise InputError(f"a point must be a dict of inputs, got {type(point).__name__}")
+    allowed = set(POINT_DEFAULTS) | set(INPUT_KEYS["step"]) | set(RESULT_COLUMNS) | {
+        "point_id"}
+    unknown = sorted(str(k) for k in point if k not in allowed)
+    if unknown:
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise InputError(f"point key {unknown[0]!r} is not known{hint}; expected some of "
+                         f"{', '.join(sorted(set(POINT_DEFAULTS) | set(INPUT_KEYS['step'])))}")
+
+
 def point_setup(point: dict):
     """(model, cluster, training, strategy, algo, mode, runtime) from a sweep point (raises
     :class:`InputError` on a bad value)."""
@@ -340,6 +383,7 @@ def point_setup(point: dict):
     from .training import TrainingSpec, parse_trainable_ratio
     from .units import parse_bandwidth, parse_size
 
+    _check_point_keys(point)
     p = {**POINT_DEFAULTS, **point}
     cluster = load_cluster(p["cluster"], p["nodes"], p["group_nodes"])
     cluster = with_overrides(

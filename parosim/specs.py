@@ -30,6 +30,13 @@ class NetworkFabric(str, enum.Enum):
     RAIL = "rail"                    # NIC k of every node on rail switch k; rails joined by a spine
 
 
+# The largest cluster the simulator accepts (docs/limits.md): 65,536 GPUs. Every mode's cost
+# grows about linearly in the GPU count (the engine's symmetry reduction and the O(n) ring
+# sets); at this size a collective over all algorithms takes ~10 s and ~250 MB. The check
+# runs when a spec is built, before any graph or ring is.
+MAX_GPUS = 65536
+
+
 def _require(cond: bool, msg: str) -> None:
     if not cond:
         raise InputError(msg)
@@ -259,8 +266,11 @@ class CollectiveTuning:
         _pos(self.step_latency_s, "collective.step_latency", allow_zero=True)
         _pos(self.call_overhead_s, "collective.call_overhead", allow_zero=True)
         _pos(self.phase_overhead_s, "collective.phase_overhead", allow_zero=True)
-        _require(isinstance(self.ho_ring_max_chunks, int) and self.ho_ring_max_chunks >= 1,
-                 f"collective.ho_ring_max_chunks = {self.ho_ring_max_chunks!r} must be >= 1")
+        _require(isinstance(self.ho_ring_max_chunks, int)
+                 and not isinstance(self.ho_ring_max_chunks, bool)
+                 and 1 <= self.ho_ring_max_chunks <= 4096,
+                 f"collective.ho_ring_max_chunks = {self.ho_ring_max_chunks!r} must be an "
+                 "integer in [1, 4096]")
 
 
 @dataclass(frozen=True)
@@ -370,6 +380,10 @@ class ClusterSpec:
             v = getattr(self, name)
             _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
                      f"{name} = {v!r} must be a positive integer")
+        _require(self.nodes * self.gpus_per_node <= MAX_GPUS,
+                 f"cluster {self.name!r} with {self.nodes} nodes x {self.gpus_per_node} GPUs "
+                 f"has more than {MAX_GPUS} GPUs, the simulator's limit; expected at most "
+                 f"{max(1, MAX_GPUS // self.gpus_per_node)} nodes")
         _require(self.nodes % self.group_nodes == 0,
                  f"group of {self.group_nodes} nodes does not divide the {self.nodes} nodes of "
                  f"cluster {self.name!r}; expected a divisor of {self.nodes}")
@@ -377,6 +391,19 @@ class ClusterSpec:
             _require(self.nic.per_node >= 1,
                      f"cluster {self.name!r} has {self.nodes} nodes but nic.per_node = 0: the "
                      "nodes would be disconnected; expected at least one NIC per node")
+        _require(self.nic.per_node <= self.gpus_per_node,
+                 f"nic.per_node = {self.nic.per_node} is more than gpus_per_node = "
+                 f"{self.gpus_per_node}: a GPU uses one NIC, so the extra NICs would stay idle; "
+                 f"expected at most {self.gpus_per_node}")
+        if self.network.fabric is NetworkFabric.LEAF_SPINE:
+            per_leaf = self.network.nodes_per_leaf
+            _require(self.nodes <= per_leaf or self.nodes % per_leaf == 0,
+                     f"network.nodes_per_leaf = {per_leaf} does not divide the {self.nodes} "
+                     f"nodes of cluster {self.name!r} (a partly filled last leaf would give "
+                     "its nodes more uplink per node than the others: not a homogeneous "
+                     "cluster); "
+                     f"expected a node count that is a multiple of {per_leaf} or at most "
+                     f"{per_leaf}")
         if self.nic.per_node:
             _require(self.gpus_per_node % self.nic.per_node == 0
                      or self.nic.per_node % self.gpus_per_node == 0,

@@ -1,7 +1,7 @@
 """The 14 PaRO strategies: partition levels, validity, parsing and model-state memory.
 
 A strategy gives a partition :class:`Level` to each of parameters (p), gradients (g) and
-optimizer states (os), written ``PaRO-<p><g><os>`` (shared/PARO.md). ``N`` = every GPU holds
+optimizer states (os), written ``PaRO-<p><g><os>`` (docs/model.md). ``N`` = every GPU holds
 a full copy, ``I`` = partitioned over the m GPUs of a group, ``G`` = partitioned over all n
 GPUs; N < I < G in fineness. Valid iff os is at least as fine as p and as g: a coarser os
 costs memory and saves no communication. That leaves 14 strategies.
@@ -53,13 +53,23 @@ class Level(enum.Enum):
                 "G": "partitioned over all GPUs"}[self.value]
 
 
-# Known systems (shared/PARO.md, "Known systems"); MiCS and hpZ are approximations.
+# Known systems (docs/model.md, "Partition levels"); MiCS and hpZ are approximations.
 KNOWN_SYSTEMS: dict[str, str] = {
     "NNN": "DDP", "NNG": "ZeRO-1", "NGG": "ZeRO-2", "GGG": "ZeRO-3 / FSDP",
     "III": "MiCS / HSDP (approx.)", "IGG": "ZeRO++ hpZ (approx.)",
 }
 
 # Aliases accepted by parse_strategy (keys normalised: lower case, no '-', '_', ' ', '+').
+# The framework names of the strategies that frameworks ship (shown beside the PaRO name):
+# DDP keeps everything replicated; ZeRO stages 1/2/3 (DeepSpeed) shard the optimizer states,
+# then the gradients, then the parameters over all GPUs (PyTorch FSDP FULL_SHARD = ZeRO-3);
+# MiCS / FSDP HYBRID_SHARD shard everything inside a group and replicate across groups;
+# ZeRO++ hpZ keeps a secondary parameter shard inside the node.
+FRAMEWORK_NAMES: dict[str, str] = {
+    "NNN": "DDP", "NNG": "ZeRO-1", "NGG": "ZeRO-2", "GGG": "ZeRO-3 / FSDP",
+    "III": "MiCS / HSDP", "IGG": "ZeRO++ hpZ",
+}
+
 ALIASES: dict[str, str] = {
     "ddp": "NNN", "zero1": "NNG", "zero2": "NGG", "zero3": "GGG", "fsdp": "GGG",
     "mics": "III", "hsdp": "III", "zeropp": "IGG", "hpz": "IGG",
@@ -122,7 +132,7 @@ def invalid_reason(p: Level, g: Level, os: Level) -> str:
             f"and saves no communication (did you mean PaRO-{p.value}{g.value}{fix}?)")
 
 
-# shared/PARO.md order.
+# docs/model.md order.
 ALL_STRATEGIES: tuple[Strategy, ...] = tuple(
     Strategy(Level(c[0]), Level(c[1]), Level(c[2]))
     for c in ("NNN", "NNI", "NII", "INI", "III", "NNG", "NIG", "NGG", "ING", "IIG", "IGG",
@@ -163,7 +173,7 @@ def parse_strategy(text: str | Strategy) -> Strategy:
 
 def model_states_bytes(strategy: Strategy, params: float, trainable_params: float, n: int,
                        m: int) -> float:
-    """Model-state bytes per GPU: 2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os (shared/PARO.md).
+    """Model-state bytes per GPU: 2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os (docs/model.md).
 
     >>> model_states_bytes(parse_strategy("GGG"), 1e9, 1e9, n=32, m=8)
     500000000.0

@@ -122,9 +122,36 @@ def evaluate(point: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C is the parent's to handle (it stops the pool)."""
+def _ignore_sigint(parent_pid: int | None = None) -> None:
+    """Worker initializer: Ctrl-C is the parent's to handle (it stops the pool). A worker
+    also ends when the sweep process is gone, even after a SIGKILL that let it clean nothing
+    up: the kernel kills it with its parent (Linux ``PR_SET_PDEATHSIG``; the fork server,
+    the workers' parent, exits with the sweep), and a watchdog thread checks the sweep's pid
+    every 0.5 s (other systems)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_pid is None:
+        return
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    import os
+    import threading
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="parosim-parent-watch", daemon=True).start()
 
 
 def _serial(points: list[dict]) -> Iterator[tuple[int, dict]]:
@@ -140,7 +167,10 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
         ctx.set_forkserver_preload(["parosim.collectives", "parosim.io", "parosim.simulate"])
     else:
         ctx = multiprocessing.get_context("spawn")
-    ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+    import os
+
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint,
+                             initargs=(os.getpid(),))
     procs = []
     ok = False
     try:
@@ -181,10 +211,16 @@ def _connect(address: str, timeout_s: float):
     """A dask.distributed Client of the scheduler at ``address`` (InputError if unreachable)."""
     from distributed import Client
 
+    if not isinstance(address, str) or not address.strip():
+        raise InputError("--scheduler is empty; expected the address of a running dask "
+                         "scheduler, e.g. tcp://127.0.0.1:8786")
     try:
         return Client(address, timeout=f"{timeout_s}s")
     except (OSError, TimeoutError) as e:
         raise InputError(f"cannot reach the dask scheduler at {address!r}: {e}") from None
+    except (ValueError, TypeError) as e:  # e.g. no port: not an address at all
+        raise InputError(f"--scheduler {address!r} is not a scheduler address ({e}); expected "
+                         "e.g. tcp://127.0.0.1:8786") from None
 
 
 def _dask(client, points: list[dict], ids: list[str]) -> Iterator[tuple[int, dict]]:
@@ -233,21 +269,29 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InputError(f"--workers {workers!r} must be a positive integer")
     out = check_out_dir(out_dir)
-    points, ids = [], []
+    points, ids, seen = [], [], set()
     for p in spec.points():
         pid = point_id(p)
-        if pid not in ids:
+        if pid not in seen:  # a set: linear in the grid size
+            seen.add(pid)
             points.append(p)
             ids.append(pid)
     columns = list(COLUMNS[spec.kind])
-    client = _connect(scheduler, scheduler_timeout_s) if scheduler else None
+    client = _connect(scheduler, scheduler_timeout_s) if scheduler is not None else None
     try:
         log = ResultsLog(out / "results.csv", columns)
     except BaseException:
         if client is not None:
             client.close()
         raise
-    (out / "columns.md").write_text(columns_markdown(spec.kind))
+    try:
+        (out / "columns.md").write_text(columns_markdown(spec.kind))
+    except OSError as e:
+        log.release()
+        if client is not None:
+            client.close()
+        raise InputError(f"{str(out / 'columns.md')!r} cannot be written: "
+                         f"{e.strerror or e}") from None
     todo = [(p, i) for p, i in zip(points, ids, strict=False) if i not in log.rows]
     skipped = len(points) - len(todo)
     counts = {"ok": 0, "does-not-fit": 0, "error": 0}
@@ -275,9 +319,14 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
             close()
         bar.close()
         log.close()
+        if sys.exc_info()[0] is not None:
+            log.release()
         if client is not None:
             client.close()
-    stale = log.finalize(ids)
+    try:
+        stale = log.finalize(ids)
+    finally:
+        log.release()
     final = [log.rows[i] for i in ids]
     status_col = columns.index("status")
     n_nofit = sum(r[status_col] == "does-not-fit" for r in final)

@@ -1,6 +1,6 @@
 """Training configuration and the mixed-precision byte constants.
 
-Defaults are the PaRO paper's setting (shared/PARO.md, "experimental setting"): micro-batch
+Defaults are the PaRO paper's setting (docs/model.md, "The paper's setting"): micro-batch
 4, 10 accumulation micro-steps, sequence length 512, full training.
 
 >>> t = TrainingSpec()
@@ -18,17 +18,17 @@ from dataclasses import dataclass, replace
 
 from .errors import InputError
 
-# Mixed-precision Adam (shared/PARO.md, "Memory per GPU"; Rajbhandari et al. 2020, ZeRO):
+# Mixed-precision Adam (docs/model.md, "Memory per GPU"; Rajbhandari et al. 2020, ZeRO):
 BYTES_PER_PARAM = 2        # bf16/fp16 parameters, all Ψ (frozen ones too)
 BYTES_PER_GRAD = 2         # bf16/fp16 gradients, trainable Ψ' only
 BYTES_PER_OPTIM_STATE = 12  # fp32 master weights + Adam m + Adam v, trainable Ψ' only
 BYTES_PER_ACTIVATION = 2   # fp16/bf16 activations (Korthikanti et al. 2022 count in these)
 
-# Named trainable ratios Ψ'/Ψ (shared/PARO.md, "Symbols"):
+# Named trainable ratios Ψ'/Ψ (docs/model.md, "Symbols"):
 TRAINABLE_RATIOS: dict[str, float] = {"full": 1.0, "partial": 1 / 16, "peft": 3 / 1000}
 
-# Dense LLM training reaches roughly 40-60% of peak FLOPS (shared/HARDWARE.md, "typical
-# achieved"); we take the middle. It applies to matmul time, not to memory-bound work.
+# Dense LLM training reaches roughly 40-60% of peak FLOPS (docs/model.md, "Compute and
+# hardware figures"); we take the middle. It applies to matmul time, not to memory-bound work.
 DEFAULT_COMPUTE_EFFICIENCY = 0.5
 # What the memory settings left unset (None) mean without a runtime profile (the ideal
 # runtime): Korthikanti et al. 2022's estimate with eager attention, as before profiles.
@@ -89,7 +89,7 @@ class TrainingSpec:
     forward when memory allows.
 
     ``compute_efficiency``: fraction of the GPU's peak FLOP/s that matmuls achieve; default
-    0.5, the middle of the 40-60% MFU that dense training reaches (shared/HARDWARE.md).
+    0.5, the middle of the 40-60% MFU that dense training reaches (docs/model.md).
 
     ``overlap_slowdown`` (>= 1): compute advances at 1/f of its speed while a collective
     runs beside it (NCCL kernels take SMs and HBM bandwidth from the matmuls; exact fluid
@@ -204,3 +204,44 @@ class TrainingSpec:
 
     def with_recompute(self, recompute: bool | None) -> TrainingSpec:
         return replace(self, recompute=recompute)
+
+
+def accum_for_global_batch(text: str | int, micro_batch: int, data_parallel: int,
+                           seq_len: int) -> int:
+    """Accumulation steps s from a global batch, as DeepSpeed relates them:
+    ``train_batch_size = micro_batch x s x data-parallel GPUs`` (sequences). ``text`` is a
+    number of sequences (``2048``) or of tokens (``1Mitok`` = 2**20, ``4Mtok`` = 4e6,
+    ``524288tokens``); a batch that is not a whole multiple is refused.
+
+    >>> accum_for_global_batch("1280", 4, 32, 512), accum_for_global_batch("1Mitok", 4, 32, 512)
+    (10, 16)
+    """
+    _pos_int(micro_batch, "micro_batch")
+    _pos_int(data_parallel, "data-parallel GPUs")
+    _pos_int(seq_len, "seq_len")
+    raw = str(text).strip()
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKMGT]i?)?\s*"
+                     r"(tok|toks|tokens?|seqs?|sequences?)?", raw)
+    if not m or (m.group(2) and not m.group(3)):
+        raise InputError(f"--global-batch {text!r} is not a batch size; expected sequences "
+                         "(e.g. 2048) or tokens (e.g. 1Mitok, 4Mtok, 524288tokens)")
+    scale = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10,
+             "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}[m.group(2) or ""]
+    value = float(m.group(1)) * scale
+    if not math.isfinite(value) or value <= 0 or value != int(value):
+        raise InputError(f"--global-batch {text!r} must be a positive whole number")
+    value = int(value)
+    tokens = (m.group(3) or "").startswith("tok")
+    if tokens:
+        if value % seq_len:
+            raise InputError(f"--global-batch {text!r} = {value} tokens is not a whole number "
+                             f"of {seq_len}-token sequences; expected a multiple of --seq-len")
+        value //= seq_len
+    per_step = micro_batch * data_parallel
+    if value % per_step or value < per_step:
+        lo = max(per_step, value // per_step * per_step)
+        raise InputError(f"--global-batch {text!r} = {value} sequences is not a positive "
+                         f"multiple of micro-batch x data-parallel GPUs = {micro_batch} x "
+                         f"{data_parallel} = {per_step}; expected e.g. {lo} or {lo + per_step}"
+                         " sequences")
+    return value // per_step

@@ -21,7 +21,7 @@ import re
 from .errors import InputError
 
 _DEC = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_BIN = {"Ki": 2**10, "ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _SIZE_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTP]i?)?(B|bytes?)?\s*$")
 _BW_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTP]i?)?(bps|bit/s|b/s|Bps|B/s)\s*$")
@@ -37,10 +37,32 @@ def _prefix(p: str | None) -> float:
     return float(_BIN[p]) if p in _BIN else float(_DEC[p])
 
 
+# Documented domain of every unit-carrying input (docs/limits.md). Values outside are refused
+# with one line: beyond them the simulator's integer-picosecond clock (2**63 ps ~ 107 days)
+# would overflow or the value cannot describe real hardware.
+MAX_SIZE_BYTES = 2**60              # 1 EiB: a buffer, a GPU memory
+MIN_BANDWIDTH_Bps = 1e3             # 8 kbps
+MAX_BANDWIDTH_Bps = 1e15            # 1 PB/s (8 Pbps)
+MAX_TIME_S = 1e9                    # ~32 years: a latency, an overhead, an MTBF
+
+
 def _positive(value: float, text: object, what: str, allow_zero: bool) -> None:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    if math.isnan(value) or math.isinf(value):
+        raise InputError(f"{what} {text!r} must be finite")
+    if value < 0 or (value == 0 and not allow_zero):
         need = "non-negative" if allow_zero else "positive"
         raise InputError(f"{what} {text!r} must be {need}")
+
+
+def _within(value: float, text: object, what: str, lo: float | None, hi: float,
+            expected: str) -> None:
+    if value > hi or (lo is not None and 0 < value < lo):
+        raise InputError(f"{what} {text!r} is outside the supported range; expected {expected}")
+
+
+def _empty(text: object, what: str, example: str) -> None:
+    if isinstance(text, str) and not text.strip():
+        raise InputError(f"{what} is empty; expected a value such as {example!r}")
 
 
 def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = False) -> int:
@@ -51,6 +73,7 @@ def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = F
     """
     if isinstance(text, bool):
         raise InputError(f"{what} {text!r} is not a size; expected e.g. '80GB', '1GiB', 4096")
+    _empty(text, what, "80GB")
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -62,7 +85,12 @@ def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = F
                 "e.g. '80GB' or '1GiB'")
         value = float(m.group(1)) * _prefix(m.group(2))
     _positive(value, text, what, allow_zero)
-    return int(round(value))
+    _within(value, text, what, None, MAX_SIZE_BYTES, "at most 1EiB (2**60 bytes)")
+    n = int(round(value))
+    if abs(value - n) > 1e-9 * max(1.0, value) or (n == 0 and value > 0):
+        raise InputError(f"{what} {text!r} is not a whole number of bytes; expected e.g. "
+                         "'512B', '1.5GB' or '1GiB'")
+    return n
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
@@ -74,6 +102,7 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     if isinstance(text, bool):
         raise InputError(f"{what} {text!r} is not a bandwidth; expected e.g. '100Gbps' or "
                          "'25GB/s'")
+    _empty(text, what, "100Gbps")
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -86,6 +115,8 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
         if m.group(3) in ("bps", "bit/s", "b/s"):
             value /= 8.0
     _positive(value, text, what, allow_zero=False)
+    _within(value, text, what, MIN_BANDWIDTH_Bps, MAX_BANDWIDTH_Bps,
+            "between 8kbps (1kB/s) and 1PB/s")
     return value
 
 
@@ -97,6 +128,7 @@ def parse_time(text: str | int | float, what: str = "latency", allow_zero: bool 
     """
     if isinstance(text, bool):
         raise InputError(f"{what} {text!r} is not a time; expected e.g. '5us' or '2ms'")
+    _empty(text, what, "5us")
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -107,6 +139,7 @@ def parse_time(text: str | int | float, what: str = "latency", allow_zero: bool 
         mul, div = _TIME[m.group(2)]
         value = float(m.group(1)) * mul / div
     _positive(value, text, what, allow_zero)
+    _within(value, text, what, None, MAX_TIME_S, "at most 1e9 s (~32 years)")
     return value
 
 
@@ -121,6 +154,7 @@ def parse_flops(text: str | int | float, what: str = "peak_tflops") -> float:
                              "TFLOP/s (e.g. 312) or '312TFLOPS'")
         value = float(m.group(1)) * _prefix(m.group(2))
     _positive(value, text, what, allow_zero=False)
+    _within(value, text, what, 1e9, 1e18, "between 0.001 and 1e6 TFLOP/s")
     return value
 
 
@@ -130,6 +164,24 @@ def fmt_bytes(n: float) -> str:
         if abs(n) >= f:
             return f"{n / f:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def fmt_size(n: float) -> str:
+    """A size in the prefix family it is round in: ``1e9`` -> ``'1 GB'``, ``2**30`` ->
+    ``'1 GiB'``; otherwise :func:`fmt_bytes`.
+
+    >>> fmt_size(1e9), fmt_size(2**30), fmt_size(3 * 2**20), fmt_size(12345)
+    ('1 GB', '1 GiB', '3 MiB', '12.06 KiB')
+    """
+    if n == int(n) and n > 0:
+        i = int(n)
+        for k, b, d in ((5, "PiB", "PB"), (4, "TiB", "TB"), (3, "GiB", "GB"),
+                        (2, "MiB", "MB"), (1, "KiB", "kB")):
+            if i % 1024**k == 0:
+                return f"{i // 1024**k} {b}"
+            if i % 1000**k == 0:
+                return f"{i // 1000**k} {d}"
+    return fmt_bytes(n)
 
 
 def fmt_time(s: float) -> str:

@@ -26,6 +26,7 @@ def yaml_file(tmp_path):
 GOOD = """name: t
 gpus_per_node: 4
 nodes: 2
+gpu: {model: A100-SXM4-80GB}
 intra_node: {fabric: nvswitch, bandwidth: 2000Gbps, latency: 2us}
 nic: {per_node: 1, bandwidth: 100Gbps, latency: 5us}
 network: {fabric: single-switch}

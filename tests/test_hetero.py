@@ -283,7 +283,8 @@ def test_failed_uplink_reroutes_over_the_other_spine():
 # -- YAML and errors --------------------------------------------------------------------------
 
 def _yaml(**extra):
-    d = {"name": "h", "gpus_per_node": 8, "nodes": 4, "intra_node": {"bandwidth": "2000Gbps"}}
+    d = {"name": "h", "gpus_per_node": 8, "nodes": 4, "intra_node": {"bandwidth": "2000Gbps"},
+         "gpu": {"model": "A100-SXM4-80GB"}, "nic": {"bandwidth": "100Gbps"}}
     d.update(extra)
     return d
 

@@ -167,6 +167,7 @@ def test_cli_jobs_refuses_other_flags(argv, needle, jobs_file, capsys):
 HETERO = """name: h
 gpus_per_node: 2
 nodes: 4
+gpu: {model: A100-SXM4-80GB}
 intra_node: {fabric: nvswitch, bandwidth: 2000Gbps, latency: 2us}
 nic: {per_node: 1, bandwidth: 100Gbps, latency: 5us}
 network: {fabric: single-switch}

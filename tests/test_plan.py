@@ -1,6 +1,6 @@
 """Plan: the schedule of one step for every strategy, and its traffic by scope.
 
-Closed forms here are written from shared/PARO.md independently of parosim/plan.py.
+Closed forms here are written from docs/model.md independently of parosim/plan.py.
 """
 
 from collections import Counter
@@ -46,7 +46,7 @@ def kinds(ops):
     return Counter((o.op, o.scope) for o in ops)
 
 
-# --- PARO.md's worked examples -------------------------------------------------------------
+# --- docs/model.md's worked examples -------------------------------------------------------------
 UNITS = TINY.layers + 2          # embed, layers, head
 
 
@@ -160,9 +160,9 @@ def test_summary_mentions_strategy_and_traffic():
         TINY, "NIG", PAPER, TrainingSpec())) == text
 
 
-# --- traffic: closed form from PARO.md --------------------------------------------------------
+# --- traffic: closed form from docs/model.md ------------------------------------------------
 def closed_form(short, psi, psi_t, n, m, s):
-    """Bytes sent per GPU per step by scope, ring model, written from PARO.md directly."""
+    """Bytes sent per GPU per step by scope, ring model, written from docs/model.md directly."""
     ng = n // m
     k = {"global": n, "intra": m, "inter": ng}
     out = {"global": 0.0, "intra": 0.0, "inter": 0.0}

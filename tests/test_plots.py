@@ -54,7 +54,8 @@ def test_throughput_bars_one_bar_per_strategy_and_marks_non_fitting():
     fig = throughput_bars(step_df())
     ax = fig.axes[0]
     assert len(_bars(ax)) == 4
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["NIG", "IIG", "GGG", "NNN"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["NIG", "IIG", "GGG (ZeRO-3 / FSDP)",
+                                                           "NNN (DDP)"]
     assert ax.get_xlabel() == "strategy" and "tokens/s" in ax.get_ylabel()
     heights = [b.get_height() for b in _bars(ax)]
     assert heights == [1000.0, 1100.0, 1200.0, 0.0]
@@ -87,7 +88,8 @@ def scaling_df():
 def test_scalability_lines_and_efficiency():
     fig = scalability(scaling_df())
     ax, ax2 = fig.axes
-    assert [ln.get_label() for ln in _lines(ax)] == ["NIG", "GGG", "NNN"]
+    assert [ln.get_label() for ln in _lines(ax)] == ["NIG", "GGG (ZeRO-3 / FSDP)",
+                                                     "no point fits: NNN (DDP)"]
     assert ax.get_xlabel() == ax2.get_xlabel() == "GPUs"
     assert "tokens/s" in ax.get_ylabel() and "efficiency" in ax2.get_ylabel()
     nig, ggg = _lines(ax2)[:2]
@@ -96,6 +98,15 @@ def test_scalability_lines_and_efficiency():
     assert list(ggg.get_ydata()) == pytest.approx([1, 0.5, 0.25, 0.125])
     assert "linear scaling" in _legend(ax2)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]
+
+
+def test_scaling_efficiency_is_per_gpu_throughput_ratio_whatever_the_metric():
+    """The panel is tokens/s per GPU at n / the same at the base n, also when the left panel
+    already shows per-GPU throughput (it was divided by n twice: 0.5 at 2x GPUs)."""
+    fig = scalability(scaling_df(), metric="tokens_per_s_per_gpu")
+    nig, ggg = _lines(fig.axes[1])[:2]
+    assert list(nig.get_ydata()) == pytest.approx([1, 1, 1, 1])
+    assert list(ggg.get_ydata()) == pytest.approx([1, 0.5, 0.25, 0.125])
 
 
 def coll_df():
@@ -126,7 +137,8 @@ def test_collectives_against_size_when_size_varies():
     df["size_bytes"] = [2**20 * 4**(i % 4) for i in range(len(df))]
     df["gpus"] = 32
     fig = collectives(df)
-    assert fig.axes[0].get_xlabel() == "message size (bytes)"
+    assert fig.axes[0].get_xlabel() == "message size (MB, 1e6 bytes)"
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][:2] == ["1.049", "4.194"]
 
 
 def test_pareto_front_by_definition():
@@ -148,10 +160,11 @@ def test_memory_throughput_highlights_the_front_and_non_fitting():
     assert list(front.get_ydata()) == [1200.0]
     labels = _legend(ax)
     assert {"Pareto-optimal", "fits, dominated", "does not fit", "GPU memory"} <= set(labels)
-    assert {t.get_text() for t in ax.texts} == {"NIG", "IIG", "GGG", "NNN", "III"}
+    assert {t.get_text() for t in ax.texts} == {"NIG", "IIG", "GGG (ZeRO-3 / FSDP)", "NNN (DDP)",
+                                                "III (MiCS / HSDP)"}
     assert ax.get_xlabel() == "memory per GPU (GiB)"
     bold = {t.get_text() for t in ax.texts if t.get_fontweight() == "bold"}
-    assert bold == {"GGG"}
+    assert bold == {"GGG (ZeRO-3 / FSDP)"}
 
 
 def test_best_strategy_names_the_winner_at_each_x():
@@ -165,7 +178,7 @@ def test_best_strategy_names_the_winner_at_each_x():
     assert [t.get_text() for t in ax.texts] == ["IIG", "NIG", "NNG"]
     assert [t.get_position()[0] for t in ax.texts] == [25.0, 100.0, 800.0]
     assert "Gbps" in ax.get_xlabel()
-    assert [ln.get_label() for ln in _lines(ax)] == ["IIG", "NIG", "NNG"]
+    assert [ln.get_label() for ln in _lines(ax)] == ["IIG", "NIG", "NNG (ZeRO-1)"]
 
 
 def test_timeline_one_row_per_lane_one_bar_per_record():
@@ -193,7 +206,7 @@ def test_sweep_figures_one_per_group_and_saved_as_png_and_svg(tmp_path):
             sweep_figures(df, [{"plot": "throughput", "by": ["model"]}])]
     assert [stem for stem, _ in figs] == ["throughput-model=llama-7b",
                                           "throughput-model=llama-65b"]
-    assert "llama-65b" in figs[1][1].axes[0].get_title()
+    assert "llama-65b" in figs[1][1].get_suptitle()
     paths = save_figure(figs[0][1], tmp_path / figs[0][0])
     assert [p[-4:] for p in paths] == [".png", ".svg"]
     assert (tmp_path / "throughput-model=llama-7b.png").read_bytes()[:4] == b"\x89PNG"

@@ -36,12 +36,12 @@ def test_single_switch_counts(nodes, gpn, nics):
 
 
 def test_leaf_spine_counts_and_oversubscription():
-    spec = ClusterSpec(nodes=10, gpus_per_node=8, nic=NICSpec(per_node=2, bandwidth_Bps=1e10),
+    spec = ClusterSpec(nodes=12, gpus_per_node=8, nic=NICSpec(per_node=2, bandwidth_Bps=1e10),
                        network=NetworkSpec(NetworkFabric.LEAF_SPINE, nodes_per_leaf=4,
                                            oversubscription=4.0))
     g = cluster_graph(spec)
     leaves = [n for n in g if n.startswith("leaf")]
-    assert len(leaves) == 3  # ceil(10 / 4)
+    assert len(leaves) == 3  # 12 / 4 (a partly filled leaf is refused: not homogeneous)
     up = g.edges["leaf0", "spine"]
     assert up["link_class"] == "uplink"
     assert up["bandwidth_Bps"] == pytest.approx(4 * 2 * 1e10 / 4.0)

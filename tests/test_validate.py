@@ -179,7 +179,7 @@ def test_torchrun_recipe_end_to_end(tmp_path):
     from parosim.validate import remote
 
     yaml = tmp_path / "c.yaml"
-    yaml.write_text("name: cpu-2x2\ngpus_per_node: 2\nnodes: 2\n"
+    yaml.write_text("name: cpu-2x2\ngpus_per_node: 2\nnodes: 2\ngpu: {model: A100-SXM4-80GB}\n"
                     "intra_node: {fabric: nvswitch, bandwidth: 1GB/s, latency: 50us}\n"
                     "nic: {per_node: 1, bandwidth: 1GB/s, latency: 100us}\n")
     out = tmp_path / "run"

@@ -1,6 +1,6 @@
 """Lowering a collective to a :class:`~parosim.collectives.types.Program`.
 
-Three algorithms (PARO.md, "Collectives"), each a small object with one method ``lower``:
+Three algorithms (docs/model.md, "Collectives"), each a small object with one method ``lower``:
 
 * :class:`Ring` - one flat ring per instance of the scope, in rank order (NCCL-style).
 * :class:`Hierarchical` (PaRO-CC) - for the global scope: the intra-group and inter-group

@@ -277,7 +277,7 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
     red = 0.0
     if ph.op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE) and tun.reduction_hbm_factor:
         hbm_s = tun.reduction_hbm_factor * reduced / spec.gpu.hbm_bandwidth_Bps
-        if tun.reduction_overlap:  # fused into the copy: the flow is no faster than HBM
+        if tun.reduction_overlap and hbm_s > 0:  # fused into the copy: no faster than HBM
             cap = min(cap, ph.bytes_per_rank / hbm_s)
         else:                      # charged after the transfer (ASTRA-sim)
             red = hbm_s

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..engine import CountingEnvironment, DeadlockError, Record, run_program
 from ..errors import InputError
-from ..network import PS, Network, symmetry_period
+from ..network import MAX_PS, PS, Network, horizon_error, symmetry_period
 from ..specs import ClusterSpec
 from ..topology import cluster_graph
 from .cost import program_time
@@ -91,6 +91,8 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
     proc = env.process(run_program(env, net, program, spec.collective,
                                    records.append if trace else None))
     env.run()
+    if env.now > MAX_PS:
+        raise horizon_error(env.now / PS)
     if not proc.triggered:
         raise DeadlockError(f"collective {program.op.value} ({program.algo.value}) did not "
                             f"finish: no event pending at t = {env.now / PS} s")
@@ -141,6 +143,8 @@ def simulate_concurrent(spec: ClusterSpec, programs: list[Program],
     for i, pr in enumerate(procs):
         pr.callbacks.append(lambda ev, i=i: ends.__setitem__(i, env.now / PS))
     env.run()
+    if env.now > MAX_PS:
+        raise horizon_error(env.now / PS)
     missing = [i for i in range(len(programs)) if i not in ends]
     if missing:
         raise DeadlockError(f"collective {missing[0]} did not finish: no event pending at "

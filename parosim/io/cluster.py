@@ -116,19 +116,28 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
     comp = section(data, "compute", _COMPUTE_KEYS, where)
     if "bandwidth" not in intra:
         raise InputError(f"{where}: intra_node needs 'bandwidth' (per GPU, e.g. 2000Gbps)")
+    if "bandwidth" not in nic:
+        raise InputError(f"{where}: missing required section 'nic' with 'bandwidth' (per NIC, "
+                         "e.g. nic: {per_node: 1, bandwidth: 100Gbps, latency: 5us})")
+    for sec_name, sec, keys in (("gpu", gpu, ("memory", "hbm_bandwidth")),
+                                ("intra_node", intra, ("bandwidth", "latency")),
+                                ("pcie", pcie, ("bandwidth", "latency")),
+                                ("nic", nic, ("bandwidth", "latency")),
+                                ("network", net, ("uplink_latency",)),
+                                ("collective", coll, ("step_latency", "call_overhead",
+                                                      "phase_overhead"))):
+        for k in keys:
+            _with_unit(sec.get(k), f"{where}: {sec_name}.{k}")
+    if net.get("fabric", "single-switch") != "leaf-spine" and "nodes_per_leaf" in net:
+        raise InputError(f"{where}: network.nodes_per_leaf is only for a leaf-spine fabric, "
+                         f"not {net.get('fabric', 'single-switch')!r}; remove it or set "
+                         "fabric: leaf-spine")
     nodes = data.get("nodes", 1)
-    gpu_default = GPUSpec()
     spec = ClusterSpec(
         name=str(data["name"]),
         nodes=positive_int(nodes, "nodes"),
         gpus_per_node=positive_int(data["gpus_per_node"], "gpus_per_node"),
-        gpu=GPUSpec(
-            model=str(gpu.get("model", gpu_default.model)),
-            memory_bytes=parse_size(gpu.get("memory", gpu_default.memory_bytes), "gpu.memory"),
-            peak_flops=parse_flops(gpu.get("peak_tflops", gpu_default.peak_flops / 1e12)),
-            hbm_bandwidth_Bps=parse_bandwidth(gpu.get("hbm_bandwidth",
-                                                      gpu_default.hbm_bandwidth_Bps),
-                                              "gpu.hbm_bandwidth")),
+        gpu=_gpu(gpu, where),
         intra_fabric=_enum(IntraFabric, intra.get("fabric", "nvswitch"), "intra_node.fabric"),
         intra=LinkSpec(parse_bandwidth(intra["bandwidth"], "intra_node.bandwidth"),
                        parse_time(intra.get("latency", 0), "intra_node.latency")),
@@ -171,6 +180,40 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
         spec = replace(spec, overrides=tuple(_override(o, spec.gpu, f"{where}: overrides[{k}]")
                                              for k, o in enumerate(raw)))
     return spec
+
+
+def _with_unit(v: Any, name: str) -> None:
+    """A bandwidth, size or time in a YAML file must carry its unit (a bare 100 would be
+    100 B/s); a bare 0 is allowed (zero in any unit)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0:
+        raise InputError(f"{name} = {v!r} has no unit; expected a string with one, e.g. "
+                         "'100Gbps', '25GB/s', '80GB' or '5us'")
+
+
+def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
+    """The ``gpu`` section: a known model fills what is left out from the datasheet table
+    (:mod:`parosim.gpus`); an unknown one must give memory, peak_tflops and hbm_bandwidth."""
+    from ..gpus import KNOWN_GPUS, known_gpu
+
+    if "model" not in gpu:
+        raise InputError(f"{where}: missing required key gpu.model (one of "
+                         f"{', '.join(sorted(KNOWN_GPUS))}, or any name with memory, "
+                         "peak_tflops and hbm_bandwidth)")
+    model = str(gpu["model"])
+    base = known_gpu(model)
+    if base is None:
+        missing = [k for k in ("memory", "peak_tflops", "hbm_bandwidth") if k not in gpu]
+        if missing:
+            raise InputError(f"{where}: gpu.model {model!r} is not in the table of known GPUs "
+                             f"({', '.join(sorted(KNOWN_GPUS))}); expected it to give "
+                             f"{', '.join(missing)} too")
+        base = GPUSpec(model=model)
+    return GPUSpec(
+        model=model,
+        memory_bytes=parse_size(gpu.get("memory", base.memory_bytes), "gpu.memory"),
+        peak_flops=parse_flops(gpu.get("peak_tflops", base.peak_flops / 1e12)),
+        hbm_bandwidth_Bps=parse_bandwidth(gpu.get("hbm_bandwidth", base.hbm_bandwidth_Bps),
+                                          "gpu.hbm_bandwidth"))
 
 
 _PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
@@ -376,6 +419,9 @@ def load_cluster(name_or_path: str | Path, nodes: int | None = None,
     128
     """
     text = str(name_or_path)
+    if not text.strip():
+        raise InputError(f"--cluster is empty; expected a YAML path or one of "
+                         f"{', '.join(available_presets()) or '(none found)'}")
     path = Path(text)
     if not (text.endswith((".yaml", ".yml")) or path.exists()):
         path = topologies_dir() / f"{text}.yaml"

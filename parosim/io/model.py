@@ -32,6 +32,7 @@ Keys are checked strictly: an unknown key is an error naming the allowed ones.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,8 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
     return ModelSpec(name, params=_count(data["params"], where))
 
 
+MAX_PARAMS = 1e15  # 1,000 x the largest published dense models; docs/limits.md
+
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 
@@ -101,6 +104,11 @@ def _count(value: Any, where: str) -> int:
             raise InputError(f"{where}: params = {value!r} must be a number of parameters "
                              "(e.g. 7.5e9 or 7.5B)") from None
     v = number(value, f"{where}: params")
+    if not math.isfinite(v):
+        raise InputError(f"{where}: params = {value!r} must be finite")
+    if v > MAX_PARAMS:
+        raise InputError(f"{where}: params = {value!r} is more than {MAX_PARAMS:.0e}, the "
+                         "simulator's limit; expected a parameter count such as 7.5e9")
     if not (v >= 1 and v == int(v)):
         raise InputError(f"{where}: params = {value!r} must be a positive whole number "
                          "(e.g. 7.5e9)")

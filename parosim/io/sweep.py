@@ -93,7 +93,8 @@ _STEP_OUTPUTS: dict[str, str] = {
     "tokens_per_s": "training throughput of the whole job (tokens/s)",
     "tokens_per_s_per_gpu": "throughput per GPU (tokens/s/GPU)",
     "samples_per_s": "throughput of the whole job (sequences/s)",
-    "tflops_per_gpu": "achieved model TFLOP/s per GPU (1e12 FLOP/s)",
+    "tflops_per_gpu": "hardware TFLOP/s per GPU: FLOPs executed, activation recomputation "
+                      "included, / step time (1e12 FLOP/s); mfu counts model FLOPs only",
     "mfu": "model FLOPs utilisation: achieved / peak FLOP/s (fraction 0..1)",
     "exposed_comm_s": "communication time not hidden behind compute, per step (s)",
     "bytes_intra": "bytes sent per GPU per global step over intra-group links (bytes)",
@@ -160,6 +161,10 @@ def columns_markdown(kind: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # The spec.
 # ---------------------------------------------------------------------------------------------
+
+# The largest grid a sweep accepts (docs/limits.md); setting one up costs ~7 s and ~350 MB
+# per million points before the first one runs (linear in the grid size).
+MAX_SWEEP_POINTS = 1_000_000
 
 FIGURE_KEYS = {"plot", "by", "file", "x", "metric", "hue", "title"}
 
@@ -285,7 +290,7 @@ def _parse_strategy(v: Any) -> object:
     return parse_strategy(v)
 
 
-def _figures(raw: Any, where: str) -> tuple[dict[str, Any], ...]:
+def _figures(raw: Any, where: str, kind: str = "step") -> tuple[dict[str, Any], ...]:
     from ..plots import SWEEP_PLOTS  # names only; matplotlib is imported lazily there
 
     if raw is None:
@@ -304,6 +309,19 @@ def _figures(raw: Any, where: str) -> tuple[dict[str, Any], ...]:
                              f"of {', '.join(SWEEP_PLOTS)}")
         by = fig.get("by", [])
         fig = {**fig, "by": [by] if isinstance(by, str) else list(by)}
+        columns = COLUMNS[kind]
+        for key in ("x", "metric", "hue"):
+            v = fig.get(key)
+            if v is not None and v not in columns:
+                raise InputError(f"{where}: figure {fig['plot']!r} {key} {v!r} is not a column "
+                                 f"of a {kind} sweep; expected one of {', '.join(columns)}")
+        for v in fig["by"]:
+            if v not in columns:
+                raise InputError(f"{where}: figure {fig['plot']!r} by {v!r} is not a column "
+                                 f"of a {kind} sweep; expected one of {', '.join(columns)}")
+        if fig.get("title") is not None and not str(fig["title"]).strip():
+            raise InputError(f"{where}: figure {fig['plot']!r} title is empty; expected a "
+                             "title or no title key")
         out.append(fig)
     return tuple(out)
 
@@ -347,6 +365,11 @@ def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec",
     base = Path(base_dir) if base_dir is not None else None
     grid = {str(k): tuple(_resolve(v, base) for v in _as_list(v, k, where))
             for k, v in grid_raw.items()}
+    n_points = math.prod(len(v) for v in grid.values())
+    if n_points > MAX_SWEEP_POINTS:
+        raise InputError(f"{where}: the grid has {n_points} points, more than the limit of "
+                         f"{MAX_SWEEP_POINTS}; expected a smaller grid (split it into several "
+                         "sweeps)")
     for k, v in fixed.items():
         _as_list(v, k, where)
     fixed = {k: _resolve(v, base) for k, v in fixed.items()}
@@ -361,7 +384,7 @@ def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec",
     if kind == "step" and "model" not in grid and "model" not in fixed:
         raise InputError(f"{where}: a step sweep needs 'model' in grid or fixed")
     return SweepSpec(name=str(data.get("name", "sweep")), kind=kind, mode=mode, grid=grid,
-                     fixed=dict(fixed), figures=_figures(data.get("figures"), where),
+                     fixed=dict(fixed), figures=_figures(data.get("figures"), where, kind),
                      description=str(data.get("description", "")))
 
 
@@ -426,11 +449,23 @@ class ResultsLog:
         self.columns = list(columns)
         self.rows: dict[str, list[str]] = {}
         self.dropped = 0
-        if self.path.exists():
-            self._recover()
-        else:
-            self._rewrite([])
-        self._fh = open(self.path, "a", encoding="utf-8", newline="")
+        self._lock = _lock_dir(self.path)
+        try:
+            if self.path.is_dir():
+                raise InputError(f"{str(self.path)!r} is a directory; expected the results "
+                                 "file (remove it or use another --out directory)")
+            try:
+                if self.path.exists():
+                    self._recover()
+                else:
+                    self._rewrite([])
+                self._fh = open(self.path, "a", encoding="utf-8", newline="")
+            except OSError as e:
+                raise InputError(f"{str(self.path)!r} cannot be written: "
+                                 f"{e.strerror or e}") from None
+        except BaseException:
+            self.release()
+            raise
 
     def _recover(self) -> None:
         text = self.path.read_text(encoding="utf-8", errors="replace")
@@ -459,7 +494,8 @@ class ResultsLog:
         self._rewrite(good)
 
     def _rewrite(self, rows: list[list[str]]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        # a name of this process's own: two writers never share a temporary file
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
             fh.write(_line(self.columns))
             for r in rows:
@@ -492,5 +528,35 @@ class ResultsLog:
         return len(stale)
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
+        fh = getattr(self, "_fh", None)
+        if fh is not None and not fh.closed:
+            fh.close()
+
+    def release(self) -> None:
+        """Drop the directory lock (after :meth:`finalize`, or on failure)."""
+        self.close()
+        if self._lock is not None:
+            self._lock.close()  # closing the descriptor releases the flock
+            self._lock = None
+
+
+def _lock_dir(results: Path):
+    """An exclusive lock on the output directory for the whole sweep: a second sweep into the
+    same ``--out`` is refused at once instead of racing on ``results.csv``."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock (one sweep per directory is then the user's rule)
+        return None
+    try:
+        fh = open(results.parent / ".parosim-sweep.lock", "a+")
+    except OSError as e:
+        raise InputError(f"output directory {str(results.parent)!r} is not writable: "
+                         f"{e.strerror or e}") from None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise InputError(f"another parosim sweep is writing into {str(results.parent)!r}; "
+                         "expected one sweep per --out directory at a time (wait for it or "
+                         "use another --out)") from None
+    return fh

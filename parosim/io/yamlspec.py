@@ -10,22 +10,64 @@ import yaml
 from ..errors import InputError
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # the base constructor reports unhashable keys
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+MAX_YAML_BYTES = 16 * 2**20  # a spec file larger than this is not a spec
+
+
 def read_yaml(path: str | Path, what: str) -> dict[str, Any]:
-    """Parse a YAML file that must hold a mapping; every failure is an :class:`InputError`."""
+    """Parse a YAML file that must hold a mapping; every failure is an :class:`InputError`.
+
+    The file must be UTF-8, hold a mapping and give each key once.
+    """
     p = Path(path)
     try:
-        text = p.read_text()
+        if p.is_dir():
+            raise InputError(f"{what} file {str(p)!r} is a directory; expected a YAML file")
+        if p.stat().st_size > MAX_YAML_BYTES:
+            raise InputError(f"{what} file {str(p)!r} is larger than 16 MiB; expected a "
+                             "YAML spec")
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{what} file {str(p)!r} does not exist") from None
     except OSError as e:
         raise InputError(f"{what} file {str(p)!r} cannot be read: {e.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise InputError(f"{what} file {str(p)!r} is not UTF-8 text (byte {raw[e.start]:#04x} "
+                         f"at line {line}); expected a UTF-8 YAML file") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise InputError(f"{what} file {str(p)!r} is malformed YAML{where}: {problem}") from None
+    except (ValueError, OverflowError, RecursionError) as e:  # e.g. a bad timestamp value
+        raise InputError(f"{what} file {str(p)!r} holds a value YAML cannot read: "
+                         f"{e}") from None
     if not isinstance(data, dict):
         raise InputError(f"{what} file {str(p)!r} must hold a mapping of keys, got "
                          f"{type(data).__name__}")

@@ -1,6 +1,6 @@
 """Comparison of simulated and measured times: rows, summary, ordering check, plot.
 
-A row (JSON contract of ``parosim validate --json``, see DESIGN.md)::
+A row (JSON contract of ``parosim validate --json``, stable across versions)::
 
     {"what": "collective" | "step", "op", "algo", "strategy", "size_bytes",
      "simulated_s", "measured_s", "error_pct", ...}
