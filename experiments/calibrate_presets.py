@@ -90,7 +90,7 @@ def build(name: str) -> list[dict]:
             "op": lg.op, "nranks": lg.nranks, "source": lg.source,
             "calibrated": error_summary(cal), "uncalibrated": error_summary(unc),
             "held_out": error_summary(held_rows) if held_rows else None,
-            "fit_seconds": round(t_fit, 1), "rows": cal,
+            "rows": [dict(r, log=key) for r in cal],
         })
     print(f"{name}: fitted {len(full.params)} parameters to {len(meas)} sizes in "
           f"{t_fit:.0f} s -> {_rel(out)}", flush=True)
