@@ -860,7 +860,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     options of the others that would cost imports."""
     p = _Parser(prog="parosim", description="Simulate data-parallel LLM training with PaRO "
                 "strategies and Ring / hierarchical / HO-Ring collectives.")
-    p.add_argument("--version", action="version", version=f"parosim {_version()}")
+    p.add_argument("--version", action=_VersionAction)  # reads the metadata only when asked
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("collective", epilog=_EXAMPLES["collective"],
                        help="simulate one collective")
@@ -970,9 +970,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     cal = sub.add_parser("calibrate", help="fit a cluster to measurements (nccl-tests logs) "
                          "and write a cluster YAML")
-    from .cli_calibrate import add_arguments as _calibrate_args
+    if command in (None, "calibrate"):  # its options import calibrate_steps: only when needed
+        from .cli_calibrate import add_arguments as _calibrate_args
 
-    _calibrate_args(cal)
+        _calibrate_args(cal)
 
     ad = sub.add_parser("advise", help="the fastest TP / PP / PaRO / micro-batch / "
                         "recomputation / algorithm configurations for a global batch")
@@ -1019,6 +1020,19 @@ def _flag_names(msg: str) -> str:
         if msg.startswith(field_name + " "):
             return flag + msg[len(field_name):]
     return msg
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: like argparse's ``version`` action, the version read when used."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"parosim {_version()}\n", sys.stdout)
+        parser.exit()
 
 
 def _version() -> str:

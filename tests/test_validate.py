@@ -199,5 +199,17 @@ def test_torchrun_recipe_end_to_end(tmp_path):
     res = remote.report_stage(out)
     assert [r["algo"] for r in res["rows"]] == ["ring", "hierarchical"]
     assert all(r["measured_s"] > 0 for r in res["rows"])
+    # held-out and nominal errors, as `parosim validate --emulate` reports them: 256 KiB
+    # reduce-scatter is no calibration program (the fit runs all-gather / all-reduce)
+    assert all(r["seen_in_calibration"] is False for r in res["rows"])
+    for r in res["rows"]:
+        nom = r["simulated_nominal_s"]
+        assert nom > 0 and r["error_nominal_pct"] == pytest.approx(
+            100 * (nom - r["measured_s"]) / r["measured_s"])
+    assert res["held_out"]["n_rows"] == 2 and res["uncalibrated"]["n_rows"] == 2
+    assert res["held_out"]["max_error_pct"] == pytest.approx(
+        max(abs(r["error_pct"]) for r in res["rows"]))
+    assert res["uncalibrated"]["max_error_pct"] == pytest.approx(
+        max(abs(r["error_nominal_pct"]) for r in res["rows"]))
     assert (out / "calibrated.yaml").exists() and (out / "validate.png").exists()
     assert remote.main(["report", str(tmp_path / "missing")]) == 2

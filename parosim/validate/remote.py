@@ -10,6 +10,11 @@ Three steps around two ``torchrun`` launches (NCCL on GPUs, chosen by ``backend:
              --out runs/v1/compare.out.json
     python -m parosim.validate.remote report runs/v1 [--json]   # table, result.json, plot
 
+``report`` gives the same keys as ``parosim validate --emulate``: per row
+``simulated_nominal_s``, ``error_nominal_pct`` (the base spec, uncalibrated) and
+``seen_in_calibration``; ``held_out`` (rows whose program the fit never ran) and
+``uncalibrated`` (the same rows on the base spec) summaries.
+
 ``prepare`` stores the cluster spec (``base.yaml``) and the choices (``meta.json``); the
 programs are lowered on the base spec for calibration and on the fitted spec for the
 comparison, exactly as :func:`parosim.validate.cli.run_validate` does on an emulated cluster.
@@ -80,18 +85,32 @@ def report_stage(out: Path) -> dict:
     from .cli import write_outputs
 
     spec = load_cluster(out / "calibrated.yaml")
+    nominal = load_cluster(out / "base.yaml")  # the uncalibrated description
     meta = json.loads((out / "meta.json").read_text())
     cfg = json.loads((out / "compare.json").read_text())
     res = _results(out / "compare.out.json", cfg["tasks"])
+    cal_path = out / "calibration.json"
+    cal_rows = json.loads(cal_path.read_text())["rows"] if cal_path.exists() else []
+    seen = {(c["op"], c["algo"], c["scope"], int(c["size_bytes"])) for c in cal_rows}
     rows = []
     for tid, prog in _compare_items(spec, meta):
         r = res[tid]
+        nom = simulate_program(nominal, prog).time_s
+        key = (prog.op.value, prog.algo.value, prog.scope.value, int(prog.size_bytes))
         rows.append(row("collective", simulate_program(spec, prog).time_s, r.median_s,
                         op=prog.op.value, algo=prog.algo.value, size_bytes=prog.size_bytes,
                         chunks=prog.chunks, backend=r.backend, times_s=r.times_s,
                         measured_by="explicit-ring" if meta["mode"] == "explicit"
-                        else "backend-native"))
-    result = {"rows": rows, **summary(rows), "measured_by": [rows[0]["measured_by"]],
+                        else "backend-native", simulated_nominal_s=nom,
+                        error_nominal_pct=100.0 * (nom - r.median_s) / r.median_s,
+                        seen_in_calibration=key in seen))
+    held = [r for r in rows if not r["seen_in_calibration"]]
+    # as run_validate: held_out = rows whose program the fit never ran (measured in a torchrun
+    # separate from the calibration's); uncalibrated = the same rows on the nominal spec
+    result = {"rows": rows, **summary(rows), "held_out": summary(held),
+              "held_out_collectives": summary(held),
+              "uncalibrated": summary([{"error_pct": r["error_nominal_pct"]} for r in rows]),
+              "measured_by": [rows[0]["measured_by"]],
               "ordering_mismatches": [], "cluster_yaml": cluster_to_yaml(spec)}
     write_outputs(result, out)
     return result
