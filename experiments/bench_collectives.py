@@ -12,7 +12,9 @@ Each point runs in a fresh subprocess so peak RSS is that point's own.
 ``parosim collective --op all-reduce --size 1GiB --nodes N/8 --algo A`` as a new process,
 start-up and imports included (targets at 1,024 GPUs: < 0.25 s hierarchical, < 0.5 s ring),
 best of ``--repeat`` runs (wall and CPU = user + system time), for ring, hierarchical,
-ho-ring and nccl; ``--algos`` narrows the list.
+ho-ring and nccl; ``--algos`` narrows the list. It says whether parosim's bytecode was cached
+(an installed package) or compiled in every run (``PYTHONDONTWRITEBYTECODE=1``, no
+``__pycache__``).
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ def whole_process(a) -> int:
                   f"{walls[len(walls) // 2]:>15.3f}   {f'< {t} s' if t else ''}")
     print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs "
           "(wall times inflate with load; CPU time much less)")
+    # an installed package has bytecode; without it (PYTHONDONTWRITEBYTECODE and no
+    # __pycache__) every run compiles parosim's sources first, about 0.03 s of CPU here
+    cached = os.path.isdir(os.path.join(root, "parosim", "__pycache__"))
+    print(f"parosim bytecode: {'cached' if cached else 'compiled in every run'} "
+          f"(PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}; "
+          "`python -m compileall -q parosim` caches it)")
     if a.json:
         print(json.dumps(rows))
     return 0
