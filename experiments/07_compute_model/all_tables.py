@@ -131,12 +131,14 @@ def torchtitan_rows() -> list[dict]:
 
     # Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json): 126 layers, 16384 hidden,
     # ffn 53248, 128 heads, 8 kv heads, vocab 128256; torchtitan train_configs/
-    # llama3_405b.toml: seq 8192, full activation checkpointing.
+    # llama3_405b.toml: seq 8192, full activation checkpointing. torchtitan's TP plan
+    # (parallelize_llama.py: SequenceParallel norms, sequence-sharded activations between
+    # blocks) is Megatron's sequence parallelism.
     model = ModelSpec("llama-3.1-405b", layers=126, hidden=16384, ffn_hidden=53248, heads=128,
                       vocab=128256, kv_heads=8)
     return [_row(TORCHTITAN, "Llama 3.1 405B, FSDP2 16 x TP 8, bf16, local batch 2", model,
                  "dgx-h100-ib", 16, 8, 1, 16, 2, 1, 8192, True, "MFU (%)", 29.0,
-                 strategy="GGG", attention="flash", gpu_memory="95GB")]
+                 strategy="GGG", sp=True, attention="flash", gpu_memory="95GB")]
 
 
 def superbench_rows() -> list[dict]:
