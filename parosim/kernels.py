@@ -64,9 +64,11 @@ FITTED_GEMM_K_HALF = 948.0
 FITTED_ATTENTION_EFFICIENCY = 0.327
 FITTED_HBM_EFFICIENCY = 1.0
 
-# PyTorch eager op issue time on the host: ~5-10 us per op on a modern CPU (our estimate; a
-# stream of kernels shorter than this is host-bound). Kept fixed, not fitted: the published
-# rows we fit on use kernels of milliseconds, which cannot tell its value.
+# Per-kernel launch cost on the host: "about 4-6 us" of driver and runtime calls per CUDA
+# kernel launch (measured, https://susun-blog.com/blog/pegainfer-3-cuda-graph, CUDA 13.0;
+# a stream of kernels shorter than this is launch-bound). The middle of that range, kept
+# fixed, not fitted: the published rows we fit on use kernels of milliseconds, which cannot
+# tell its value, and the held-out tables must not set it (docs/compute.md, SuperBench).
 DEFAULT_KERNEL_OVERHEAD_S = 5e-6
 
 # Streaming multiprocessors per GPU (datasheets): wave quantization.
