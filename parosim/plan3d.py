@@ -18,7 +18,8 @@ Per pipeline stage k (streams ``compute/s{k}``, ``comm-param/s{k}``, ``comm-grad
   once per step, is not modelled).
 * **Compute** per unit and micro-batch: the FLOPs of :mod:`parosim.compute` divided by t, at
   the same efficiency (flat model), or the kernels of :mod:`parosim.kernels` on the rank's
-  shard (``--compute-model kernel``: :func:`unit_seconds`). Full recomputation adds one layer forward before each backward;
+  shard (``--compute-model kernel``: :func:`unit_seconds`). Full recomputation adds one
+  layer forward before each backward;
   selective recomputation (attention core only) adds nothing to the matmul FLOPs
   (Korthikanti et al. 2022 §5: the recomputed QKᵀ/softmax/AV work is a few % and we do not
   count it) and only saves memory.

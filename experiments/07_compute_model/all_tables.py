@@ -70,7 +70,7 @@ def _row(table, config, model, cluster, nodes, tp, pp, dp, micro_batch, accum, s
 
 def narayanan_rows() -> list[dict]:
     sys.path.insert(0, str(ROOT / "experiments" / "megatron_table1"))
-    import run as mt1   # experiments/megatron_table1/run.py: the table and its rules
+    import run as mt1  # experiments/megatron_table1/run.py: the table and its rules
 
     out = []
     for r in mt1.load_rows():
