@@ -20,9 +20,9 @@ Per pipeline stage k (streams ``compute/s{k}``, ``comm-param/s{k}``, ``comm-grad
   the same efficiency (flat model), or the kernels of :mod:`parosim.kernels` on the rank's
   shard (``--compute-model kernel``: :func:`unit_seconds`). Full recomputation adds one
   layer forward before each backward;
-  selective recomputation (attention core only) adds nothing to the matmul FLOPs
-  (Korthikanti et al. 2022 §5: the recomputed QKᵀ/softmax/AV work is a few % and we do not
-  count it) and only saves memory.
+  selective recomputation (attention core only, Korthikanti et al. 2022 §5) adds the
+  attention's QKᵀ/AV FLOPs (:func:`recompute_flops`; kernel model: the attention forward's
+  kernels).
 * **TP collectives** (full buffer 2·s·b·h bytes, bf16), on the compute stream (blocking, as in
   Megatron): per layer 2 all-reduces in forward and 2 in backward (f and g of Shoeybi et al.
   2019), again 2 in the recomputed forward; the embedding's forward output 1 all-reduce; the
