@@ -208,6 +208,8 @@ def test_cli_simulate_json_has_3d_keys(capsys):
     (["--pp-schedule", "interleaved"], "needs --pp >= 2"),
     (["--tp", "2", "--memory-model", "runtime"], "expected no --memory-model runtime"),
     (["--tp", "2", "--algo", "nccl"], "--algo nccl is not modelled"),
+    (["--model", "llama-30b", "--nodes", "1", "--tp", "8", "--compute-model", "kernel"],
+     "--tp 8 does not divide the 52 attention heads"),
     (["--tp", "2", "--runtime", "deepspeed", "--strategy", "NGG"], "the ideal runtime"),
 ])
 def test_bad_parallel_flags_exit_2(argv, needle, capsys):
