@@ -40,10 +40,10 @@ def pareto_figure(res: dict) -> Figure:
     ax.set_xlabel("memory per GPU (GB)")
     ax.set_ylabel("throughput (tokens/s)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), global batch "
-                 f"{res['global_batch_sequences']} x {res['seq_len']} tokens\n"
-                 "memory per GPU vs throughput (closed form; stars: final figures)",
-                 fontsize=10)
+    fig.suptitle(f"throughput (tokens/s) vs memory per GPU (GB): {res['model']} on "
+                 f"{res['cluster']} ({res['gpus']} GPUs)\nglobal batch "
+                 f"{res['global_batch_sequences']} x {res['seq_len']} tokens; closed form, "
+                 "stars: the top configurations", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return fig
@@ -63,6 +63,7 @@ def plot_path(path: str) -> Path:
 
 def save_pareto(res: dict, path: str) -> str:
     """Write the figure (format from the extension: png, svg or pdf; png if none)."""
+    from .plots import save_as
+
     p = plot_path(path)
-    pareto_figure(res).savefig(p, dpi=120)
-    return str(p)
+    return str(save_as(pareto_figure(res), p))
