@@ -57,6 +57,14 @@ def check_figure(fig, must: list[str], categorical: tuple[str, ...] = ()) -> str
             e = t.get_window_extent(renderer)
             assert box.x0 - 1 <= e.x0 and e.x1 <= box.x1 + 1, (t.get_text(), e, box)
             assert box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1, (t.get_text(), e, box)
+    for ax in fig.axes:  # annotations inside their axes, and apart from each other
+        inside = ax.get_window_extent(renderer)
+        boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text().strip()]
+        for i, e in enumerate(boxes):
+            assert inside.x0 - 1 <= e.x0 and e.x1 <= inside.x1 + 1, (ax.texts[i], e, inside)
+            assert inside.y0 - 1 <= e.y0 and e.y1 <= inside.y1 + 1, (ax.texts[i], e, inside)
+            for f in boxes[:i]:
+                assert not e.overlaps(f), (ax.texts[i].get_text(), e, f)
     for ax in fig.axes:
         shared = [o.get_ylabel() for o in ax.get_shared_y_axes().get_siblings(ax)]
         for label in (ax.get_xlabel(), ax.get_ylabel() or (any(shared) and None)):
