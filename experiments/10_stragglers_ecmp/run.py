@@ -15,10 +15,9 @@ the figures from the committed CSVs only (no simulation).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
-
-import sys
 
 import pandas as pd
 from matplotlib.figure import Figure
