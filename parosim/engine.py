@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from .network import PS, Network, to_ps
+from .network import MAX_PS, PS, Network, horizon_error, to_ps
 from .specs import CollectiveTuning
 
 NO_OVERHEAD = CollectiveTuning()  # wire costs only
@@ -52,6 +52,31 @@ class Record:
     start_s: float
     end_s: float
     kind: str = ""
+
+
+def fluid_compute(env: simpy.Environment, work: int, slowdown: float, in_flight: list,
+                  wake: list):
+    """Run ``work`` picoseconds of compute (at full speed) at 1/``slowdown`` of its speed while
+    ``in_flight[0]`` is true (a collective overlaps it), re-deciding the rate whenever one of
+    the events appended to ``wake`` fires (a collective started or ended). The overlap
+    interference model of docs/runtimes.md, exact per overlapped interval."""
+    left = float(work)
+    while left > 0:
+        f = slowdown if in_flight[0] else 1.0
+        if not left * f <= MAX_PS:
+            raise horizon_error(left * f / PS)
+        dt = int(round(left * f))
+        if dt <= 0:
+            break
+        change = env.event()
+        wake.append(change)
+        t0 = env.now
+        timer = env.timeout(dt)
+        yield timer | change
+        wake.remove(change)
+        if timer.processed or env.now - t0 >= dt:
+            break
+        left -= (env.now - t0) / f
 
 
 def run_lanes(env: simpy.Environment, items: Sequence, lane_of: Callable[[int], str],

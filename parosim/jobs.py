@@ -40,7 +40,7 @@ import numpy as np
 
 from .collectives.lowering import lower
 from .collectives.types import Algo, Program, RingSet, parse_enum
-from .engine import CountingEnvironment, Record, run_lanes, run_program
+from .engine import CountingEnvironment, Record, fluid_compute, run_lanes, run_program
 from .errors import InputError
 from .memory import memory_breakdown
 from .models import ModelSpec
@@ -270,21 +270,7 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
             if slow == 1.0:
                 yield env.timeout(work)
                 return
-            left = float(work)
-            while left > 0:
-                f = slow if in_flight[0] else 1.0
-                dt = int(round(left * f))
-                if dt <= 0:
-                    break
-                change = env.event()
-                wake.append(change)
-                t0 = env.now
-                timer = env.timeout(dt)
-                yield timer | change
-                wake.remove(change)
-                if timer.processed or env.now - t0 >= dt:
-                    break
-                left -= (env.now - t0) / f
+            yield from fluid_compute(env, work, slow, in_flight, wake)
 
         def body(i: int):
             op = ops[i]

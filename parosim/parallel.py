@@ -33,10 +33,10 @@ pairs), so the closed form and the engine agree as for the existing scopes.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+from .collectives.lowering import best_chunks
 from .collectives.types import Algo, Op, Phase, Program, RingSet, Scope, parse_enum
 from .errors import InputError
 from .specs import ClusterSpec
@@ -341,45 +341,6 @@ def _phases(spec: ClusterSpec, op: Op, gs: GroupScopes, size: float,
 
 
 @lru_cache(maxsize=4096)
-def _best_chunks(spec: ClusterSpec, op: Op, gs: GroupScopes, size: float) -> int:
-    """K in 1..max_chunks minimising the closed-form time (smallest K on ties): the
-    recurrence of :func:`parosim.collectives.lowering.best_chunks` (protocols chosen per chunk
-    size) on this group set's intra and inter ring sets."""
-    from .collectives.cost import latency_part, phase_time
-    from .collectives.lowering import _ar_pipeline
-    from .collectives.nccl import make_phase
-
-    m = gs.m
-    serial = spec.collective.serial_progress
-
-    def cost(o: Op, rs, buf: float) -> tuple[float, float]:
-        p = make_phase(spec, "", o, rs, buf, "x")
-        return phase_time(spec, p), latency_part(spec, p)
-
-    best_k, best_t = 1, math.inf
-    for k in range(1, spec.collective.ho_ring_max_chunks + 1):
-        if op is Op.ALL_REDUCE:
-            (rs, l_rs), (ag, l_ag) = (cost(Op.REDUCE_SCATTER, gs.intra, size / k),
-                                      cost(Op.ALL_GATHER, gs.intra, size / k))
-            ar, l_ar = cost(Op.ALL_REDUCE, gs.inter, size / (m * k))
-            t = _ar_pipeline(k, rs, ar, ag)
-            if serial:
-                t = max(t, k * (l_rs + l_ag + l_ar) + min(rs - l_rs, ag - l_ag, ar - l_ar))
-        else:
-            if op is Op.ALL_GATHER:
-                a, la = cost(op, gs.inter, size / (m * k))
-                b, lb = cost(op, gs.intra, size / k)
-            else:
-                a, la = cost(op, gs.intra, size / k)
-                b, lb = cost(op, gs.inter, size / (m * k))
-            t = a + b + (k - 1) * max(a, b)
-            if serial:
-                t = max(t, k * (la + lb) + min(a - la, b - lb))
-        if t < best_t * (1 - 1e-12):
-            best_k, best_t = k, t
-    return best_k
-
-
 def lower_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, algo: Algo,
                 gs: GroupScopes) -> Program:
     """Lower one collective over every group of ``gs`` (see the module docstring).
@@ -406,7 +367,8 @@ def lower_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, algo: Algo
         rs = gs.rings(scope)
         return Program(op, scope, algo, size, k,
                        (make_phase(spec, f"{op.value} {rs.label}", op, rs, size, "main"),))
-    chunks = 1 if algo is Algo.HIERARCHICAL else _best_chunks(spec, op, gs, size)
+    chunks = (1 if algo is Algo.HIERARCHICAL
+              else best_chunks(spec, op, size, gs.intra, gs.inter, gs.m))
     return Program(op, scope, algo, size, k, _phases(spec, op, gs, size, chunks), chunks)
 
 

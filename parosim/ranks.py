@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .collectives.types import Algo
-from .engine import CountingEnvironment, Record, run_program
+from .engine import CountingEnvironment, Record, fluid_compute, run_program
 from .errors import InputError
 from .network import PS, Network
 from .plan import ComputeOp, Plan
@@ -185,21 +185,7 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     def fluid(work: int):
         """One compute op of ``work`` ps at full speed under the slowdown rule (as
         :func:`parosim.replay.replay` does it, step for step)."""
-        left = float(work)
-        while left > 0:
-            f = overlap_slowdown if in_flight[0] else 1.0
-            dt = int(round(left * f))
-            if dt <= 0:
-                break
-            change = env.event()
-            wake.append(change)
-            t0 = env.now
-            timer = env.timeout(dt)
-            yield timer | change
-            wake.remove(change)
-            if timer.processed or env.now - t0 >= dt:
-                break
-            left -= (env.now - t0) / f
+        return fluid_compute(env, work, overlap_slowdown, in_flight, wake)
 
     if overlap_slowdown != 1.0:
         classes, inv = np.unique(dur.T, axis=0, return_inverse=True)

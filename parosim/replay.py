@@ -22,6 +22,7 @@ from .engine import (
     CountingEnvironment,
     Record,
     check_finished,
+    fluid_compute,
     run_lanes,
     run_program,
     run_repeated,
@@ -113,23 +114,7 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
         if overlap_slowdown == 1.0:
             yield env.timeout(work)
         else:
-            left = float(work)
-            while left > 0:
-                f = overlap_slowdown if in_flight[0] else 1.0
-                if not left * f <= MAX_PS:
-                    raise horizon_error(left * f / PS)
-                dt = int(round(left * f))
-                if dt <= 0:
-                    break
-                change = env.event()
-                wake.append(change)
-                t0 = env.now
-                timer = env.timeout(dt)
-                yield timer | change
-                wake.remove(change)
-                if timer.processed or env.now - t0 >= dt:
-                    break
-                left -= (env.now - t0) / f
+            yield from fluid_compute(env, work, overlap_slowdown, in_flight, wake)
         busy[0] += env.now - start
 
     last = [0]           # when the last op ended (a superseded rate timer may fire later)

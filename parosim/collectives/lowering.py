@@ -135,16 +135,20 @@ class HORing:
         return _hierarchical(spec, op, size, chunks, self.algo)
 
 
-def best_chunks(spec: ClusterSpec, op: Op, size: float) -> int:
+def best_chunks(spec: ClusterSpec, op: Op, size: float, intra: RingSet | None = None,
+                inter: RingSet | None = None, m: int | None = None) -> int:
     """The K in 1..max_chunks minimising the closed-form HO-Ring time (smallest K on ties).
 
     Evaluates the same lane recurrence as :func:`parosim.collectives.cost.program_time` on
     per-chunk phase costs (protocols chosen per chunk size), without building a Program per K.
+    ``intra``/``inter``/``m`` default to the cluster's group scopes and group size; the 3D
+    layout (:mod:`parosim.parallel`) passes its own group ring sets.
     """
     from .cost import latency_part, phase_time
 
-    intra, inter = scope_rings(spec, Scope.INTRA), scope_rings(spec, Scope.INTER)
-    m = spec.group_size
+    intra = intra if intra is not None else scope_rings(spec, Scope.INTRA)
+    inter = inter if inter is not None else scope_rings(spec, Scope.INTER)
+    m = m if m is not None else spec.group_size
     serial = spec.collective.serial_progress
 
     def cost(o: Op, rs, buf: float) -> tuple[float, float]:
