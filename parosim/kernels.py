@@ -64,9 +64,13 @@ FITTED_GEMM_K_HALF = 948.0
 FITTED_ATTENTION_EFFICIENCY = 0.327
 FITTED_HBM_EFFICIENCY = 1.0
 
-# PyTorch eager op issue time on the host: ~5-10 us per op on a modern CPU (our estimate; a
-# stream of kernels shorter than this is host-bound). Kept fixed, not fitted: the published
-# rows we fit on use kernels of milliseconds, which cannot tell its value.
+# Per-kernel launch latency: SuperBench kernel-launch on Azure NDmv4 A100 measures 5.5 us
+# (GPU time; 9.4 us CPU wall time) per launch (microsoft/superbench-results v0.4.0/
+# Azure-NDmv4-A100/baseline.json @1c985995, kernel-launch/event_time, wall_time); "about
+# 4-6 us" of driver and runtime calls per launch (https://susun-blog.com/blog/
+# pegainfer-3-cuda-graph). A stream of kernels shorter than this is launch-bound. Kept
+# fixed, not fitted: the published rows we fit on use kernels of milliseconds, which cannot
+# tell its value, and the held-out tables must not set it (docs/compute.md, SuperBench).
 DEFAULT_KERNEL_OVERHEAD_S = 5e-6
 
 # Streaming multiprocessors per GPU (datasheets): wave quantization.
@@ -175,7 +179,8 @@ def layer_gemm_shapes(model: ModelSpec) -> list[tuple[int, int]]:
     return [(h + 2 * kv, h), (h, h), *mlp]
 
 
-def layer_elementwise_bytes(model: ModelSpec, tokens: int) -> float:
+def layer_elementwise_bytes(model: ModelSpec, tokens: int, tp: int = 1,
+                            sp: bool = False) -> float:
     """HBM bytes of a layer's forward memory-bound kernels (bf16, 2 bytes per element).
 
     Per token, in units of h elements read or written: 2 norms (read, write: 2 each),
@@ -183,15 +188,19 @@ def layer_elementwise_bytes(model: ModelSpec, tokens: int) -> float:
     write ffn), rotary embedding for RMSNorm/SwiGLU (LLaMA-style) models (read and write q and
     k). Biases are fused into the GEMM epilogue.
 
+    With tensor parallelism of degree ``tp`` each rank runs the activation and rotary on its
+    shard (ffn/tp, heads/tp); norms and residual adds run on the whole ``tokens x h`` (every
+    TP rank repeats them, Megatron) unless ``sp`` (sequence parallelism: tokens/tp each).
+
     >>> from parosim.models import preset
     >>> layer_elementwise_bytes(preset("llama-7b"), 1) / (2 * 4096)
     22.0625
     """
     h, f = model.hidden, model.ffn_hidden
-    units = 2 * 2 + 2 * 3
-    units += (3 * f if model.mlp == "swiglu" else 2 * f) / h
+    units = (2 * 2 + 2 * 3) / (tp if sp else 1)
+    units += (3 * f if model.mlp == "swiglu" else 2 * f) / h / tp
     if model.mlp == "swiglu":          # LLaMA family: rotary on q and k
-        units += 2 * (h + model.kv_dim) / h
+        units += 2 * (h + model.kv_dim) / h / tp
     return 2.0 * units * h * tokens
 
 
@@ -217,8 +226,14 @@ class LayerTimes:
 
 def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_ratio: float,
                 attention: str, peak_flops: float, hbm_Bps: float, p: ComputeProfile,
-                sms: int = 108) -> LayerTimes:
-    """Kernel times of one decoder layer (module docstring).
+                sms: int = 108, tp: int = 1, sp: bool = False) -> LayerTimes:
+    """Kernel times of one decoder layer on one rank (module docstring).
+
+    ``tp``: Megatron tensor parallelism (column-parallel q/k/v and MLP-up GEMMs with
+    ``N_out / tp``, row-parallel o and MLP-down with ``K_in / tp``; attention on
+    ``heads / tp``; memory-bound kernels as :func:`layer_elementwise_bytes`); M stays the
+    micro-batch's tokens (with ``sp`` the all-gather restores them before each GEMM).
+    ``tp = 1`` is the unsplit layer, the same numbers to the bit.
 
     >>> from parosim.models import preset
     >>> t = layer_times(preset("llama-7b"), 4, 512, 1.0, "flash", 312e12, 2e12,
@@ -237,10 +252,14 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
         return gemm_seconds(m, n, k, peak_flops, hbm_Bps, p, batch, sms)
 
     fwd = bwd = 0.0
-    for n_out, k_in in layer_gemm_shapes(model):
+    for i, (n_out, k_in) in enumerate(layer_gemm_shapes(model)):
+        if tp > 1:   # column-parallel (qkv, MLP up: even index) / row-parallel (o, down)
+            n_out, k_in = (n_out / tp, k_in) if i % 2 == 0 else (n_out, k_in / tp)
         fwd += g(tokens, n_out, k_in)
         bwd += g(tokens, k_in, n_out) + r * g(n_out, k_in, tokens)
     b, s, h, a, d = micro_batch, seq_len, model.hidden, model.heads, model.head_dim
+    if tp > 1:       # each rank holds heads / tp
+        h, a = h / tp, a // tp
     if attention == "flash":
         flops = 4.0 * b * s * s * h * 0.5
         att_f = max(flops / (peak_flops * p.attention_efficiency), p.kernel_overhead_s)
@@ -252,7 +271,7 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
                  + max(EAGER_SCORE_BYTES_FWD * scores / bw, p.kernel_overhead_s))
         att_b = (2 * g(s, s, d, b * a) + 2 * g(s, d, s, b * a)
                  + max(EAGER_SCORE_BYTES_BWD * scores / bw, p.kernel_overhead_s))
-    ew = layer_elementwise_bytes(model, tokens) / (hbm_Bps * p.hbm_efficiency)
+    ew = layer_elementwise_bytes(model, tokens, tp, sp) / (hbm_Bps * p.hbm_efficiency)
     ew_f = max(ew, ELEMENTWISE_KERNELS_FWD * p.kernel_overhead_s)
     ew_b = max(2.0 * ew, ELEMENTWISE_KERNELS_BWD * p.kernel_overhead_s)
     return LayerTimes(fwd, bwd, att_f, att_b, ew_f, ew_b)
@@ -260,34 +279,45 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
 
 def head_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_ratio: float,
                peak_flops: float, hbm_Bps: float, p: ComputeProfile,
-               sms: int = 108) -> tuple[float, float]:
-    """(forward, backward) seconds of final norm + LM head GEMM + cross-entropy."""
+               sms: int = 108, tp: int = 1, sp: bool = False) -> tuple[float, float]:
+    """(forward, backward) seconds of final norm + LM head GEMM + cross-entropy, on one rank.
+
+    ``tp``: the vocabulary-parallel head (Megatron) splits the vocabulary: GEMMs with
+    ``vocab / tp`` and the loss over the local logits; the final norm runs on all tokens
+    unless ``sp``.
+    """
     tokens = micro_batch * seq_len
     h, v = model.hidden, model.vocab
+    if tp > 1:
+        v = v / tp
+    nt = tokens / tp if sp else tokens     # the final norm's tokens
     bw = hbm_Bps * p.hbm_efficiency
     fwd = (gemm_seconds(tokens, v, h, peak_flops, hbm_Bps, p, 1, sms)
            + max(LOSS_BYTES_FWD * tokens * v / bw, p.kernel_overhead_s)
-           + max(2 * 2.0 * tokens * h / bw, p.kernel_overhead_s))
+           + max(2 * 2.0 * nt * h / bw, p.kernel_overhead_s))
     bwd = (gemm_seconds(tokens, h, v, peak_flops, hbm_Bps, p, 1, sms)
            + trainable_ratio * gemm_seconds(v, h, tokens, peak_flops, hbm_Bps, p, 1, sms)
            + max(LOSS_BYTES_BWD * tokens * v / bw, p.kernel_overhead_s)
-           + max(3 * 2.0 * tokens * h / bw, p.kernel_overhead_s))
+           + max(3 * 2.0 * nt * h / bw, p.kernel_overhead_s))
     return fwd, bwd
 
 
 def embed_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_ratio: float,
-                hbm_Bps: float, p: ComputeProfile) -> tuple[float, float]:
+                hbm_Bps: float, p: ComputeProfile, tp: int = 1) -> tuple[float, float]:
     """(forward, backward) seconds of the embedding lookup and its gradient.
 
     Forward reads and writes ``tokens·h`` bf16 (plus the position rows when learned);
     backward zero-fills the ``vocab·h`` gradient and scatter-adds ``tokens·h`` into it (only
-    when the embedding is trained, scaled by the trainable ratio).
+    when the embedding is trained, scaled by the trainable ratio). With ``tp`` (Megatron's
+    vocabulary-parallel embedding) each rank zero-fills ``vocab·h / tp``; the lookup output
+    is the whole ``tokens·h`` on every rank (masked, then all-reduced).
     """
     tokens = micro_batch * seq_len
     h = model.hidden
     bw = hbm_Bps * p.hbm_efficiency
     passes = 2 + (2 if model.pos_embedding else 0)
     fwd = max(passes * 2.0 * tokens * h / bw, p.kernel_overhead_s)
-    bwd = max(trainable_ratio * (2.0 * model.vocab * h + 3 * 2.0 * tokens * h) / bw,
+    vocab = model.vocab / tp if tp > 1 else model.vocab
+    bwd = max(trainable_ratio * (2.0 * vocab * h + 3 * 2.0 * tokens * h) / bw,
               p.kernel_overhead_s)
     return fwd, bwd

@@ -17,10 +17,12 @@ Per pipeline stage k (streams ``compute/s{k}``, ``comm-param/s{k}``, ``comm-grad
   the last stage (Megatron's copy; the all-reduce of its gradient between the two stages,
   once per step, is not modelled).
 * **Compute** per unit and micro-batch: the FLOPs of :mod:`parosim.compute` divided by t, at
-  the same efficiency. Full recomputation adds one layer forward before each backward;
-  selective recomputation (attention core only) adds nothing to the matmul FLOPs
-  (Korthikanti et al. 2022 §5: the recomputed QKᵀ/softmax/AV work is a few % and we do not
-  count it) and only saves memory.
+  the same efficiency (flat model), or the kernels of :mod:`parosim.kernels` on the rank's
+  shard (``--compute-model kernel``: :func:`unit_seconds`). Full recomputation adds one
+  layer forward before each backward;
+  selective recomputation (attention core only, Korthikanti et al. 2022 §5) adds the
+  attention's QKᵀ/AV FLOPs (:func:`recompute_flops`; kernel model: the attention forward's
+  kernels).
 * **TP collectives** (full buffer 2·s·b·h bytes, bf16), on the compute stream (blocking, as in
   Megatron): per layer 2 all-reduces in forward and 2 in backward (f and g of Shoeybi et al.
   2019), again 2 in the recomputed forward; the embedding's forward output 1 all-reduce; the
@@ -223,6 +225,50 @@ def unit_flops(model: ModelSpec, training: TrainingSpec, kind: str, phase: str) 
     return 0.0
 
 
+def unit_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                 par: ParallelSpec, full: bool) -> dict[tuple[str, str], float] | None:
+    """Kernel compute model: seconds of one unit on one rank for one micro-batch, keys
+    ``(kind, phase)`` (kind embed / layer / head; phase fwd / bwd, and ``("layer",
+    "recompute")``), the layer split by ``par.tp`` as :func:`parosim.kernels.layer_times`
+    (column/row-parallel GEMMs, heads / t, memory-bound kernels on the local shard, or on
+    tokens / t with sequence parallelism). Recomputation: full = the layer's forward;
+    selective = its attention forward (Korthikanti et al. 2022 §5). ``None`` under the flat
+    model (FLOPs / t at ``--efficiency``, as before)."""
+    from .compute import compute_model
+    from .kernels import embed_times, head_times, layer_times
+
+    if compute_model(cluster, training) != "kernel":
+        return None
+    t, sp = par.tp, par.sequence_parallel
+    if model.heads % t:
+        raise InputError(f"--tp {t} does not divide the {model.heads} attention heads of "
+                         f"model {model.name!r}; expected a TP degree that divides the heads "
+                         "(the kernel compute model splits heads across TP ranks)")
+    gpu, p = cluster.gpu, cluster.compute
+    sms = p.sms(gpu.model)
+    b, s, r = training.micro_batch, training.seq_len, training.trainable_ratio
+    lt = layer_times(model, b, s, r, training.with_defaults().attention, gpu.peak_flops,
+                     gpu.hbm_bandwidth_Bps, p, sms, t, sp)
+    hf, hb = head_times(model, b, s, r, gpu.peak_flops, gpu.hbm_bandwidth_Bps, p, sms, t, sp)
+    ef, eb = embed_times(model, b, s, r, gpu.hbm_bandwidth_Bps, p, t)
+    rc = (lt.forward_s if full else lt.attention_fwd_s if par.selective_recompute else 0.0)
+    return {("layer", "fwd"): lt.forward_s, ("layer", "bwd"): lt.backward_s,
+            ("head", "fwd"): hf, ("head", "bwd"): hb, ("embed", "fwd"): ef,
+            ("embed", "bwd"): eb, ("layer", "recompute"): rc}
+
+
+def optimizer_seconds_3d(trainable_params: float, d_os: int, cluster: ClusterSpec,
+                         training: TrainingSpec) -> float:
+    """Adam on the local shard: 28 bytes per parameter at HBM bandwidth (x the kernel
+    model's ``hbm_efficiency``, as :func:`parosim.compute.optimizer_step_seconds`)."""
+    from .compute import compute_model
+
+    bw = cluster.gpu.hbm_bandwidth_Bps
+    if compute_model(cluster, training) == "kernel":
+        bw *= cluster.compute.hbm_efficiency
+    return ADAM_BYTES_PER_PARAM * trainable_params / d_os / bw
+
+
 def recompute_flops(model: ModelSpec, training: TrainingSpec, full: bool,
                     selective: bool) -> float:
     """FLOPs recomputed before one layer's backward (whole layer, before the TP split)."""
@@ -321,6 +367,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     rc_flops = recompute_flops(model, training, recompute, par.selective_recompute)
     units = chunk_units(model, par)
     last_vs = len(units) - 1
+    ks = unit_seconds(model, cluster, training, par, recompute)   # None: flat model
     b = _Builder()
     tp_size = tp_buffer_bytes(model, training)
     msg = tp_size / t                    # p2p bytes per rank (scatter/gather or SP shard)
@@ -329,8 +376,11 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     done: list[list[int]] = [[] for _ in range(p)]
     sent: dict[tuple[str, int, int], int] = {}
 
-    def secs(f: float) -> float:
-        return compute_seconds(f, cluster, training)
+    def secs(f: float, kinds=(), phase: str = "fwd") -> float:
+        """Flat: FLOPs at the efficiency; kernel: the kernel times of these unit kinds."""
+        if ks is None:
+            return compute_seconds(f, cluster, training)
+        return sum(ks[(kd, phase)] for kd in kinds)
 
     def tp_ops(k: int, kinds: list[str], phase: str, mb: int, label: str) -> None:
         counts: dict[Op, int] = {}
@@ -358,16 +408,17 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         cs = f"compute/s{k}"
         if coalesce:
             f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
-            done[k].append(b.compute(f"fwd c{vs} mb{mb}", "fwd", None, mb, f, secs(f), cs,
-                                     [dep0]))
+            done[k].append(b.compute(f"fwd c{vs} mb{mb}", "fwd", None, mb, f,
+                                     secs(f, [u.kind for u in us]), cs, [dep0]))
             tp_ops(k, [u.kind for u in us], "fwd", mb, f"c{vs}")
         else:
             for j, u in enumerate(us):
                 g = gather(k, u, "fwd", mb)
                 f = unit_flops(model, training, u.kind, "fwd") / t
                 kind = {"layer": "fwd", "head": "head-fwd", "embed": "embed-fwd"}[u.kind]
-                done[k].append(b.compute(f"fwd {u.label} mb{mb}", kind, None, mb, f, secs(f),
-                                         cs, [g, dep0 if j == 0 else None]))
+                done[k].append(b.compute(f"fwd {u.label} mb{mb}", kind, None, mb, f,
+                                         secs(f, [u.kind]), cs,
+                                         [g, dep0 if j == 0 else None]))
                 tp_ops(k, [u.kind], "fwd", mb, u.label)
         if vs < last_vs:
             nxt = (vs + 1) % p
@@ -388,14 +439,15 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             first = [dep0]
             if rc_flops:
                 f = sum(rc_flops for u in us if u.kind == "layer") / t
-                b.compute(f"recompute c{vs} mb{mb}", "recompute", None, mb, f, secs(f), cs,
-                          first)
+                b.compute(f"recompute c{vs} mb{mb}", "recompute", None, mb, f,
+                          secs(f, [u.kind for u in us if u.kind == "layer"], "recompute"),
+                          cs, first)
                 if recompute:
                     tp_ops(k, [u.kind for u in us], "recompute", mb, f"c{vs}")
                 first = []
             f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
-            done[k].append(b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f, secs(f), cs,
-                                     first))
+            done[k].append(b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f,
+                                     secs(f, [u.kind for u in us], "bwd"), cs, first))
             tp_ops(k, [u.kind for u in us], "bwd", mb, f"c{vs}")
         else:
             for j, u in enumerate(reversed(us)):
@@ -404,14 +456,14 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 if rc_flops and u.kind == "layer":
                     f = rc_flops / t
                     b.compute(f"recompute {u.label} mb{mb}", "recompute", None, mb, f,
-                              secs(f), cs, [g, *first])
+                              secs(f, ["layer"], "recompute"), cs, [g, *first])
                     if recompute:
                         tp_ops(k, ["layer"], "recompute", mb, u.label)
                     first = []
                 f = unit_flops(model, training, u.kind, "bwd") / t
                 kind = {"layer": "bwd", "head": "head-bwd", "embed": "embed-bwd"}[u.kind]
-                cid = b.compute(f"bwd {u.label} mb{mb}", kind, None, mb, f, secs(f), cs,
-                                [g, *first])
+                cid = b.compute(f"bwd {u.label} mb{mb}", kind, None, mb, f,
+                                secs(f, [u.kind], "bwd"), cs, [g, *first])
                 done[k].append(cid)
                 tp_ops(k, [u.kind], "bwd", mb, u.label)
                 if strategy.g is not Level.N:
@@ -450,7 +502,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                                            if ptr[k] < len(orders[k])))
     sparams = stage_params(model, par)
     for k in range(p):
-        _boundary(b, k, strategy, lay, sparams[k] * r, cluster)
+        _boundary(b, k, strategy, lay, sparams[k] * r, cluster, training)
     n = cluster.gpus
     tokens = training.micro_batch * training.seq_len * m * lay.d
     hw = sum(o.flops for o in b.ops if isinstance(o, ComputeOp)) / p
@@ -465,7 +517,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
 
 
 def _boundary(b: _Builder, k: int, strategy: Strategy, lay: Layout, trainable: float,
-              cluster: ClusterSpec) -> None:
+              cluster: ClusterSpec, training: TrainingSpec) -> None:
     """Per stage: t_sync_g, the optimizer step, t_sync_p (:mod:`parosim.plan` tables)."""
     full = BYTES_PER_GRAD * trainable
     sizes = {"full": full, "shard": full / lay.m_dp}
@@ -477,7 +529,7 @@ def _boundary(b: _Builder, k: int, strategy: Strategy, lay: Layout, trainable: f
                      scopes=gs)
         deps = [cid] if cid is not None else deps
     d_os = strategy.os.divisor(lay.d, lay.m_dp)
-    opt_s = ADAM_BYTES_PER_PARAM * trainable / d_os / cluster.gpu.hbm_bandwidth_Bps
+    opt_s = optimizer_seconds_3d(trainable, d_os, cluster, training)
     deps = [b.compute(f"optimizer step s{k}", "optimizer", None, None, 0.0, opt_s,
                       f"compute/s{k}", deps)]
     for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
@@ -739,6 +791,7 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     rcf = recompute_flops(model, training, recompute, par.selective_recompute)
     flops = {(kind, ph): unit_flops(model, training, kind, ph)
              for kind in ("embed", "layer", "head") for ph in ("fwd", "bwd")}
+    ks = unit_seconds(model, cluster, training, par, recompute)   # None: flat model
     for vs, us in enumerate(units):
         k = vs % p
         gs = lay.dp_scopes(k)
@@ -746,10 +799,15 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         for u in us:   # the layers of a chunk are identical: cost each kind once
             kinds[(u.kind, u.params)] = kinds.get((u.kind, u.params), 0) + 1
         for (kind, params), n in kinds.items():
-            secs = (compute_seconds(flops[(kind, "fwd")] / t, cluster, training)
-                    + compute_seconds(flops[(kind, "bwd")] / t, cluster, training))
-            if kind == "layer" and rcf:
-                secs += compute_seconds(rcf / t, cluster, training)
+            if ks is not None:
+                secs = ks[(kind, "fwd")] + ks[(kind, "bwd")]
+                if kind == "layer" and rcf:
+                    secs += ks[("layer", "recompute")]
+            else:
+                secs = (compute_seconds(flops[(kind, "fwd")] / t, cluster, training)
+                        + compute_seconds(flops[(kind, "bwd")] / t, cluster, training))
+                if kind == "layer" and rcf:
+                    secs += compute_seconds(rcf / t, cluster, training)
             comp[k] += n * secs
             busy[k] += n * (secs + tp_time(k, kind, "fwd") + tp_time(k, kind, "bwd"))
             if recompute and kind == "layer":
@@ -780,8 +838,7 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
             bound[k] += coll("dp", op, scope, sizes[size], gs)
         d_os = strategy.os.divisor(lay.d, lay.m_dp)
-        bound[k] += (ADAM_BYTES_PER_PARAM * sparams[k] * r / d_os
-                     / cluster.gpu.hbm_bandwidth_Bps)
+        bound[k] += optimizer_seconds_3d(sparams[k] * r, d_os, cluster, training)
         for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
             bound[k] += coll("dp", op, scope, sizes[size], gs)
     return _combine(busy, comp, dp, p2p, bound, 1, training.accum_steps, p, v)
@@ -834,12 +891,7 @@ def replay_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, overlap_slowdown: flo
 def check_supported(cluster: ClusterSpec, training: TrainingSpec, algo: Algo | None = None,
                     mode: str = "analytic") -> None:
     """Refuse, with one line, what the TP/PP model does not honour (never a silent answer)."""
-    from .compute import compute_model
-
     flags = "--tp / --pp / --sequence-parallel / --recompute selective"
-    if compute_model(cluster, training) != "flat":
-        raise InputError(f"{flags} use the flat compute model (FLOPs at --efficiency of "
-                         "peak); expected no --compute-model kernel with them")
     if (training.memory_model or "korthikanti") != "korthikanti":
         raise InputError(f"{flags} use the Korthikanti et al. memory estimate; expected no "
                          "--memory-model runtime with them")

@@ -207,11 +207,60 @@ def test_cli_simulate_json_has_3d_keys(capsys):
     (["--sequence-parallel"], "--sequence-parallel needs --tp >= 2"),
     (["--pp-schedule", "interleaved"], "needs --pp >= 2"),
     (["--tp", "2", "--memory-model", "runtime"], "expected no --memory-model runtime"),
-    (["--tp", "2", "--compute-model", "kernel"], "expected no --compute-model kernel"),
     (["--tp", "2", "--algo", "nccl"], "--algo nccl is not modelled"),
+    (["--model", "llama-30b", "--nodes", "1", "--tp", "8", "--compute-model", "kernel"],
+     "--tp 8 does not divide the 52 attention heads"),
     (["--tp", "2", "--runtime", "deepspeed", "--strategy", "NGG"], "the ideal runtime"),
 ])
 def test_bad_parallel_flags_exit_2(argv, needle, capsys):
     rc = main(["simulate", "--mode", "analytic", *argv])
     err = capsys.readouterr().err
     assert rc == 2 and needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("strategy", ["IIG", "GGG"])
+@pytest.mark.parametrize("mode", ["analytic", "engine"])
+def test_kernel_model_tp1_pp1_identical_to_data_parallel(strategy, mode):
+    """--compute-model kernel through the 3D machinery with t = p = 1: the same step."""
+    m, c = preset("llama-7b"), load_cluster("paper-a100-roce")
+    tr = TrainingSpec(accum_steps=2, compute_model="kernel")
+    base = simulate_step(m, c, strategy, tr, "ho-ring", mode)
+    assert base.fits
+    tr2 = replace(tr, recompute=base.memory.recompute)
+    d3 = simulate_3d(m, c, strategy, tr2, ParallelSpec(), "ho-ring", mode)
+    assert d3.step_time_s == base.step_time_s
+    assert d3.mfu == pytest.approx(base.mfu, rel=1e-12)
+    assert d3.bytes_inter == pytest.approx(base.bytes_inter, rel=1e-9)
+
+
+def test_kernel_model_with_tp_splits_the_layer():
+    """Each TP rank runs 1/t of every GEMM (column/row split), heads/t of attention; norms and
+    residuals are repeated on every rank unless sequence parallel."""
+    from parosim.kernels import ComputeProfile, layer_elementwise_bytes, layer_times
+
+    m, p = preset("llama-13b"), ComputeProfile(model="kernel")
+    one = layer_times(m, 1, 2048, 1.0, "flash", 312e12, 2.039e12, p, 108)
+    two = layer_times(m, 1, 2048, 1.0, "flash", 312e12, 2.039e12, p, 108, tp=2)
+    # GEMMs: half the FLOPs, a bit less efficient (smaller N or K): between 1/2 and 0.6
+    assert 0.5 < two.gemm_fwd_s / one.gemm_fwd_s < 0.6
+    assert two.attention_fwd_s == pytest.approx(one.attention_fwd_s / 2)
+    h, f = m.hidden, m.ffn_hidden
+    per_tok = layer_elementwise_bytes(m, 1) / 2 / h        # units of h per token
+    assert per_tok == pytest.approx(10 + 3 * f / h + 4)
+    assert layer_elementwise_bytes(m, 1, 2) / 2 / h == pytest.approx(10 + (3 * f / h + 4) / 2)
+    assert layer_elementwise_bytes(m, 1, 2, True) / 2 / h == pytest.approx(
+        (10 + 3 * f / h + 4) / 2)
+    # the plan honours it: TP 2 x PP 2 with the kernel model is a different (exact) answer
+    c = load_cluster("dgx-a100-ib", 1)
+    tr = TrainingSpec(micro_batch=1, accum_steps=4, seq_len=2048)
+    par = ParallelSpec(tp=2, pp=2)
+    flat = simulate_step(m, c, "NNN", tr, "ring", "analytic", parallel=par)
+    kern = simulate_step(m, c, "NNN", replace(tr, compute_model="kernel"), "ring",
+                         "analytic", parallel=par)
+    assert kern.fits and flat.fits and kern.compute_s != flat.compute_s
+    eng = simulate_step(m, c, "NNN", replace(tr, compute_model="kernel"), "ring", "engine",
+                        parallel=par)
+    eflat = simulate_step(m, c, "NNN", tr, "ring", "engine", parallel=par)
+    # the engine replays the same kernel times: the kernel/flat step difference agrees
+    assert eng.step_time_s - eflat.step_time_s == pytest.approx(
+        kern.step_time_s - flat.step_time_s, rel=0.1)

@@ -92,7 +92,8 @@ def report_stage(out: Path) -> dict:
                         measured_by="explicit-ring" if meta["mode"] == "explicit"
                         else "backend-native"))
     result = {"rows": rows, **summary(rows), "measured_by": [rows[0]["measured_by"]],
-              "ordering_mismatches": [], "cluster_yaml": cluster_to_yaml(spec)}
+              "ordering_mismatches": [], "cluster": spec.name,
+              "cluster_yaml": cluster_to_yaml(spec)}
     write_outputs(result, out)
     return result
 
