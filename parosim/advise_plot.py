@@ -32,18 +32,23 @@ def pareto_figure(res: dict) -> Figure:
     for i, c in enumerate(res["candidates"], 1):
         ax.scatter([c["memory_bytes"] / 1e9], [c["tokens_per_s"]], marker="*", s=120,
                    color="#1f77b4", zorder=3, label="top configurations" if i == 1 else None)
+        # stacked one line apart: the top configurations often sit close together
         ax.annotate(f"#{i}", (c["memory_bytes"] / 1e9, c["tokens_per_s"]),
-                    textcoords="offset points", xytext=(5, 4 + 8 * (i % 2)), fontsize=8)
+                    textcoords="offset points", xytext=(4, 3 + 10 * (i - 1)), fontsize=8,
+                    arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "#1f77b4"}
+                    if i > 1 else None)
     if res["candidates"]:
         cap = res["candidates"][0]["capacity_bytes"] / 1e9
         ax.axvline(cap, color="k", linestyle="--", linewidth=1, label="GPU memory")
     ax.set_xlabel("memory per GPU (GB)")
     ax.set_ylabel("throughput (tokens/s)")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), global batch "
-                 f"{res['global_batch_sequences']} x {res['seq_len']} tokens\n"
-                 "memory per GPU vs throughput (closed form; stars: final figures)",
-                 fontsize=10)
+    top = max([t for _, t in pts] + [c["tokens_per_s"] for c in res["candidates"]],
+              default=1.0)
+    ax.set_ylim(0, top * (1.08 + 0.045 * len(res["candidates"])))  # room for the labels
+    fig.suptitle(f"throughput (tokens/s) vs memory per GPU (GB): {res['model']} on "
+                 f"{res['cluster']} ({res['gpus']} GPUs)\nglobal batch "
+                 f"{res['global_batch_sequences']} x {res['seq_len']} tokens; closed form, "
+                 "stars: the top configurations", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return fig
@@ -63,6 +68,7 @@ def plot_path(path: str) -> Path:
 
 def save_pareto(res: dict, path: str) -> str:
     """Write the figure (format from the extension: png, svg or pdf; png if none)."""
+    from .plots import save_as
+
     p = plot_path(path)
-    pareto_figure(res).savefig(p, dpi=120)
-    return str(p)
+    return str(save_as(pareto_figure(res), p))

@@ -173,59 +173,79 @@ def _print_compare(res: dict) -> None:
 def _savefig(fig, path: str) -> str:
     from pathlib import Path
 
+    from .plots import save_as
+
     p = Path(path)
     try:
         if p.parent and not p.parent.exists():
             p.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(p, dpi=120)
+        save_as(fig, p)
     except (OSError, ValueError) as e:
         raise InputError(f"--plot {path!r} cannot be written: {e}") from None
     return str(p)
 
 
-def _plot_sweep(res: dict, path: str) -> str:
-    import matplotlib
+SIZE_LABEL = "message size (bytes, the full buffer as nccl-tests counts it)"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+def sweep_figure(res: dict):
+    """Simulated time vs message size, one line per algorithm (``collective -b/-e --plot``)."""
+    from matplotlib.figure import Figure
+
+    from .plots import bytes_x
+
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    ax = fig.add_subplot()
     for al in res["algos"]:
         rr = [r for r in res["rows"] if r["algo"] == al]
-        ax.loglog([r["size_bytes"] for r in rr], [r["time_s"] * 1e6 for r in rr], "o-",
-                  ms=3, label=al)
-    ax.set_xlabel("size (bytes, full buffer as nccl-tests counts it)")
+        ax.plot([r["size_bytes"] for r in rr], [r["time_s"] * 1e6 for r in rr], "o-",
+                ms=3, label=al)
+    ax.set_yscale("log")
+    bytes_x(ax)
+    ax.set_xlabel(SIZE_LABEL)
     ax.set_ylabel("time (us)")
-    ax.set_title(f"simulated {res['op']} on {res['cluster']} ({res['gpus']} GPUs)")
+    fig.suptitle(f"simulated {res['op']} time (us) vs message size:\nscope {res['scope']} on "
+                 f"{res['cluster']} ({res['gpus']} GPUs)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(title="algorithm")
-    out = _savefig(fig, path)
-    plt.close(fig)
-    return out
+    ax.legend(title="algorithm", fontsize=8)
+    return fig
 
 
-def _plot_compare(res: dict, path: str) -> str:
-    import matplotlib
+def _plot_sweep(res: dict, path: str) -> str:
+    return _savefig(sweep_figure(res), path)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
+def compare_figure(res: dict):
+    """Measured (points) and simulated (lines) time vs message size, one colour per log and
+    algorithm (``collective --compare LOG --plot``)."""
+    from matplotlib.figure import Figure
+
+    from .plots import COLORS, bytes_x
+
+    fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+    ax = fig.add_subplot()
     for i, lg in enumerate(res["logs"]):
         rr = [r for r in res["rows"] if r["log"] == lg["log"] and r["algo"] == lg["algo"]]
         name = lg["log"].rsplit("/", 1)[-1]
-        c = f"C{i % 10}"
+        c = COLORS[i % len(COLORS)]
         x = [r["size_bytes"] for r in rr]
-        ax.loglog(x, [r["measured_s"] * 1e6 for r in rr], "o", color=c, ms=4,
-                  label=f"measured: {name}")
-        ax.loglog(x, [r["simulated_s"] * 1e6 for r in rr], "-", color=c,
-                  label=f"simulated ({lg['algo']}): {name}")
+        ax.plot(x, [r["measured_s"] * 1e6 for r in rr], "o", color=c, ms=4,
+                label=f"measured: {name}")
+        ax.plot(x, [r["simulated_s"] * 1e6 for r in rr], "-", color=c,
+                label=f"simulated ({lg['algo']}): {name}")
+    ax.set_yscale("log")
+    bytes_x(ax)
     ops = sorted({lg["op"] for lg in res["logs"]})
-    ax.set_xlabel("size (bytes, full buffer as nccl-tests counts it)")
+    gpus = sorted({lg["nranks"] for lg in res["logs"]})
+    ax.set_xlabel(SIZE_LABEL)
     ax.set_ylabel("time (us)")
-    ax.set_title(f"{', '.join(ops)} on {res['cluster']}: simulated vs measured (nccl-tests)")
+    fig.suptitle(f"{', '.join(ops)} time (us) vs message size: simulated vs measured "
+                 f"(nccl-tests)\non {res['cluster']} ({', '.join(map(str, gpus))} GPUs)",
+                 fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    out = _savefig(fig, path)
-    plt.close(fig)
-    return out
+    return fig
+
+
+def _plot_compare(res: dict, path: str) -> str:
+    return _savefig(compare_figure(res), path)

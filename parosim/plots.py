@@ -64,6 +64,18 @@ def _log_x(ax, xs: Iterable[float]) -> None:
         ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def bytes_x(ax) -> None:
+    """A log-2 x axis of byte sizes with ticks written as sizes (``64 MiB``), not ``6.4e+07``."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    from .units import fmt_size
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=9))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_size(v) if v >= 1 else ""))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _label(col: str) -> str:
     return LABELS.get(col, col.replace("_", " "))
 
@@ -496,7 +508,8 @@ def timeline(records, *, x: str | None = None, metric: str | None = None,
     ax.invert_yaxis()
     ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("stream")
-    ax.set_title(title or "step timeline")
+    head = f"step timeline, time ({unit}) per stream"
+    fig.suptitle(f"{head}: {title}" if title else head, fontsize=10)
     ax.legend(fontsize=8, loc="upper right", ncol=min(len(kinds), 4))
     return fig
 
@@ -545,14 +558,19 @@ def save_figure(fig: Figure, stem: str | Path, dpi: int = 120) -> list[str]:
     """Save as ``stem.png`` and ``stem.svg``; return both paths."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = []
+    return [str(save_as(fig, f"{stem}.{ext}", dpi)) for ext in ("png", "svg")]
+
+
+_NO_DATE = {"png": {"Software": None}, "svg": {"Date": None},
+            "pdf": {"CreationDate": None, "ModDate": None}}
+
+
+def save_as(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
+    """Save one file, its format from the extension (png, svg, pdf), reproducibly: the same
+    figure -> the same bytes (no date or version stamp; SVG ids hashed from a fixed salt)."""
     from matplotlib import rc_context
 
-    # the same figure -> the same bytes: no date, and SVG ids hashed from a fixed salt
+    p = Path(path)
     with rc_context({"svg.hashsalt": "parosim"}):
-        for ext in ("png", "svg"):
-            p = Path(f"{stem}.{ext}")
-            fig.savefig(p, dpi=dpi, metadata={"Date": None} if ext == "svg" else
-                        {"Software": None})
-            paths.append(str(p))
-    return paths
+        fig.savefig(p, dpi=dpi, metadata=_NO_DATE.get(p.suffix.lower().lstrip(".")))
+    return p

@@ -31,7 +31,8 @@ Run from the repository root (about a minute):
 
     python experiments/10_failures_16k/failures.py
 
-Writes ``out/results.csv`` (columns in ``out/columns.md``) and ``out/figures/*.png``.
+Writes ``out/results.csv`` (columns in ``out/columns.md``) and ``out/figures/*.png``;
+``--figures`` redraws the figures from the committed results.csv only.
 """
 
 from __future__ import annotations
@@ -40,21 +41,20 @@ import sys
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from parosim.io import load_cluster, load_model  # noqa: E402
-from parosim.run import (  # noqa: E402
+from parosim.io import load_cluster, load_model
+from parosim.plots import save_as
+from parosim.run import (
     best_interval,
     daly_interval,
     expected_wall_clock,
     run_from_step,
 )
-from parosim.simulate import simulate_step  # noqa: E402
-from parosim.training import TrainingSpec  # noqa: E402
+from parosim.simulate import simulate_step
+from parosim.training import TrainingSpec
 
 OUT = Path(__file__).resolve().parent / "out"
 MODEL, CLUSTER, STRATEGY = "llama-65b", "dgx-h100-ib", "IIG"
@@ -156,8 +156,7 @@ def main() -> int:
     with open(OUT / "columns.md", "w") as f:
         f.write("# results.csv columns\n\n" + "".join(f"- `{k}`: {v}\n"
                                                       for k, v in COLUMNS.items()))
-    plot_interval(df)
-    plot_scale(df)
+    figures(df)
     print(f"max |goodput / Daly - 1| = {err[at_best].max():.4%} at the best intervals, "
           f"{err.max():.4%} over all {len(df)} points; max |z| = {z.max():.2f} standard "
           "errors")
@@ -176,15 +175,22 @@ def main() -> int:
     return 1 if failures else 0
 
 
-TITLE = "LLaMA-65B, PaRO-IIG, dgx-h100-ib, LLaMA 3 failure rates"
+TITLE = "LLaMA-65B, PaRO-IIG on dgx-h100-ib, LLaMA 3 failure rates"
 
 
-def plot_interval(df: pd.DataFrame) -> None:
-    fig, ax = plt.subplots(figsize=(8, 5), layout="constrained")
+def figures(df: pd.DataFrame) -> list:
+    (OUT / "figures").mkdir(parents=True, exist_ok=True)
+    return [save_as(interval_figure(df), OUT / "figures" / "goodput-vs-interval-16384gpus.png"),
+            save_as(scale_figure(df), OUT / "figures" / "goodput-vs-gpus.png")]
+
+
+def interval_figure(df: pd.DataFrame) -> Figure:
+    fig = Figure(figsize=(8, 5.2), layout="constrained")
+    ax = fig.add_subplot()
     d = df[df.figure == "interval"]
     best = df[df.figure == "interval-best"]
-    for (c, g), color in zip(d.groupby("checkpoint_s"), plt.cm.viridis(np.linspace(0, 0.85, 4)),
-                             strict=True):
+    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, 4))
+    for (c, g), color in zip(d.groupby("checkpoint_s"), colors, strict=True):
         g = g.sort_values("interval_s")
         ax.errorbar(g.interval_s / 60, g.goodput,
                     yerr=[g.goodput - g.goodput_lo, g.goodput_hi - g.goodput], fmt="o",
@@ -194,41 +200,45 @@ def plot_interval(df: pd.DataFrame) -> None:
         b = best[best.checkpoint_s == c].iloc[0]
         ax.axvline(b.best_interval_s / 60, color=color, ls=":", lw=1)
     ax.set_xscale("log")
-    ax.set_xlabel("checkpoint interval (compute minutes between checkpoints)")
-    ax.set_ylabel("goodput (useful time / wall clock)")
-    ax.set_title(f"{TITLE}\n16,384 GPUs, restart 10 min: goodput vs checkpoint interval "
-                 "(dotted: searched best)", fontsize=10)
+    ax.set_xlabel("checkpoint interval (min of compute between checkpoints)")
+    ax.set_ylabel("goodput (fraction: useful time / wall clock)")
+    fig.suptitle("goodput (fraction of wall clock) vs checkpoint interval (min):\n"
+                 f"{TITLE}\n16,384 GPUs, restart 10 min; dotted: searched best interval",
+                 fontsize=10)
     ax.legend(fontsize=7, ncol=2, loc="lower center")
     ax.grid(alpha=0.3, which="both")
-    fig.savefig(OUT / "figures" / "goodput-vs-interval-16384gpus.png", dpi=120)
-    plt.close(fig)
+    return fig
 
 
-def plot_scale(df: pd.DataFrame) -> None:
+def scale_figure(df: pd.DataFrame) -> Figure:
     d = df[df.figure == "scale"]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
+    fig = Figure(figsize=(10, 4.4), layout="constrained")
+    a1, a2 = fig.subplots(1, 2)
     for r, g in d.groupby("restart_s"):
         g = g.sort_values("gpus")
         a1.plot(g.gpus, g.goodput, "o-", label=f"restart {r / 60:g} min")
         a2.plot(g.gpus, g.wall_clock_days, "o-", label=f"restart {r / 60:g} min")
     g = d[d.restart_s == BASE_RESTART_S].sort_values("gpus")
     a2.plot(g.gpus, g.useful_s / 86400, "k--", lw=1, label="no failures")
+    gpus = sorted(d.gpus.unique())
     for a in (a1, a2):
         a.set_xscale("log", base=2)
-        a.set_xticks([n * 8 for n in NODES], [f"{n * 8:,}" for n in NODES])
-        a.set_xlabel("GPUs")
+        a.set_xticks(gpus, [f"{n:,}" for n in gpus])
+        a.set_xlabel("GPUs (count)")
         a.grid(alpha=0.3, which="both")
         a.legend(fontsize=8)
     a2.set_yscale("log")
     a2.set_yticks([2, 4, 8, 16, 32], ["2", "4", "8", "16", "32"])
     a2.minorticks_off()
-    a1.set_ylabel("goodput at the best interval")
+    a1.set_ylabel("goodput at the best interval (fraction)")
     a2.set_ylabel("expected wall clock to train 1.4T tokens (days)")
-    fig.suptitle(f"{TITLE}\ncheckpoint write 120 s, best interval at each size: goodput and "
-                 "time to train vs GPU count", fontsize=10)
-    fig.savefig(OUT / "figures" / "goodput-vs-gpus.png", dpi=120)
-    plt.close(fig)
+    fig.suptitle("goodput (fraction) and time to train (days) vs GPU count: "
+                 f"{TITLE}\ncheckpoint write 120 s, best interval at each size", fontsize=10)
+    return fig
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:] == ["--figures"]:
+        figures(pd.read_csv(OUT / "results.csv"))
+    else:
+        sys.exit(main())

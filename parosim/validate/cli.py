@@ -233,6 +233,7 @@ def run_validate(args) -> dict:
                                   key=("what", "algo", "measured_by"), by="strategy",
                                   margin=0.0)),
         "measured_by": sorted({r["measured_by"] for r in rows}),
+        "cluster": spec.name,
         "emulated": bool(o.emulate), "nodes": o.nodes, "ranks_per_node": o.ranks_per_node,
         "nic_bandwidth_Bps": o.nic_Bps if o.emulate else None,
         "calibration": ({"params": cal.theta, "fit_max_error_pct": cal.fit_error_pct,
@@ -256,11 +257,14 @@ def write_outputs(result: dict, out: Path) -> list[Path]:
                                                                           index=False)
     paths[1].write_text(json.dumps(result, indent=1, default=str))
     paths[2].write_text(result["cluster_yaml"])
-    fig = plot(df)
-    fig.savefig(paths[3], dpi=120)
-    import matplotlib.pyplot as plt
+    from ..plots import save_as
 
-    plt.close(fig)
+    what = " and ".join(sorted({str(w) for w in df.get("what", [])})) or "rows"
+    shape = (f"{result['nodes']} nodes x {result['ranks_per_node']} ranks, "
+             if result.get("nodes") else "")
+    links = "emulated links" if result.get("emulated") else "real links"
+    save_as(plot(df, f"simulated vs measured time (s), {what}:\n{result.get('cluster', '?')} "
+                     f"({shape}{links})"), paths[3])
     return paths
 
 

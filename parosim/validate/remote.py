@@ -111,7 +111,8 @@ def report_stage(out: Path) -> dict:
               "held_out_collectives": summary(held),
               "uncalibrated": summary([{"error_pct": r["error_nominal_pct"]} for r in rows]),
               "measured_by": [rows[0]["measured_by"]],
-              "ordering_mismatches": [], "cluster_yaml": cluster_to_yaml(spec)}
+              "ordering_mismatches": [], "cluster": spec.name,
+              "cluster_yaml": cluster_to_yaml(spec)}
     write_outputs(result, out)
     return result
 

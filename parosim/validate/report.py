@@ -84,18 +84,16 @@ def to_frame(rows: list[dict]):
     return pd.DataFrame(rows)
 
 
-def plot(df, title: str = "parosim validate: simulated vs measured"):
+def plot(df, title: str = "simulated vs measured time (s): parosim validate"):
     """Predicted vs measured (log-log), one marker per ``algo`` / ``what``, and y = x.
 
     Takes a DataFrame with ``simulated_s``, ``measured_s`` (and optionally ``algo``, ``what``)
     and returns a matplotlib Figure; the caller saves or shows it.
     """
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig = Figure(figsize=(6, 5.5), layout="constrained")
+    ax = fig.add_subplot()
     label_col = "algo" if "algo" in df else None
     groups = df.groupby(df[label_col].fillna(df.get("what", "row"))) if label_col else [
         ("rows", df)]
@@ -114,7 +112,6 @@ def plot(df, title: str = "parosim validate: simulated vs measured"):
     ax.set_ylim(lo, hi)
     ax.set_xlabel("measured time (s)")
     ax.set_ylabel("simulated time (s)")
-    ax.set_title(title)
+    fig.suptitle(title, fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
