@@ -208,9 +208,9 @@ def _f(d: dict | None, key: str) -> str:
 
 
 def table(results: list[dict]) -> str:
-    head = ("| preset | log | role | fitted parameters / sizes | n >= 64 KiB | uncalibrated median / worst % | calibrated "
-            "median / worst % | held-out median / worst % | < 64 KiB calibrated median / "
-            "worst % |\n|---|---|---|---|---|---|---|---|---|")
+    head = ("| preset | log | role | fitted parameters / sizes | n >= 64 KiB | uncalibrated "
+            "median / worst % | calibrated median / worst % | held-out median / worst % | "
+            "< 64 KiB calibrated median / worst % |\n|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in results:
         c, u, h = r["calibrated"], r["uncalibrated"], r["held_out"]
