@@ -760,7 +760,8 @@ def _cmd_run(a: argparse.Namespace) -> dict:
         fixed = simulate_run(spec, k, a.replications, a.seed)
     out = run_report(search, tokens, tps, fixed)
     out.update(model=model.name, cluster=cluster.name, strategy=r.strategy.name,
-               algo=r.algo.value, mode=a.mode, seed=a.seed, runtime=rt.name)
+               algo=r.algo.value, mode=a.mode, seed=a.seed, runtime=rt.name,
+               settings=_settings(a, cluster, training, rt))
     return out
 
 
@@ -772,6 +773,8 @@ def _print_run(r: dict) -> None:
           f"{r['tokens']:.3g} tokens in {r['steps']} steps of {r['step_time_s']:.3f} s")
     print(f"job MTBF {r['job_mtbf_s'] / 3600:.2f} h, checkpoint {r['checkpoint_s']:g} s, "
           f"restart {r['restart_s']:g} s, {r['replications']} replications, seed {r['seed']}")
+    if "settings" in r:
+        print(_settings_text(r["settings"]))
     print(f"best checkpoint interval  {r['best_checkpoint_interval_s']:.0f} s "
           f"(Young {r['young_interval_s']:.0f} s, Daly {r['daly_interval_s']:.0f} s)")
     print(f"goodput                   {r['goodput']:.4f} (Daly {r['daly_goodput']:.4f})")

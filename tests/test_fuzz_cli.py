@@ -582,6 +582,12 @@ def test_text_outputs_state_their_settings_and_json_echoes_them(capsys):
         assert (s["micro_batch"], s["accum_steps"], s["seq_len"]) == (2, 3, 256)
         assert s["trainable_ratio"] == 0.003 and s["overrides"] == {"nic_bandwidth": "200Gbps"}
         assert s["nic_bandwidth_Bps"] == 25e9
+    run_argv = ["run", "--tokens", "1e8", "--replications", "3", *argv]
+    rc, out, _ = run_case(run_argv, capsys)
+    assert rc == 0 and "micro-batch 2, accum 3, seq-len 256" in out
+    rc, out, _ = run_case([*run_argv, "--json"], capsys)
+    s = __import__("json").loads(out)["settings"]
+    assert (s["micro_batch"], s["accum_steps"], s["trainable_ratio"]) == (2, 3, 0.003)
     rc, out, _ = run_case(["memory", "--model", "llama-65b"], capsys)
     assert "llama-65b on paper-a100-roce" in out and "recomp" in out
     assert "PaRO-GGG (ZeRO-3 / FSDP)" in out
