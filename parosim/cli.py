@@ -331,6 +331,12 @@ def _print_jobs(r: dict) -> None:
         print(f"{j['name']:<10}{j['model']:<12}{j['strategy']:<10}{j['algo']:<14}"
               f"{j['gpus']:>6}{j['step_time_alone_s']:>11.3f}{j['step_time_shared_s']:>11.3f}"
               f"{j['slowdown']:>10.3f}")
+    for j in r["jobs"]:
+        st = j.get("settings") or {}
+        if st:
+            print(f"settings of {j['name']}: " + ", ".join(
+                f"{k.replace('_', '-')} {v:g}" if isinstance(v, float) else
+                f"{k.replace('_', '-')} {v}" for k, v in st.items()))
     print("busiest links (shared run):")
     for ln in r["busiest_links"]:
         print(f"  {ln['link']:<26}{ln['link_class']:<8}{ln['utilization']:>7.1%} busy, "
@@ -834,6 +840,13 @@ def _cmd_advise(a: argparse.Namespace) -> dict:
         from .advise_plot import save_pareto
 
         res["plot"] = save_pareto(res, a.plot)
+    res["settings"] = {
+        "global_batch": a.global_batch, "seq_len": a.seq_len, "top": a.top,
+        "engine_top": a.engine_top, "max_micro_batch": a.max_micro_batch,
+        "strategies": a.strategies,
+        "compute_efficiency": a.efficiency if a.efficiency is not None else "default",
+        "gpu_memory_bytes": cluster.gpu.memory_bytes,
+        "overrides": {"gpu_memory": a.gpu_memory} if a.gpu_memory else {}}
     if a.json:
         res = {k: v for k, v in res.items() if k not in ("points", "top_labels")}
     return res
@@ -843,6 +856,13 @@ def _print_advise(res: dict) -> None:
     from .advise import format_advice
 
     print(format_advice(res))
+    s = res.get("settings")
+    if s:
+        print("settings: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in s.items()
+                                       if k != "overrides")
+              + ("" if not s["overrides"] else
+                 ", overrides: " + ", ".join(f"{k.replace('_', '-')} {v}"
+                                             for k, v in s["overrides"].items())))
 
 
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {

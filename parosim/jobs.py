@@ -65,6 +65,7 @@ class Job:
     model: str
     overlap_slowdown: float = 1.0
     runtime: str = "ideal"
+    settings: dict = field(default_factory=dict, compare=False)  # training inputs, echoed
 
     @property
     def gpus(self) -> int:
@@ -99,7 +100,11 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
                          f"does not fit in GPU memory (short by {mem.shortfall_bytes:.0f} "
                          "bytes per GPU); expected a configuration that fits")
     plan = build_plan(model, strategy, spec, training, rt)
-    return Job(name, nodes, plan, spec, algo, strategy, model.name, slow, rt.name)
+    settings = {"micro_batch": training.micro_batch, "accum_steps": training.accum_steps,
+                "seq_len": training.seq_len, "trainable_ratio": training.trainable_ratio,
+                "recompute": mem.recompute, "group_nodes": group_nodes,
+                "compute_efficiency": training.compute_efficiency, "overlap_slowdown": slow}
+    return Job(name, nodes, plan, spec, algo, strategy, model.name, slow, rt.name, settings)
 
 
 def job_view(cluster: ClusterSpec, name: str, nodes: tuple[int, ...],
@@ -205,6 +210,7 @@ class JobResult:
     step_time_alone_s: float
     step_time_shared_s: float
     runtime: str = "ideal"
+    settings: dict = field(default_factory=dict)
 
     @property
     def slowdown(self) -> float:
@@ -217,7 +223,8 @@ class JobResult:
                 "step_time_alone_s": self.step_time_alone_s,
                 "step_time_shared_s": self.step_time_shared_s, "slowdown": self.slowdown,
                 "tokens_per_s_alone": self.tokens_per_step / self.step_time_alone_s,
-                "tokens_per_s_shared": self.tokens_per_step / self.step_time_shared_s}
+                "tokens_per_s_shared": self.tokens_per_step / self.step_time_shared_s,
+                "settings": self.settings}
 
 
 @dataclass
@@ -328,7 +335,7 @@ def run_jobs(cluster: ClusterSpec, jobs: list[Job], steps: int = 2, trace: bool 
     alone = [_simulate(cluster, graph, [j], 1, False)[0][0] for j in jobs]
     shared, dur, net, progs, events, records = _simulate(cluster, graph, jobs, steps, trace)
     res = [JobResult(j.name, j.model, j.strategy.name, j.algo.value, j.nodes, j.gpus,
-                     j.plan.tokens_per_step, a / PS, s / PS, j.runtime)
+                     j.plan.tokens_per_step, a / PS, s / PS, j.runtime, j.settings)
            for j, a, s in zip(jobs, alone, shared, strict=True)]
     return JobsResult(cluster.name, cluster.gpus, steps, res,
                       _link_usage(net, progs, dur, top_links), dur / PS, events, records)

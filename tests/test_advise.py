@@ -30,6 +30,9 @@ def test_advise_json_ranked_fitting_and_reproducible(capsys, tmp_path):
     keys = {"tp", "pp", "strategy", "micro_batch", "accum", "recompute", "algo",
             "tokens_per_s", "memory_bytes"}
     assert all(keys <= set(c) for c in cands)
+    # every input is echoed (issue 12)
+    assert {"global_batch", "seq_len", "top", "engine_top", "max_micro_batch", "strategies",
+            "compute_efficiency", "gpu_memory_bytes"} <= set(res["settings"])
     tps = [c["tokens_per_s"] for c in cands]
     assert tps == sorted(tps, reverse=True)
     for c in cands:

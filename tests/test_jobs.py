@@ -119,6 +119,8 @@ def test_cli_jobs_json(jobs_file, capsys, tmp_path):
         for k in ("step_time_alone_s", "step_time_shared_s", "slowdown", "gpus", "nodes"):
             assert k in j
         assert j["slowdown"] == pytest.approx(1.0, rel=1e-9)  # ps rounding only
+        assert {"micro_batch", "accum_steps", "seq_len", "trainable_ratio",
+                "recompute"} <= set(j["settings"])  # each job's inputs are echoed
     assert r["jobs"][1]["strategy"] == "PaRO-IIG" and r["jobs"][1]["algo"] == "ring"
     assert r["busiest_links"] and "utilization" in r["busiest_links"][0]
     lanes = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
