@@ -54,6 +54,30 @@ class Record:
     kind: str = ""
 
 
+class OverlapGate:
+    """The overlap interference state of one compute stream: how many collectives are in
+    flight (:meth:`flip` on each start and end) and the compute ops running now, which are
+    woken to re-decide their rate when that count goes from 0 to 1 or back (docs/runtimes.md).
+    """
+
+    def __init__(self, env: simpy.Environment, slowdown: float):
+        self.env, self.slowdown = env, slowdown
+        self.in_flight = [0]
+        self.wake: list = []
+
+    def flip(self, delta: int) -> None:
+        was = self.in_flight[0] > 0
+        self.in_flight[0] += delta
+        if self.slowdown != 1.0 and was != (self.in_flight[0] > 0):
+            for ev in self.wake:
+                if not ev.triggered:
+                    ev.succeed()
+
+    def compute(self, work: int):
+        """``work`` ps of compute at full speed, slowed while a collective is in flight."""
+        return fluid_compute(self.env, work, self.slowdown, self.in_flight, self.wake)
+
+
 def fluid_compute(env: simpy.Environment, work: int, slowdown: float, in_flight: list,
                   wake: list):
     """Run ``work`` picoseconds of compute (at full speed) at 1/``slowdown`` of its speed while

@@ -40,7 +40,7 @@ import numpy as np
 
 from .collectives.lowering import lower
 from .collectives.types import Algo, Program, RingSet, parse_enum
-from .engine import CountingEnvironment, Record, fluid_compute, run_lanes, run_program
+from .engine import CountingEnvironment, OverlapGate, Record, run_lanes, run_program
 from .errors import InputError
 from .memory import memory_breakdown
 from .models import ModelSpec
@@ -259,16 +259,7 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
         ops = job.plan.ops
         tuning = job.spec.collective
         slow = job.overlap_slowdown
-        in_flight = [0]
-        wake: list = []   # change events of this job's compute ops running now
-
-        def flip(delta: int) -> None:
-            was = in_flight[0] > 0
-            in_flight[0] += delta
-            if slow != 1.0 and was != (in_flight[0] > 0):
-                for ev in wake:
-                    if not ev.triggered:
-                        ev.succeed()
+        gate = OverlapGate(env, slow)  # this job's compute vs its own collectives
 
         def compute(op: ComputeOp):
             # the fluid overlap slowdown of parosim.replay: compute runs at 1/slow of its
@@ -277,16 +268,16 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
             if slow == 1.0:
                 yield env.timeout(work)
                 return
-            yield from fluid_compute(env, work, slow, in_flight, wake)
+            yield from gate.compute(work)
 
         def body(i: int):
             op = ops[i]
             if isinstance(op, ComputeOp):
                 yield from compute(op)
             else:
-                flip(+1)
+                gate.flip(+1)
                 yield from run_program(env, net, cache.get(op), tuning)
-                flip(-1)
+                gate.flip(-1)
 
         it = 0
         while not all_done.triggered:

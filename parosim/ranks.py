@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .collectives.types import Algo
-from .engine import CountingEnvironment, Record, fluid_compute, run_program
+from .engine import CountingEnvironment, OverlapGate, Record, run_program
 from .errors import InputError
 from .network import PS, Network
 from .plan import ComputeOp, Plan
@@ -171,21 +171,12 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
         return lambda _ev: done[i].succeed()
 
     elapsed = None  # class mode: (compute ops x classes) elapsed ps, and rank -> class
-    in_flight = [0]
-    wake: list = []
-
-    def flip(delta: int) -> None:
-        was = in_flight[0] > 0
-        in_flight[0] += delta
-        if overlap_slowdown != 1.0 and was != (in_flight[0] > 0):
-            for ev in wake:
-                if not ev.triggered:
-                    ev.succeed()
+    overlap = OverlapGate(env, overlap_slowdown)
 
     def fluid(work: int):
         """One compute op of ``work`` ps at full speed under the slowdown rule (as
         :func:`parosim.replay.replay` does it, step for step)."""
-        return fluid_compute(env, work, overlap_slowdown, in_flight, wake)
+        return overlap.compute(work)
 
     if overlap_slowdown != 1.0:
         classes, inv = np.unique(dur.T, axis=0, return_inverse=True)
@@ -264,9 +255,9 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
                 p = max(cands, key=lambda d: (end_ps[d], is_comp[d], d))
                 pred[i] = p if end_ps[p] == start else -1
             start_ps[i] = start
-            flip(+1)
+            overlap.flip(+1)
             yield from run_program(env, net, cache.get(ops[i]), spec.collective)
-            flip(-1)
+            overlap.flip(-1)
             end_ps[i] = env.now
             if trace:
                 records.append(Record(ops[i].stream, ops[i].name, start / PS, env.now / PS,

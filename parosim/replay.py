@@ -20,9 +20,9 @@ from .collectives.lowering import lower
 from .collectives.types import Algo, Program
 from .engine import (
     CountingEnvironment,
+    OverlapGate,
     Record,
     check_finished,
-    fluid_compute,
     run_lanes,
     run_program,
     run_repeated,
@@ -96,17 +96,8 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     net.record_links = record_links
     ops = plan.ops
     records: list[Record] = []
-    in_flight = [0]
     busy = [0]
-    wake: list = []      # change events of the compute ops running now (rate changes)
-
-    def flip(delta: int) -> None:
-        was = in_flight[0] > 0
-        in_flight[0] += delta
-        if overlap_slowdown != 1.0 and was != (in_flight[0] > 0):
-            for ev in wake:
-                if not ev.triggered:
-                    ev.succeed()
+    gate = OverlapGate(env, overlap_slowdown)
 
     def compute(op: ComputeOp):
         work = to_ps(op.duration_s)          # picoseconds at full speed
@@ -114,7 +105,7 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
         if overlap_slowdown == 1.0:
             yield env.timeout(work)
         else:
-            yield from fluid_compute(env, work, overlap_slowdown, in_flight, wake)
+            yield from gate.compute(work)
         busy[0] += env.now - start
 
     last = [0]           # when the last op ended (a superseded rate timer may fire later)
@@ -124,13 +115,13 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
         if isinstance(op, ComputeOp):
             yield from compute(op)
         else:
-            flip(+1)
+            gate.flip(+1)
             count = getattr(op, "count", 1)   # 3D plans coalesce a chunk's TP collectives
             if count == 1:
                 yield from run_program(env, net, cache.get(op), spec.collective)
             else:
                 yield from run_repeated(env, net, cache.get(op), spec.collective, count)
-            flip(-1)
+            gate.flip(-1)
         last[0] = max(last[0], env.now)
 
     def kind(i: int) -> str:
