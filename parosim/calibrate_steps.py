@@ -21,15 +21,15 @@ column              required  meaning
 ==================  ========  ==============================================================
 
 What is fitted: the kernel compute model (:mod:`parosim.kernels`) of the base cluster, scaled
-by one factor ``k`` applied to ``gemm_ceiling``, ``attention_efficiency`` and
-``hbm_efficiency`` (each capped at 1), with :func:`scipy.optimize.least_squares` on
-log(simulated / measured step time). One factor, because a handful of measured steps cannot
-identify more. With three or more fitted rows the overlap interference factor (the cluster
-YAML's ``compute.overlap_slowdown``: compute runs 1/f as fast while a collective runs beside
-it, :mod:`parosim.runtime`) is fitted too, in [1, 3]; it is reported as identified only if
-some fitted step overlaps compute with communication (else it stays at its starting value,
-the base cluster's or 1). Communication is simulated with the base cluster's network as given
-(fit that first with ``--nccl-tests``).
+by one factor ``k`` applied to ``gemm_ceiling``, ``attention_efficiency``,
+``eager_attention_efficiency`` and ``hbm_efficiency`` (each capped at 1), with
+:func:`scipy.optimize.least_squares` on log(simulated / measured step time). One factor,
+because a handful of measured steps cannot identify more. With three or more fitted rows the
+overlap interference factor (the cluster YAML's ``compute.overlap_slowdown``: compute runs 1/f
+as fast while a collective runs beside it, :mod:`parosim.runtime`) is fitted too, in [1, 3]; it
+is reported as identified only if some fitted step overlaps compute with communication (else it
+stays at its starting value, the base cluster's or 1). Communication is simulated with the base
+cluster's network as given (fit that first with ``--nccl-tests``).
 
 ``--holdout every-other`` keeps rows 2, 4, ... out of the fit and reports the error on them.
 The written YAML is the base cluster with ``compute: {model: kernel, ...}`` replaced and a
@@ -135,7 +135,8 @@ def _scaled(profile, k: float):
 
     return replace(profile, model="kernel", gemm_ceiling=min(1.0, profile.gemm_ceiling * k),
                    attention_efficiency=min(1.0, profile.attention_efficiency * k),
-                   hbm_efficiency=min(1.0, profile.hbm_efficiency * k))
+                   hbm_efficiency=min(1.0, profile.hbm_efficiency * k),
+                   eager_attention_efficiency=min(1.0, profile.eager_attention_efficiency * k))
 
 
 def _setup(run: StepRun, base):

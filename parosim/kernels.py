@@ -64,6 +64,18 @@ FITTED_GEMM_K_HALF = 948.0
 FITTED_ATTENTION_EFFICIENCY = 0.327
 FITTED_HBM_EFFICIENCY = 1.0
 
+# Eager attention's batched QKᵀ / AV GEMMs (K = head_dim, M = N = sequence): their depth is
+# small but their output tiles are many and large, a regime the weight GEMMs' depth term
+# (``gemm_k_half``, fitted on FlashAttention runs, which launch no such GEMM) does not cover.
+# Fraction of the GEMM ceiling they reach (times tile/wave quantization; never faster than
+# their HBM traffic). Fitted with scipy least squares on the even-numbered rows of the two
+# Megatron-LM tables of the calibration set (Narayanan et al. 2021 Table 1, Korthikanti et
+# al. 2022 Tables 3-5; eager attention, A100 80GB), the odd rows held out:
+# experiments/07_compute_model/fit_eager_attention.py, docs/compute.md. It ends on its upper
+# bound 1.0: these GEMMs then run at the tile-quantized GEMM ceiling, and most of them are
+# bound by their HBM traffic anyway.
+FITTED_EAGER_ATTENTION_EFFICIENCY = 1.0
+
 # Per-kernel launch latency: SuperBench kernel-launch on Azure NDmv4 A100 measures 5.5 us
 # (GPU time; 9.4 us CPU wall time) per launch (microsoft/superbench-results v0.4.0/
 # Azure-NDmv4-A100/baseline.json @1c985995, kernel-launch/event_time, wall_time); "about
@@ -112,6 +124,7 @@ class ComputeProfile:
     hbm_efficiency: float = FITTED_HBM_EFFICIENCY
     kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
     sm_count: int = 0
+    eager_attention_efficiency: float = FITTED_EAGER_ATTENTION_EFFICIENCY
     source: str = ("gemm_ceiling: SuperBench v0.4 cutlass bf16 GEMM, A100 80GB; other "
                    "kernel parameters fitted on llm-foundry MFU rows (docs/compute.md)")
 
@@ -119,7 +132,8 @@ class ComputeProfile:
         if self.model not in COMPUTE_MODELS:
             raise InputError(f"compute.model = {self.model!r} is not known; expected one of "
                              f"{', '.join(COMPUTE_MODELS)}")
-        for f in ("gemm_ceiling", "attention_efficiency", "hbm_efficiency"):
+        for f in ("gemm_ceiling", "attention_efficiency", "hbm_efficiency",
+                  "eager_attention_efficiency"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise InputError(f"compute.{f} = {v!r} must be a fraction in (0, 1]")
@@ -148,7 +162,7 @@ class ComputeProfile:
 
 
 def gemm_efficiency(m: float, n: float, k: float, p: ComputeProfile, sms: int = 108,
-                    batch: int = 1) -> float:
+                    batch: int = 1, depth: float | None = None) -> float:
     """Fraction of peak a bf16 GEMM of output m x n and depth k reaches (module docstring).
 
     >>> p = ComputeProfile()
@@ -160,14 +174,17 @@ def gemm_efficiency(m: float, n: float, k: float, p: ComputeProfile, sms: int = 
     tiles = tiles_m * tiles_n * batch     # a batched GEMM's tiles share the waves
     waves = math.ceil(tiles / sms)
     quant = (m * n) / (tiles_m * TILE_M * tiles_n * TILE_N) * tiles / (waves * sms)
-    return p.gemm_ceiling * quant * k / (k + p.gemm_k_half)
+    return p.gemm_ceiling * quant * (k / (k + p.gemm_k_half) if depth is None else depth)
 
 
 def gemm_seconds(m: float, n: float, k: float, peak_flops: float, hbm_Bps: float,
-                 p: ComputeProfile, batch: int = 1, sms: int = 108) -> float:
-    """One (batched) bf16 GEMM: max(compute, operand traffic, launch)."""
+                 p: ComputeProfile, batch: int = 1, sms: int = 108,
+                 depth: float | None = None) -> float:
+    """One (batched) bf16 GEMM: max(compute, operand traffic, launch). ``depth``: the
+    efficiency factor that replaces ``K / (K + gemm_k_half)`` (eager attention's batched
+    GEMMs use ``eager_attention_efficiency``)."""
     flops = 2.0 * m * n * k * batch
-    t_compute = flops / (peak_flops * gemm_efficiency(m, n, k, p, sms, batch))
+    t_compute = flops / (peak_flops * gemm_efficiency(m, n, k, p, sms, batch, depth))
     t_memory = 2.0 * (m * k + k * n + m * n) * batch / (hbm_Bps * p.hbm_efficiency)
     return max(t_compute, t_memory, p.kernel_overhead_s)
 
@@ -248,8 +265,8 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
     tokens = micro_batch * seq_len
     r = trainable_ratio
 
-    def g(m, n, k, batch=1):
-        return gemm_seconds(m, n, k, peak_flops, hbm_Bps, p, batch, sms)
+    def g(m, n, k, batch=1, depth=None):
+        return gemm_seconds(m, n, k, peak_flops, hbm_Bps, p, batch, sms, depth)
 
     fwd = bwd = 0.0
     for i, (n_out, k_in) in enumerate(layer_gemm_shapes(model)):
@@ -267,10 +284,10 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
     else:
         scores = float(b * a * s * s)
         bw = hbm_Bps * p.hbm_efficiency
-        att_f = (g(s, s, d, b * a) + g(s, d, s, b * a)
-                 + max(EAGER_SCORE_BYTES_FWD * scores / bw, p.kernel_overhead_s))
-        att_b = (2 * g(s, s, d, b * a) + 2 * g(s, d, s, b * a)
-                 + max(EAGER_SCORE_BYTES_BWD * scores / bw, p.kernel_overhead_s))
+        e = p.eager_attention_efficiency
+        qk, av = g(s, s, d, b * a, e), g(s, d, s, b * a, e)
+        att_f = qk + av + max(EAGER_SCORE_BYTES_FWD * scores / bw, p.kernel_overhead_s)
+        att_b = 2 * qk + 2 * av + max(EAGER_SCORE_BYTES_BWD * scores / bw, p.kernel_overhead_s)
     ew = layer_elementwise_bytes(model, tokens, tp, sp) / (hbm_Bps * p.hbm_efficiency)
     ew_f = max(ew, ELEMENTWISE_KERNELS_FWD * p.kernel_overhead_s)
     ew_b = max(2.0 * ew, ELEMENTWISE_KERNELS_BWD * p.kernel_overhead_s)

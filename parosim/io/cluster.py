@@ -71,8 +71,8 @@ _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "n
         "collective", "group_nodes", "sources", "notes", "compute", "overrides",
         "jitter"}
 _COMPUTE_KEYS = {"model", "gemm_ceiling", "gemm_k_half", "attention_efficiency",
-                 "hbm_efficiency", "kernel_overhead", "sm_count", "source",
-                 "overlap_slowdown"}
+                 "hbm_efficiency", "eager_attention_efficiency", "kernel_overhead",
+                 "sm_count", "source", "overlap_slowdown"}
 
 
 def topologies_dir() -> Path:
@@ -294,7 +294,8 @@ def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
     kw: dict[str, Any] = {}
     if "model" in comp:
         kw["model"] = str(comp["model"]).strip().lower()
-    for k in ("gemm_ceiling", "gemm_k_half", "attention_efficiency", "hbm_efficiency"):
+    for k in ("gemm_ceiling", "gemm_k_half", "attention_efficiency", "hbm_efficiency",
+              "eager_attention_efficiency"):
         if k in comp:
             kw[k] = number(comp[k], f"{where}: compute.{k}")
     if "kernel_overhead" in comp:
@@ -467,6 +468,7 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
         data["compute"] = {"model": c.model, "gemm_ceiling": c.gemm_ceiling,
                            "gemm_k_half": c.gemm_k_half,
                            "attention_efficiency": c.attention_efficiency,
+                           "eager_attention_efficiency": c.eager_attention_efficiency,
                            "hbm_efficiency": c.hbm_efficiency,
                            "kernel_overhead": f"{c.kernel_overhead_s!r}s", "source": c.source}
         if c.sm_count:
