@@ -1,8 +1,11 @@
 """The kernel compute model against every published MFU table it can express, per table.
 
 The kernel model's parameters are the ones committed in :mod:`parosim.kernels` (fitted by
-``fit_compute.py`` on half of llm-foundry's MPT table, A100 80GB, FSDP). Nothing here is
-fitted: every other table is held out. Each configuration is simulated whole — kernel
+``fit_compute.py`` on half of llm-foundry's MPT table, A100 80GB, FSDP, and, for eager
+attention's batched GEMMs, by ``fit_eager_attention.py`` on the even-numbered rows of the
+Narayanan and Korthikanti tables). :func:`calibrated` adds the one-factor cluster calibration
+of ``parosim calibrate --steps``, fitted per table on rows it is never checked on
+(:func:`calibration_split`). Each configuration is simulated whole — kernel
 compute on each rank's tensor-parallel shard, the pipeline schedule, TP / pipeline / DP
 communication (ring, analytic mode) — with ``--compute-model kernel`` on the cluster preset
 named per table, and the predicted per-GPU throughput is compared with the published one:
@@ -20,7 +23,7 @@ Megatron-LM / Megatron-DeepSpeed tables of 2021-22 (fused softmax, no FlashAtten
 FlashAttention for torchtitan (PyTorch SDPA), interleaved schedule as published.
 
 Run: ``PYTHONPATH=$PWD python experiments/07_compute_model/all_tables.py [--rows]``
-(about 10 s; writes ``out/all_tables.md`` and ``out/all_tables.csv``).
+(about 15 s; writes ``out/all_tables.md`` and ``out/all_tables.csv``).
 """
 
 from __future__ import annotations
