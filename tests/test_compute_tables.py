@@ -1,9 +1,17 @@
-"""Kernel compute model vs the published MFU tables it can express (held out: nothing is
-fitted on them; experiments/07_compute_model/all_tables.py, analytic mode, a few seconds).
+"""Kernel compute model vs the published MFU tables it can express
+(experiments/07_compute_model/all_tables.py, analytic mode).
 
-Asserted: the tables where the model meets median |error| <= 10 %. The others' numbers are
-recorded (printed, and checked to be evaluated), not asserted against a bound: they miss
-(docs/compute.md explains why).
+What each table is checked on (docs/compute.md, "Every published MFU table"):
+
+* Narayanan et al. Table 1 and Korthikanti et al. Tables 3-5 (Megatron-LM, eager attention):
+  ``eager_attention_efficiency`` is fitted on their even-numbered rows
+  (fit_eager_attention.py); the odd rows are held out and asserted <= 10 % median.
+* BigScience (Jean Zay): the kernel parameters fitted elsewhere miss by ~25 % (asserted to be
+  a miss, so a silent improvement or regression shows); a one-factor cluster calibration on
+  the even rows (``parosim calibrate --steps``' scale) brings the held-out odd rows within
+  10 % median (asserted).
+* torchtitan Llama 3.1 405B (one row): calibrated on a separate benchmark of the same GPU
+  fleet; the check still misses 10 % (recorded: asserted only to improve on no calibration).
 """
 
 import statistics
@@ -16,30 +24,61 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "07
 import all_tables  # noqa: E402
 
 
-def _errors(rows):
-    results, summary = all_tables.run(rows)
+@pytest.fixture(scope="module")
+def calibrated():
+    return {c["table"]: c for c in all_tables.calibrated()}
+
+
+def _abs_errors(rows):
+    results, _ = all_tables.run(rows)
     assert all(r["fits"] for r in results), [r["config"] for r in results if not r["fits"]]
-    return [abs(r["error_pct"]) for r in results], summary
+    return [abs(r["error_pct"]) for r in results]
 
 
-def test_narayanan_table1_kernel_model_median_within_10pct():
-    errs, _ = _errors(all_tables.narayanan_rows())
-    assert len(errs) == 10
-    med = statistics.median(errs)
-    print(f"Narayanan Table 1, kernel model: median |error| {med:.1f} %, worst {max(errs):.1f} %")
-    assert med <= 10.0
+@pytest.mark.parametrize("table", ["narayanan", "korthikanti"])
+def test_megatron_tables_held_out_rows_within_10pct(table):
+    rows = getattr(all_tables, f"{table}_rows")()
+    held = rows[1::2]                          # eager_attention_efficiency saw rows[0::2]
+    errs = _abs_errors(held)
+    print(f"{table}: held-out median |error| {statistics.median(errs):.1f} %")
+    assert len(errs) == len(rows) // 2 and statistics.median(errs) <= 10.0
 
 
-@pytest.mark.parametrize("table", ["korthikanti", "bigscience", "torchtitan", "superbench",
-                                   "superbench-launch"])
-def test_other_tables_recorded(table, capsys):
-    rows = (all_tables.superbench_rows(all_tables.SUPERBENCH_LAUNCH_WALL_S)
-            if table == "superbench-launch" else getattr(all_tables, f"{table}_rows")())
-    errs, summary = _errors(rows)
-    assert len(errs) == len(rows) >= 1 and all(e == e for e in errs)   # every row evaluated
-    with capsys.disabled():
-        print(f"\n[informational] {table}: n={len(errs)} median |error| "
-              f"{statistics.median(errs):.1f} %, worst {max(errs):.1f} %")
+def test_committed_eager_attention_efficiency_is_the_fit():
+    import fit_eager_attention
+
+    from parosim.kernels import FITTED_EAGER_ATTENTION_EFFICIENCY
+
+    e = fit_eager_attention.fit()["eager_attention_efficiency"]
+    assert FITTED_EAGER_ATTENTION_EFFICIENCY == pytest.approx(round(e, 2), abs=0.011)
+
+
+def test_bigscience_misses_uncalibrated_and_meets_after_cluster_calibration(calibrated):
+    c = calibrated[all_tables.BIGSCIENCE]
+    assert c["fit_rows"] == 4 and c["held_out_rows"] == 4
+    assert c["held_out_zero_shot_median_pct"] > 15.0      # the known miss, stated in docs
+    assert 0.6 < c["scale"] < 0.95                        # Jean Zay computed slower
+    assert c["held_out_calibrated_median_pct"] <= 10.0
+
+
+def test_torchtitan_calibrated_on_its_fleet_improves_but_misses(calibrated):
+    c = calibrated[all_tables.TORCHTITAN]
+    print(f"torchtitan 405B: {c['held_out_zero_shot_median_pct']:.1f} % uncalibrated, "
+          f"{c['held_out_calibrated_median_pct']:.1f} % calibrated (k = {c['scale']:.3f})")
+    assert c["held_out_calibrated_median_pct"] < c["held_out_zero_shot_median_pct"] / 2
+    assert c["held_out_calibrated_median_pct"] > 10.0     # the documented miss
+
+
+def test_calibration_never_sees_its_check_rows():
+    for table, (fit_rows, held) in all_tables.calibration_split().items():
+        assert not {r["config"] for r in fit_rows} & {r["config"] for r in held}, table
+
+
+def test_superbench_step_times_are_the_documented_host_bound_miss():
+    # Not an MFU table (a step-time benchmark); the model predicts these host-bound eager
+    # GPT-2 steps far too fast (docs/compute.md): a change of that shows here.
+    errs = _abs_errors(all_tables.superbench_rows())
+    assert len(errs) == 2 and all(e > 50.0 for e in errs)
 
 
 def test_excluded_tables_name_their_reason():

@@ -148,6 +148,28 @@ def test_flash_attention_faster_than_eager_at_long_sequences():
     assert f.attention_fwd_s < e.attention_fwd_s and f.gemm_fwd_s == e.gemm_fwd_s
 
 
+def test_eager_attention_efficiency_sets_the_batched_attention_gemms():
+    from dataclasses import replace
+
+    import yaml
+
+    m, p = preset("llama-7b"), ComputeProfile(model="kernel")
+    slow = replace(p, eager_attention_efficiency=0.25)
+    a = layer_times(m, 4, 2048, 1.0, "eager", 312e12, 2e12, p)
+    b = layer_times(m, 4, 2048, 1.0, "eager", 312e12, 2e12, slow)
+    assert b.attention_fwd_s > a.attention_fwd_s and b.gemm_fwd_s == a.gemm_fwd_s
+    # flash attention launches no batched GEMM: unchanged
+    assert layer_times(m, 4, 2048, 1.0, "flash", 312e12, 2e12, slow) == layer_times(
+        m, 4, 2048, 1.0, "flash", 312e12, 2e12, p)
+    # a cluster YAML field, round-tripped and range-checked
+    data = yaml.safe_load(cluster_to_yaml(load_cluster("llm-foundry-a100-roce")))
+    data["compute"]["eager_attention_efficiency"] = 0.25
+    assert cluster_from_dict(data).compute.eager_attention_efficiency == 0.25
+    data["compute"]["eager_attention_efficiency"] = 1.5
+    with pytest.raises(InputError, match="eager_attention_efficiency"):
+        cluster_from_dict(data)
+
+
 def test_kernel_model_trainable_ratio_cuts_weight_gradients():
     m, p = preset("llama-7b"), ComputeProfile(model="kernel")
     full = layer_times(m, 4, 512, 1.0, "flash", 312e12, 2e12, p)
