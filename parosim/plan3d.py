@@ -676,7 +676,7 @@ class Analytic3D:
     pipeline_s: float
     bubble_s: float
     boundary_s: float
-    compute_s: float          # compute ops of the busiest stage over the step
+    compute_s: float          # compute ops of the busiest stage over the step (+ its optimizer)
     stage_time_s: tuple[float, ...]   # per micro-batch, per stage (compute + TP, or DP comm)
 
     @property
@@ -696,7 +696,9 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     collectives); pipeline = m·max T_k + (p-1)·(mean T_k / v + one activation and one
     gradient transfer); step = pipeline + max over stages of (gradient sync + optimizer +
     parameter sync). ``m`` (default: the plan's) lets a plan built with fewer micro-batches
-    stand for one with m (per-micro-batch costs are identical).
+    stand for one with m (per-micro-batch costs are identical provided the small plan was
+    built with the recomputation decision of the m-micro-batch step: auto recomputation
+    depends on m through the activations in flight; :func:`simulate_3d` passes it).
 
     With p = 1 and no DP traffic this is m x (compute + TP) exactly.
     """
@@ -720,11 +722,13 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     dp = [0.0] * p
     p2p = [0.0] * p
     bound = [0.0] * p
+    opt = [0.0] * p
     for op in plan.ops:
         k = int(op.stream.rsplit("/s", 1)[1])
         if isinstance(op, ComputeOp):
             if op.micro_step is None:
                 bound[k] += op.duration_s
+                opt[k] += op.duration_s
             else:
                 busy[k] += op.duration_s
                 comp[k] += op.duration_s
@@ -739,7 +743,7 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
         else:
             dp[k] += t
     # one activation + one gradient transfer per (virtual) boundary, per micro-batch
-    return _combine(busy, comp, dp, p2p, bound, m_plan, m, p, v)
+    return _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v)
 
 
 def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
@@ -787,6 +791,7 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     dp = [0.0] * p
     p2p = [0.0] * p
     bound = [0.0] * p
+    opt = [0.0] * p
     msg = tp_size / t
     rcf = recompute_flops(model, training, recompute, par.selective_recompute)
     flops = {(kind, ph): unit_flops(model, training, kind, ph)
@@ -838,22 +843,25 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
             bound[k] += coll("dp", op, scope, sizes[size], gs)
         d_os = strategy.os.divisor(lay.d, lay.m_dp)
-        bound[k] += optimizer_seconds_3d(sparams[k] * r, d_os, cluster, training)
+        opt[k] = optimizer_seconds_3d(sparams[k] * r, d_os, cluster, training)
+        bound[k] += opt[k]
         for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
             bound[k] += coll("dp", op, scope, sizes[size], gs)
-    return _combine(busy, comp, dp, p2p, bound, 1, training.accum_steps, p, v)
+    return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v)
 
 
-def _combine(busy, comp, dp, p2p, bound, m_plan, m, p, v) -> Analytic3D:
+def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v) -> Analytic3D:
     """The pipeline formula of :func:`evaluate_3d` on per-stage sums over m_plan
-    micro-batches."""
+    micro-batches. ``compute_s`` is the busiest stage's compute ops over the step, its
+    optimizer step included (as the engine's busiest compute stream and the
+    data-parallel path count it)."""
     per = [max(busy[k], dp[k]) / m_plan for k in range(p)]
     t_max, t_mean = max(per), sum(per) / p
     hop = sum(p2p) / m_plan / (p * v - 1) if p * v > 1 else 0.0
     bubble = (p - 1) * t_mean / v
     pipeline = m * t_max + bubble + (p - 1) * hop
     boundary = max(bound)
-    compute = m * max(comp[k] / m_plan for k in range(p))
+    compute = max(m * comp[k] / m_plan + opt[k] for k in range(p))
     return Analytic3D(pipeline + boundary, pipeline, bubble, boundary, compute, tuple(per))
 
 
@@ -936,7 +944,11 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
     m = training.accum_steps
     if mode == "analytic":
         m_small = par.pp if par.virtual > 1 else 1
-        plan = build_plan_3d(model, strategy, cluster, replace(training, accum_steps=m_small),
+        # the small plan stands for m micro-batches, so it must recompute as the m-micro-batch
+        # step does: auto recomputation resolved on m_small would see fewer activations in
+        # flight (1F1B holds min(p - k, m)) and could drop recomputation the step needs
+        plan = build_plan_3d(model, strategy, cluster,
+                             replace(training, accum_steps=m_small, recompute=mem.recompute),
                              par)
         an = evaluate_3d(plan, cluster, algo, m=m)
         step, exposed, compute = an.step_time_s, an.exposed_comm_s, an.compute_s
