@@ -82,6 +82,8 @@ _STEP_INPUTS: dict[str, str] = {
                "empty = ideal (docs/runtimes.md)",
     "overlap_slowdown": "compute slowdown factor beside a collective (>= 1); empty = the "
                         "cluster's, else the runtime's default",
+    "precision": "training precision: bf16 or fp8 (decoder-layer weight GEMMs at the GPU's "
+                 "FP8 peak; docs/compute.md); empty = bf16",
 }
 _COMMON_OUTPUTS: dict[str, str] = {
     "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
@@ -249,7 +251,15 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "seq_len": lambda v: positive_int(v, "seq_len"),
             "gpu_memory": lambda v: parse_size(v, "gpu_memory"),
             "recompute": _parse_bool, "runtime": _parse_runtime,
-            "overlap_slowdown": _parse_slowdown}
+            "overlap_slowdown": _parse_slowdown, "precision": _parse_precision}
+
+
+def _parse_precision(v: Any) -> str:
+    from ..training import PRECISIONS
+
+    if v not in PRECISIONS:
+        raise InputError(f"precision = {v!r} is not known; expected {' or '.join(PRECISIONS)}")
+    return v
 
 
 def _parse_runtime(v: Any) -> object:
