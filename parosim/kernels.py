@@ -105,12 +105,18 @@ LOSS_BYTES_BWD = 10
 # forward; backward about twice as many.
 ELEMENTWISE_KERNELS_FWD = 10
 ELEMENTWISE_KERNELS_BWD = 20
-# FP8 (Transformer Engine): a bf16 -> fp8 cast reads 2 bytes and writes 1 per element; one
-# cast per weight GEMM input in forward and per incoming gradient in backward. The weights
-# are cast once per optimizer step (TE caches them across micro-batches, is_first_microbatch):
-# read 2 + write 2 (the fp8 weight and its fp8 transpose) bytes per parameter, costed with
-# the optimizer step (parosim.compute.fp8_weight_cast_params).
+# FP8 (Transformer Engine 1.x, transformer_engine/pytorch/module/linear.py @0004dbd0,
+# _Linear.forward / backward): each weight GEMM's activation input (forward) and incoming
+# gradient (backward) goes through one bf16 -> fp8 cast kernel that reads 2 bytes and writes
+# the fp8 copy (1 byte) for the forward / data-gradient GEMM; when the weight is trained,
+# the fused cast-transpose (fp8_cast_transpose_fused) also writes its fp8 transpose (1 byte)
+# for the weight-gradient GEMM (Hopper FP8 GEMMs take only the TN layout). Per element:
+# FP8_CAST_BYTES_PER_ELEMENT + trainable_ratio x FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT. The
+# weights are cast once per optimizer step (TE caches them across micro-batches,
+# is_first_microbatch): read 2 + write 2 (fp8 weight and its fp8 transpose) bytes per
+# parameter, costed with the optimizer step (parosim.compute.fp8_weight_cast_seconds).
 FP8_CAST_BYTES_PER_ELEMENT = 3
+FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT = 1
 FP8_WEIGHT_CAST_BYTES_PER_PARAM = 4
 
 
@@ -273,7 +279,8 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
     weight GEMMs (forward, data gradient, weight gradient) run at this peak with the same
     efficiency formula, fp8 operands (1 byte) and bf16 output in their traffic bound; each
     weight GEMM's activation input (forward) and its incoming gradient (backward) is cast
-    bf16 -> fp8 (:data:`FP8_CAST_BYTES_PER_ELEMENT` bytes per element, one kernel per cast);
+    bf16 -> fp8 (read 2, write 1, and the fp8 transpose for the weight gradient: 1 x r bytes
+    per element; one kernel per cast);
     attention stays bf16 at ``peak_flops``. 0 (the default): bf16.
 
     >>> from parosim.models import preset
@@ -330,8 +337,9 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
         return LayerTimes(fwd, bwd, att_f, att_b, ew_f, ew_b)
     bw = hbm_Bps * p.hbm_efficiency
     n_casts = len(shapes) * p.kernel_overhead_s
-    cast_f = max(FP8_CAST_BYTES_PER_ELEMENT * cast_in / bw, n_casts)
-    cast_b = max(FP8_CAST_BYTES_PER_ELEMENT * cast_grad / bw, n_casts)
+    per_element = FP8_CAST_BYTES_PER_ELEMENT + r * FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
+    cast_f = max(per_element * cast_in / bw, n_casts)
+    cast_b = max(per_element * cast_grad / bw, n_casts)
     return LayerTimes(fwd, bwd, att_f, att_b, ew_f, ew_b, cast_f, cast_b)
 
 
