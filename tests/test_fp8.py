@@ -27,7 +27,7 @@ from parosim.errors import InputError
 from parosim.gpus import known_gpu
 from parosim.io import load_cluster
 from parosim.io.cluster import cluster_from_dict, cluster_to_yaml
-from parosim.kernels import ComputeProfile, gemm_seconds, layer_gemm_shapes, layer_times
+from parosim.kernels import ComputeProfile, gemm_seconds, layer_times
 from parosim.memory import memory_breakdown
 from parosim.models import preset
 from parosim.parallel import ParallelSpec
