@@ -276,3 +276,25 @@ def test_sweep_key(tmp_path):
     with pytest.raises(InputError, match="precision = 'fp16'"):
         sweep_from_dict({"name": "p", "kind": "step", "mode": "analytic",
                          "grid": {"precision": ["fp16"]}, "fixed": base})
+
+
+def test_results_written_before_the_precision_column_resume(tmp_path):
+    from parosim.io.sweep import COLUMNS, ResultsLog
+
+    cols = list(COLUMNS["step"])
+    old = [c for c in cols if c != "precision"]
+    row = ["abc123"] + ["1"] * (len(old) - 1)
+    (tmp_path / "results.csv").write_text(",".join(old) + "\n" + ",".join(row) + "\n")
+    log = ResultsLog(tmp_path / "results.csv", cols)
+    try:
+        got = log.rows["abc123"]
+        assert len(got) == len(cols) and got[cols.index("precision")] == ""
+        assert [got[cols.index(c)] for c in old] == row
+    finally:
+        log.release()
+    assert (tmp_path / "results.csv").read_text().split("\n")[0].split(",") == cols
+    # any other difference is still another sweep
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "results.csv").write_text(",".join(old[:-1]) + "\n")
+    with pytest.raises(InputError, match="different sweep"):
+        ResultsLog(tmp_path / "d" / "results.csv", cols)
