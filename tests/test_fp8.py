@@ -298,3 +298,20 @@ def test_results_written_before_the_precision_column_resume(tmp_path):
     (tmp_path / "d" / "results.csv").write_text(",".join(old[:-1]) + "\n")
     with pytest.raises(InputError, match="different sweep"):
         ResultsLog(tmp_path / "d" / "results.csv", cols)
+
+
+def test_jobs_key(tmp_path, capsys):
+    f = tmp_path / "jobs.yaml"
+    f.write_text("cluster: dgx-h100-ib\nnodes: 2\njobs:\n"
+                 "  - {name: a, nodes: [0], precision: fp8, strategy: NNG, micro_batch: 1, "
+                 "accum: 1, seq_len: 512}\n"
+                 "  - {name: b, nodes: [1], strategy: NNG, micro_batch: 1, accum: 1, "
+                 "seq_len: 512}\n")
+    assert main(["simulate", "--jobs", str(f), "--json"]) == 0
+    jobs = {j["name"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
+    assert jobs["a"]["settings"]["precision"] == "fp8"
+    assert "precision" not in jobs["b"]["settings"]
+    assert jobs["a"]["step_time_alone_s"] < jobs["b"]["step_time_alone_s"]
+    f.write_text(f.read_text().replace("precision: fp8", "precision: fp4"))
+    assert main(["simulate", "--jobs", str(f)]) == 2
+    assert "precision = 'fp4'" in capsys.readouterr().err
