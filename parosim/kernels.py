@@ -27,6 +27,10 @@ a decoder layer from its shape, on the GPU's datasheet peak FLOP/s and HBM bandw
   itemisation misses).
 * **Launch**: every kernel takes at least ``kernel_overhead_s`` (the host issues PyTorch eager
   ops about that fast, so a stream of shorter kernels is host-bound).
+* **FP8** (``TrainingSpec.precision = "fp8"``; ``layer_times(..., peak_fp8_flops=...)``): the
+  layer's weight GEMMs at the GPU's FP8 peak (same efficiency formula, fp8 operands, bf16
+  output) plus Transformer Engine's bf16 -> fp8 cast kernels; attention and the LM head stay
+  bf16 (docs/compute.md, "FP8 training").
 
 The fitted parameters and their held-out errors come from
 ``experiments/07_compute_model/fit_compute.py`` on published llm-foundry MFU rows (see
