@@ -18,7 +18,16 @@ column              required  meaning
 ``algo``            no        collective algorithm (default ring, i.e. NCCL's ring)
 ``group_nodes``     no        PaRO group size in nodes (default 1)
 ``runtime``         no        ideal | deepspeed | fsdp | paro | a runtime YAML (default ideal)
+``tp``              no        tensor-parallel degree (default 1; Megatron TP, :mod:`.plan3d`)
+``pp``              no        pipeline-parallel stages (default 1)
+``virtual``         no        model chunks per stage, interleaved 1F1B when > 1 (default 1)
+``sequence_parallel`` no      on | off (default off; needs tp > 1)
 ==================  ========  ==============================================================
+
+With ``tp`` or ``pp`` above 1 (or ``recompute = selective``: Megatron's attention-only
+recomputation) the row is simulated as a TP x PP x DP step (the 3D path of ``parosim
+simulate --tp/--pp``: the strategy shards over the data-parallel group, memory is not
+enforced, runtime ``ideal`` only).
 
 What is fitted: the kernel compute model (:mod:`parosim.kernels`) of the base cluster, scaled
 by one factor ``k`` applied to ``gemm_ceiling``, ``attention_efficiency``,
@@ -47,7 +56,8 @@ from pathlib import Path
 from .errors import InputError
 
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
-OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime")
+OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
+            "tp", "pp", "virtual", "sequence_parallel")
 HOLDOUTS = ("none", "every-other")
 
 
@@ -69,6 +79,14 @@ class StepRun:
     algo: str = "ring"
     group_nodes: int = 1
     runtime: str = "ideal"
+    tp: int = 1
+    pp: int = 1
+    virtual: int = 1
+    sequence_parallel: bool = False
+
+    @property
+    def is_3d(self) -> bool:
+        return self.tp > 1 or self.pp > 1 or self.recompute == "selective"
 
 
 def _int(text: str, col: str, where: str) -> int:
@@ -115,11 +133,18 @@ def read_steps(path: str | Path) -> list[StepRun]:
                              "positive number of seconds")
         kw = {c: row[c] for c in ("trainable_ratio", "recompute", "attention", "algo",
                                   "runtime") if row.get(c)}
-        if row.get("group_nodes"):
-            kw["group_nodes"] = _int(row["group_nodes"], "group_nodes", where)
-        if kw.get("recompute", "auto") not in ("on", "off", "auto"):
-            raise InputError(f"{where}: recompute = {kw['recompute']!r}; expected on, off or "
-                             "auto")
+        for c in ("group_nodes", "tp", "pp", "virtual"):
+            if row.get(c):
+                kw[c] = _int(row[c], c, where)
+        if row.get("sequence_parallel"):
+            sp = row["sequence_parallel"].lower()
+            if sp not in ("on", "off"):
+                raise InputError(f"{where}: sequence_parallel = {row['sequence_parallel']!r}; "
+                                 "expected on or off")
+            kw["sequence_parallel"] = sp == "on"
+        if kw.get("recompute", "auto") not in ("on", "off", "auto", "selective"):
+            raise InputError(f"{where}: recompute = {kw['recompute']!r}; expected on, off, "
+                             "auto or selective")
         runs.append(StepRun(i, row["model"], row["strategy"],
                             _int(row["nodes"], "nodes", where),
                             _int(row["micro_batch"], "micro_batch", where),
@@ -149,7 +174,8 @@ def _setup(run: StepRun, base):
         training = TrainingSpec(
             micro_batch=run.micro_batch, accum_steps=run.accum, seq_len=run.seq_len,
             trainable_ratio=parse_trainable_ratio(run.trainable_ratio),
-            recompute={"on": True, "off": False, "auto": None}[run.recompute],
+            recompute={"on": True, "off": False, "auto": None, "selective": False}[
+                run.recompute],
             compute_model="kernel", attention=run.attention, memory_model="runtime")
         model = load_model(run.model)
     except InputError as e:
@@ -172,6 +198,8 @@ def simulate_run(run: StepRun, base, profile, mode: str = "analytic",
 
     model, cluster, training = _setup(run, base)
     cluster = replace(cluster, compute=profile)
+    if run.is_3d:
+        return _simulate_3d(run, model, cluster, training, mode, overlap)
     try:
         strategy = parse_strategy(run.strategy)
         algo = parse_enum(Algo, run.algo, "algo")
@@ -188,6 +216,33 @@ def simulate_run(run: StepRun, base, profile, mode: str = "analytic",
         return replay(plan, cluster, algo, slow).step_time_s
     plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1), rt)
     return evaluate(plan, cluster, algo, training.accum_steps, slow).step_time_s
+
+
+def _simulate_3d(run: StepRun, model, cluster, training, mode: str,
+                 overlap: float | None) -> float:
+    """A TP x PP x DP row: the 3D path of ``simulate_step`` (memory not enforced)."""
+    from .parallel import ParallelSpec
+    from .simulate import simulate_step
+
+    where = f"--steps line {run.line}"
+    if run.runtime != "ideal":
+        raise InputError(f"{where}: runtime = {run.runtime!r} with tp/pp/selective "
+                         "recomputation; expected ideal (the 3D path models Megatron's "
+                         "schedule, not a framework runtime)")
+    if overlap is not None and overlap != 1.0:
+        cluster = replace(cluster, overlap_slowdown=overlap)
+    try:
+        par = ParallelSpec(tp=run.tp, pp=run.pp, sequence_parallel=run.sequence_parallel,
+                           selective_recompute=run.recompute == "selective",
+                           schedule="interleaved" if run.virtual > 1 else "1f1b",
+                           virtual=run.virtual)
+        t = replace(training, memory_model=None,
+                    recompute={"on": True, "off": False, "selective": False}.get(
+                        run.recompute))
+        r = simulate_step(model, cluster, run.strategy, t, run.algo, mode, parallel=par)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    return r.step_time_s
 
 
 def _stats(errs: list[float]) -> dict:

@@ -53,3 +53,53 @@ def test_errors_are_one_line(tmp_path, capsys):
     bad.write_text("model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,color\n")
     with pytest.raises(Exception, match="unknown column"):
         read_steps(bad)
+
+
+def test_3d_rows_tp_pp_selective_recover_known_scale(tmp_path, capsys):
+    """Megatron-style rows (tp, pp, virtual, sequence_parallel, recompute selective) are
+    simulated on the 3D path; a scale of 0.8 is recovered and rows held out match."""
+    base = load_cluster("dgx-a100-ib")
+    true = _scaled(replace(base.compute, model="kernel"), 0.8)
+    rows = [("llama-13b", "NNN", 2, 1, 16, 2048, dict(tp=8, pp=2)),
+            ("llama-7b", "NNN", 1, 2, 8, 2048, dict(tp=4, pp=2, virtual=2)),
+            ("llama-13b", "NNG", 2, 1, 8, 2048, dict(tp=8, pp=1, sequence_parallel=True,
+                                                      recompute="selective")),
+            ("llama-7b", "NNN", 1, 4, 4, 2048, dict(tp=2, pp=4, recompute="on"))]
+    lines = ["model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,tp,pp,virtual,"
+             "sequence_parallel,recompute,attention"]
+    for m, s, n, b, acc, sl, kw in rows:
+        r = StepRun(0, m, s, n, b, acc, sl, 1.0, attention="eager", **kw)
+        assert r.is_3d
+        t = simulate_run(r, base, true)
+        lines.append(f"{m},{s},{n},{b},{acc},{sl},{t!r},{kw['tp']},{kw['pp']},"
+                     f"{kw.get('virtual', 1)},{'on' if kw.get('sequence_parallel') else 'off'},"
+                     f"{kw.get('recompute', 'auto')},eager")
+    p = tmp_path / "mega.csv"
+    p.write_text("\n".join(lines) + "\n")
+    assert main(["calibrate", "--steps", str(p), "--cluster", "dgx-a100-ib", "--holdout",
+                 "every-other", "-o", str(tmp_path / "c.yaml"), "--json"]) == 0
+    import json
+    res = json.loads(capsys.readouterr().out)
+    assert res["scale"] == pytest.approx(0.8, rel=1e-3)
+    assert res["held_out"]["n"] == 2 and res["held_out"]["max_abs_error_pct"] < 0.5
+    # the 3D path really ran: a TP 8 step differs from the same row without TP
+    r3 = StepRun(0, "llama-13b", "NNN", 2, 1, 16, 2048, 1.0, tp=8, pp=2)
+    r1 = StepRun(0, "llama-13b", "NNN", 2, 1, 16, 2048, 1.0)
+    assert simulate_run(r3, base, true) != simulate_run(r1, base, true)
+
+
+def test_3d_columns_refuse_bad_values(tmp_path):
+    head = "model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,tp,sequence_parallel\n"
+    bad = tmp_path / "bad.csv"
+    bad.write_text(head + "llama-7b,NNN,1,1,4,2048,3.0,2,maybe\n")
+    with pytest.raises(Exception, match="sequence_parallel = 'maybe'"):
+        read_steps(bad)
+    bad.write_text(head + "llama-7b,NNN,1,1,4,2048,3.0,0,off\n")
+    with pytest.raises(Exception, match="tp = '0'"):
+        read_steps(bad)
+    bad.write_text(head.replace(",sequence_parallel", ",runtime")
+                   + "llama-7b,NNN,1,1,4,2048,3.0,2,fsdp\n")
+    (run,) = read_steps(bad)
+    base = load_cluster("dgx-a100-ib")
+    with pytest.raises(Exception, match="runtime = 'fsdp' with tp/pp"):
+        simulate_run(run, base, replace(base.compute, model="kernel"))

@@ -69,6 +69,13 @@ def test_torchtitan_calibrated_on_its_fleet_improves_but_misses(calibrated):
     assert c["held_out_calibrated_median_pct"] > 10.0     # the documented miss
 
 
+def test_every_published_3d_run_fits_in_memory():
+    # Megatron-LM, Megatron-DeepSpeed and torchtitan runs that trained: all must fit
+    res = all_tables.memory_check()
+    assert len(res) == 29
+    assert [r["config"] for r in res if not r["fits"]] == []
+
+
 def test_calibration_never_sees_its_check_rows():
     for table, (fit_rows, held) in all_tables.calibration_split().items():
         assert not {r["config"] for r in fit_rows} & {r["config"] for r in held}, table

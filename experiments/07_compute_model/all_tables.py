@@ -333,6 +333,20 @@ def calibrated(split=None) -> list[dict]:
     return out
 
 
+def memory_check() -> list[dict]:
+    """Do the published 3D runs fit? Each row of every table above (and torchtitan's
+    calibration row) as published: TP / PP / SP / recomputation / micro-batch, the
+    Korthikanti et al. activation estimate of the 3D path. They all trained, so each must
+    fit (their micro-batches are not searched maxima: only "fits" is checked)."""
+    rows = (narayanan_rows() + korthikanti_rows() + bigscience_rows() + torchtitan_rows()
+            + torchtitan_calibration_rows())
+    out = []
+    for row in rows:
+        out.append({"table": row["table"].split(" — ")[0], "config": row["config"],
+                    "fits": predict(row)["fits"]})
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", action="store_true", help="print every configuration")
