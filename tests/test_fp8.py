@@ -315,3 +315,25 @@ def test_jobs_key(tmp_path, capsys):
     f.write_text(f.read_text().replace("precision: fp8", "precision: fp4"))
     assert main(["simulate", "--jobs", str(f)]) == 2
     assert "precision = 'fp4'" in capsys.readouterr().err
+
+
+def test_calibrate_steps_precision_column(tmp_path):
+    from parosim.calibrate_steps import read_steps, simulate_run
+
+    f = tmp_path / "runs.csv"
+    f.write_text("model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,precision,tp\n"
+                 "llama-7b,NNG,1,1,4,2048,1.0,fp8,1\n"
+                 "llama-7b,NNG,1,1,4,2048,1.0,bf16,1\n"
+                 "llama-7b,NNG,1,1,4,2048,1.0,fp8,2\n"
+                 "llama-7b,NNG,1,1,4,2048,1.0,bf16,2\n")
+    runs = read_steps(f)
+    assert [r.precision for r in runs] == ["fp8", "bf16", "fp8", "bf16"]
+    c = load_cluster("dgx-h100-ib", 1)
+    t = [simulate_run(r, c, KERNEL) for r in runs]
+    assert t[0] < t[1] and t[2] < t[3]
+    with pytest.raises(InputError, match="line 2: .*A100"):
+        simulate_run(runs[0], ClusterSpec(), KERNEL)
+    f.write_text("model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,precision\n"
+                 "llama-7b,NNG,1,1,4,2048,1.0,int8\n")
+    with pytest.raises(InputError, match="line 2: precision = 'int8'"):
+        simulate_run(read_steps(f)[0], c, KERNEL)
