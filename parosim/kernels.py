@@ -89,8 +89,10 @@ FITTED_EAGER_ATTENTION_EFFICIENCY = 1.0
 # tell its value, and the held-out tables must not set it (docs/compute.md, SuperBench).
 DEFAULT_KERNEL_OVERHEAD_S = 5e-6
 
-# Streaming multiprocessors per GPU (datasheets): wave quantization.
-SM_COUNTS = {"A100": 108, "H100": 132, "H200": 132, "V100": 80, "A10": 72, "L40": 142}
+# Streaming multiprocessors per GPU (datasheets): wave quantization. H100 PCIe: 114 SMs
+# (NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 3); the longest matching key wins.
+SM_COUNTS = {"A100": 108, "H100": 132, "H200": 132, "V100": 80, "A10": 72, "L40": 142,
+             "H100-PCIE": 114}
 TILE_M, TILE_N = 256, 128      # largest cutlass/cuBLAS bf16 tile on Ampere/Hopper
 
 # Eager attention: bytes through HBM per attention score (fp16/bf16, 2 B each), our

@@ -48,6 +48,8 @@ def test_gpu_table_and_default():
     assert H100.peak_fp8_flops == 1979e12 and H100.peak_flops == 989e12
     assert known_gpu("H200-SXM-141GB").peak_fp8_flops == 1979e12
     assert known_gpu("H100-PCIe-80GB").peak_fp8_flops == 1513e12
+    assert known_gpu("H100-PCIe-80GB").peak_flops == 756e12
+    assert KERNEL.sms("H100-PCIe-80GB") == 114 and KERNEL.sms("H100-SXM5-80GB") == 132
     assert known_gpu("A100-SXM4-80GB").peak_fp8_flops == 0.0
     assert known_gpu("V100-SXM2-32GB").peak_fp8_flops == 0.0
     with pytest.raises(InputError, match="precision = 'fp16'"):
