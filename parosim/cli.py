@@ -194,6 +194,10 @@ def _training_args(p: argparse.ArgumentParser) -> None:
                    help="Megatron sequence parallelism (needs --tp >= 2)")
     g.add_argument("--tp-algo", default=None,
                    help="algorithm of TP collectives that cross nodes (default: --algo)")
+    g.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Megatron-Core / Transformer Engine tp_comm_overlap: the sequence-"
+                   "parallel all-gathers / reduce-scatters run in chunks beside their GEMMs "
+                   "(needs --sequence-parallel; docs/parallelism.md)")
 
 
 def _setup(a: argparse.Namespace):
@@ -275,7 +279,8 @@ def _parallel(a: argparse.Namespace):
 
     return ParallelSpec(tp=a.tp, pp=a.pp, schedule=str(a.pp_schedule).strip().lower(),
                         virtual=a.virtual_stages, sequence_parallel=a.sequence_parallel,
-                        selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo)
+                        selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo,
+                        tp_comm_overlap=bool(getattr(a, "tp_comm_overlap", False)))
 
 
 def _dp_keys(d: dict) -> dict:
@@ -484,6 +489,8 @@ def _settings(a: argparse.Namespace, cluster, training, rt=None) -> dict:
     for k in ("compute_model", "attention", "memory_model"):
         if hasattr(training, k):
             out[k] = getattr(training, k)
+    if hasattr(a, "tp_comm_overlap"):
+        out["tp_comm_overlap"] = bool(a.tp_comm_overlap)
     if rt is not None:
         out["runtime"] = rt.name
     return out
@@ -499,6 +506,8 @@ def _settings_text(s: dict) -> str:
              f"recompute {s['recompute']}", f"efficiency {s['compute_efficiency']:g}"]
     if s.get("overlap_slowdown") is not None:
         parts.append(f"overlap slowdown {s['overlap_slowdown']:g}")
+    if s.get("tp_comm_overlap"):
+        parts.append("TP comm overlap on")
     if s.get("attention"):
         parts.append(f"compute model {s.get('compute_model') or 'cluster default'}, "
                      f"attention {s['attention']}")
@@ -533,7 +542,8 @@ def _print_simulate(r: dict) -> None:
         print(f"TP {r['tp']} x PP {r['pp']} ({r['pp_schedule']}, {r['virtual_stages']} "
               f"chunk(s) per stage) x DP {r['dp']}, {r['micro_batches']} micro-batches, "
               f"bubble {100 * (r['bubble_fraction'] or 0):.1f} %, recompute "
-              f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}")
+              f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}"
+              f"{', TP comm overlap' if r.get('tp_comm_overlap') else ''}")
     if r.get("critical_rank") is not None:
         print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
               f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
