@@ -845,7 +845,7 @@ def _cmd_advise(a: argparse.Namespace) -> dict:
 
         plot_path(a.plot)
     res = advise(model, cluster, batch, a.seq_len, a.top, a.engine_top, a.max_micro_batch,
-                 strategies, a.efficiency)
+                 strategies, a.efficiency, tp_comm_overlap=a.tp_comm_overlap)
     if a.plot:
         from .advise_plot import save_pareto
 
@@ -855,6 +855,7 @@ def _cmd_advise(a: argparse.Namespace) -> dict:
         "engine_top": a.engine_top, "max_micro_batch": a.max_micro_batch,
         "strategies": a.strategies,
         "compute_efficiency": a.efficiency if a.efficiency is not None else "default",
+        "tp_comm_overlap": a.tp_comm_overlap,
         "gpu_memory_bytes": cluster.gpu.memory_bytes,
         "overrides": {"gpu_memory": a.gpu_memory} if a.gpu_memory else {}}
     if a.json:
@@ -1025,6 +1026,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ad.add_argument("--efficiency", type=float, default=None,
                     help="fraction of peak FLOP/s compute achieves (default 0.5)")
     ad.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 40GB")
+    ad.add_argument("--tp-comm-overlap", action="store_true",
+                    help="sequence-parallel configurations run with Megatron-Core's TP "
+                    "communication overlap (a fixed setting, not searched)")
     ad.add_argument("--plot", default=None, help="write the memory-vs-throughput Pareto "
                     "plot to FILE (.png, .svg, .pdf)")
     ad.add_argument("--cluster", default="dgx-a100-ib",
