@@ -252,18 +252,18 @@ def layer_gemms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     t, r = par.tp, training.trainable_ratio
     tokens = training.micro_batch * training.seq_len
     kernel = compute_model(cluster, training) == "kernel"
+    gpu, prof = cluster.gpu, cluster.compute
+
+    def g(m, n, k):
+        return gemm_seconds(m, n, k, gpu.peak_flops, gpu.hbm_bandwidth_Bps, prof, 1,
+                            prof.sms(gpu.model))
+
     out = []
     for i, (n_out, k_in) in enumerate(layer_gemm_shapes(model)):
         flops = 2.0 * tokens * n_out * k_in / t
         if kernel:
-            gpu, p = cluster.gpu, cluster.compute
-            sms = p.sms(gpu.model)
             if t > 1:
                 n_out, k_in = (n_out / t, k_in) if i % 2 == 0 else (n_out, k_in / t)
-
-            def g(m, n, k):
-                return gemm_seconds(m, n, k, gpu.peak_flops, gpu.hbm_bandwidth_Bps, p, 1, sms)
-
             out.append((g(tokens, n_out, k_in), g(tokens, k_in, n_out),
                         r * g(n_out, k_in, tokens), flops))
         else:

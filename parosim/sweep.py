@@ -34,7 +34,6 @@ from typing import Any
 
 from .errors import InputError
 from .io.sweep import (
-    COLUMNS,
     ResultsLog,
     SweepSpec,
     check_out_dir,
