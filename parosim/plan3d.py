@@ -224,6 +224,9 @@ def tp_buffer_bytes(model: ModelSpec, training: TrainingSpec) -> float:
 # "pipeline" with num_splits = 4 for proj_fprop, fc2_fprop; "bulk" (no split) for the
 # qkv / fc1 dgrad and wgrad overlaps.
 UB_PIPELINE_SPLITS = 4
+# initialize_ub registers one userbuffer per name above (4 ring-exchange + 2 pipeline + 4 bulk),
+# each of the sample shape Megatron passes, (s·b, h), in bf16: 10 x 2·s·b·h bytes per GPU.
+UB_BUFFERS = 10
 
 
 @dataclass(frozen=True)
@@ -745,6 +748,8 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             bufs += 2 * BYTES_PER_PARAM * biggest
         if strategy.g is not Level.N:
             bufs += 2 * BYTES_PER_GRAD * biggest * r
+        if par.tp_comm_overlap:   # TE's userbuffers (docs/parallelism.md)
+            bufs += UB_BUFFERS * BYTES_PER_ACTIVATION * s * b * h
         margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
         total = states + acts + bufs + margin
         d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)

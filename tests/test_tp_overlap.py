@@ -18,6 +18,7 @@ from parosim.parallel import ParallelSpec
 from parosim.plan3d import (
     UB_PIPELINE_SPLITS,
     GroupOp,
+    memory_3d,
     build_plan_3d,
     evaluate_3d,
     layer_gemms,
@@ -241,3 +242,13 @@ def test_advise_accepts_the_fixed_setting():
     assert all(x["tp_comm_overlap"] for x in sp_on)
     assert not any(x["tp_comm_overlap"] for x in off["candidates"])
     assert on["candidates"][0]["tokens_per_s"] >= off["candidates"][0]["tokens_per_s"]
+
+
+def test_userbuffers_memory():
+    # TE allocates 10 userbuffers of (s·b, h) bf16 per GPU: 10 x 2 x 2048 x 2 x 5120 bytes
+    c = load_cluster("dgx-a100-ib", 1)
+    tr = TrainingSpec(micro_batch=2, accum_steps=4, seq_len=2048, recompute=True)
+    on = memory_3d(M13, "NNN", c, tr, _par(4, 2))
+    off = memory_3d(M13, "NNN", c, tr, _par(4, 2, ovl=False))
+    assert on.buffers_bytes - off.buffers_bytes == 10 * 2 * 2048 * 2 * 5120
+    assert on.activations_bytes == off.activations_bytes
