@@ -226,7 +226,24 @@ def tp_buffer_bytes(model: ModelSpec, training: TrainingSpec) -> float:
 UB_PIPELINE_SPLITS = 4
 # initialize_ub registers one userbuffer per name above (4 ring-exchange + 2 pipeline + 4 bulk),
 # each of the sample shape Megatron passes, (s·b, h), in bf16: 10 x 2·s·b·h bytes per GPU.
+# With FP8 training the buffers of qkv_fprop, qkv_dgrad, proj_dgrad, fc1_fprop, fc1_dgrad and
+# fc2_dgrad (its ``fp8_buf`` list) hold fp8 (1 byte): the ring-exchange all-gathers move fp8.
 UB_BUFFERS = 10
+UB_FP8_BUFFERS = 6
+
+
+def _fp8(training: TrainingSpec) -> bool:
+    """FP8 training (``TrainingSpec.precision``, where the FP8 model is present)."""
+    return getattr(training, "precision", "bf16") == "fp8"
+
+
+def userbuffer_bytes(training: TrainingSpec, hidden: int) -> float:
+    """Bytes per GPU of Transformer Engine's userbuffers (TP communication overlap)."""
+    tokens = training.seq_len * training.micro_batch
+    if _fp8(training):
+        return (UB_FP8_BUFFERS + BYTES_PER_ACTIVATION * (UB_BUFFERS - UB_FP8_BUFFERS)) \
+            * tokens * hidden
+    return UB_BUFFERS * BYTES_PER_ACTIVATION * tokens * hidden
 
 
 @dataclass(frozen=True)
@@ -240,6 +257,7 @@ class TPOverlapPair:
     gemm_s: float
     gemm_flops: float
     chunks: int
+    size_scale: float = 1.0   # x the 2·s·b·h buffer: 0.5 for an fp8 all-gather (FP8 runs)
 
 
 def layer_gemms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -248,7 +266,8 @@ def layer_gemms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     MLP-up and MLP-down GEMMs of one layer on one rank for one micro-batch: the kernel
     model's :func:`parosim.kernels.gemm_seconds` on the shapes of
     :func:`parosim.kernels.layer_times` (column-parallel N/t, row-parallel K/t), or, flat,
-    the GEMM's FLOPs / t at the efficiency (weight gradient: x the trainable ratio)."""
+    the GEMM's FLOPs / t at the efficiency (weight gradient: x the trainable ratio). FP8
+    training: at the FP8 peak (kernel model: fp8 operands), as the layer's own times."""
     from .compute import compute_model, compute_seconds
     from .kernels import gemm_seconds, layer_gemm_shapes
 
@@ -256,10 +275,24 @@ def layer_gemms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     tokens = training.micro_batch * training.seq_len
     kernel = compute_model(cluster, training) == "kernel"
     gpu, prof = cluster.gpu, cluster.compute
+    peak8 = 0.0
+    if _fp8(training):
+        # the FP8 model (refuses a GPU without FP8)
+        from .compute import fp8_peak_flops
+
+        peak8 = fp8_peak_flops(cluster, training)
 
     def g(m, n, k):
+        if peak8:
+            return gemm_seconds(m, n, k, peak8, gpu.hbm_bandwidth_Bps, prof, 1,
+                                prof.sms(gpu.model), None, 1)
         return gemm_seconds(m, n, k, gpu.peak_flops, gpu.hbm_bandwidth_Bps, prof, 1,
                             prof.sms(gpu.model))
+
+    def flat(f):
+        if peak8:
+            return f / (peak8 * training.compute_efficiency)
+        return compute_seconds(f, cluster, training)
 
     out = []
     for i, (n_out, k_in) in enumerate(layer_gemm_shapes(model)):
@@ -270,8 +303,8 @@ def layer_gemms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             out.append((g(tokens, n_out, k_in), g(tokens, k_in, n_out),
                         r * g(n_out, k_in, tokens), flops))
         else:
-            fs = compute_seconds(flops, cluster, training)
-            out.append((fs, fs, compute_seconds(r * flops, cluster, training), flops))
+            fs = flat(flops)
+            out.append((fs, fs, flat(r * flops), flops))
     return out
 
 
@@ -289,14 +322,15 @@ def tp_overlap_pairs(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
         layer_gemms(model, cluster, training, par)
     t, r = par.tp, training.trainable_ratio
     ag, rs, pipe = Op.ALL_GATHER, Op.REDUCE_SCATTER, UB_PIPELINE_SPLITS
+    a8 = 0.5 if _fp8(training) else 1.0   # TE's ring-exchange all-gathers carry fp8
     if phase in ("fwd", "recompute"):
-        return [TPOverlapPair("qkv_fprop", ag, qf, qfl, t),
+        return [TPOverlapPair("qkv_fprop", ag, qf, qfl, t, a8),
                 TPOverlapPair("proj_fprop", rs, pf, pfl, pipe),
-                TPOverlapPair("fc1_fprop", ag, uf, ufl, t),
+                TPOverlapPair("fc1_fprop", ag, uf, ufl, t, a8),
                 TPOverlapPair("fc2_fprop", rs, df, dfl, pipe)]
-    return [TPOverlapPair("fc2_dgrad", ag, dd, dfl, t),
+    return [TPOverlapPair("fc2_dgrad", ag, dd, dfl, t, a8),
             TPOverlapPair("fc1_wgrad", rs, uw, r * ufl, 0),
-            TPOverlapPair("proj_dgrad", ag, pd, pfl, t),
+            TPOverlapPair("proj_dgrad", ag, pd, pfl, t, a8),
             TPOverlapPair("qkv_wgrad", rs, qw, r * qfl, 0)]
 
 
@@ -503,12 +537,13 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             pre = b.last[cs]
             gid = b.compute(f"{kind} {pr.name} {label} mb{mb}", kind, None, mb,
                             n * pr.gemm_flops, n * pr.gemm_s, cs, [])
+            size = tp_size * pr.size_scale
             cid = b.coll(f"tp {pr.op.value} {pr.name} {label} mb{mb}", pr.op, Scope.GLOBAL,
-                         tp_size, "tp-overlap", None, mb, f"tp-ovl/s{k}", [pre], stage=k,
+                         size, "tp-overlap", None, mb, f"tp-ovl/s{k}", [pre], stage=k,
                          group="tp", scopes=lay.tp_scopes(k), count=n, algo=tp_algo, pair=gid)
             if pr.chunks:
                 b.coll(f"tp {pr.op.value} chunk {pr.name} {label} mb{mb}", pr.op,
-                       Scope.GLOBAL, tp_size / pr.chunks, "tp-chunk", None, mb, cs, [cid],
+                       Scope.GLOBAL, size / pr.chunks, "tp-chunk", None, mb, cs, [cid],
                        stage=k, group="tp", scopes=lay.tp_scopes(k), count=n, algo=tp_algo)
             else:
                 b.compute(f"tp-overlap wait {pr.name} {label} mb{mb}", "tp-wait", None, mb,
@@ -749,7 +784,7 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         if strategy.g is not Level.N:
             bufs += 2 * BYTES_PER_GRAD * biggest * r
         if par.tp_comm_overlap:   # TE's userbuffers (docs/parallelism.md)
-            bufs += UB_BUFFERS * BYTES_PER_ACTIVATION * s * b * h
+            bufs += userbuffer_bytes(training, h)
         margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
         total = states + acts + bufs + margin
         d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)
@@ -945,10 +980,11 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             gs = lay.tp_scopes(k)
             tot = 0.0
             for pr in pairs[phase]:
-                x = coll("tp", pr.op, Scope.GLOBAL, tp_size, gs, tp_algo)
+                size = tp_size * pr.size_scale
+                x = coll("tp", pr.op, Scope.GLOBAL, size, gs, tp_algo)
                 tot += overlapped_time(pr.gemm_s, x, overlap_slowdown) - pr.gemm_s
                 if pr.chunks:
-                    tot += coll("tp", pr.op, Scope.GLOBAL, tp_size / pr.chunks, gs, tp_algo)
+                    tot += coll("tp", pr.op, Scope.GLOBAL, size / pr.chunks, gs, tp_algo)
             return tot
         return sum(c * coll("tp", op, Scope.GLOBAL, tp_size, lay.tp_scopes(k), tp_algo)
                    for op, c in tp_collectives(kind, phase, sp))
