@@ -18,10 +18,10 @@ from parosim.parallel import ParallelSpec
 from parosim.plan3d import (
     UB_PIPELINE_SPLITS,
     GroupOp,
-    memory_3d,
     build_plan_3d,
     evaluate_3d,
     layer_gemms,
+    memory_3d,
     summary_3d,
     tp_overlap_pairs,
 )
@@ -252,3 +252,25 @@ def test_userbuffers_memory():
     off = memory_3d(M13, "NNN", c, tr, _par(4, 2, ovl=False))
     assert on.buffers_bytes - off.buffers_bytes == 10 * 2 * 2048 * 2 * 5120
     assert on.activations_bytes == off.activations_bytes
+
+
+def test_fp8_overlap_gemms_at_fp8_peak_and_fp8_all_gathers():
+    # FP8 training (where the FP8 model is present): the paired GEMMs run at the FP8 peak,
+    # TE's ring-exchange all-gathers and 6 of its 10 userbuffers hold fp8 (1 byte)
+    if not hasattr(TrainingSpec(), "precision"):
+        pytest.skip("no FP8 model in this tree")
+    c = load_cluster("dgx-h100-ib", 1)
+    tr = TrainingSpec(micro_batch=1, accum_steps=4, seq_len=2048, precision="fp8")
+    par = _par(4, 2)
+    g = layer_gemms(M13, c, tr, par)
+    assert g[0][0] == pytest.approx(2 * 2048 * 3 * 5120 * 5120 / 4 / (1979e12 * 0.5),
+                                    rel=1e-12)
+    assert [p.size_scale for p in tp_overlap_pairs(M13, c, tr, par, "fwd")] == [
+        0.5, 1.0, 0.5, 1.0]
+    a = simulate_step(M13, c, "NNN", tr, "ring", "analytic", parallel=par)
+    e = simulate_step(M13, c, "NNN", tr, "ring", "engine", parallel=par)
+    off = simulate_step(M13, c, "NNN", tr, "ring", "analytic", parallel=_par(4, 2, ovl=False))
+    assert abs(e.step_time_s / a.step_time_s - 1) < 0.01
+    assert a.compute_s == pytest.approx(off.compute_s, rel=1e-9)
+    assert a.compute_s <= a.step_time_s < off.step_time_s
+    assert a.memory.buffers_bytes - off.memory.buffers_bytes == (6 + 2 * 4) * 2048 * 5120
