@@ -274,3 +274,16 @@ def test_fp8_overlap_gemms_at_fp8_peak_and_fp8_all_gathers():
     assert a.compute_s == pytest.approx(off.compute_s, rel=1e-9)
     assert a.compute_s <= a.step_time_s < off.step_time_s
     assert a.memory.buffers_bytes - off.memory.buffers_bytes == (6 + 2 * 4) * 2048 * 5120
+
+
+def test_calibrate_steps_column(tmp_path):
+    from parosim.calibrate_steps import read_steps
+
+    f = tmp_path / "steps.csv"
+    head = ("model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,tp,"
+            "sequence_parallel,tp_comm_overlap\n")
+    f.write_text(head + "llama-13b,NNN,1,1,2,2048,0.5,8,on,on\n")
+    assert read_steps(f)[0].tp_comm_overlap is True
+    f.write_text(head + "llama-13b,NNN,1,1,2,2048,0.5,8,on,maybe\n")
+    with pytest.raises(InputError, match="tp_comm_overlap = 'maybe'; expected on or off"):
+        read_steps(f)
