@@ -24,6 +24,8 @@ column              required  meaning
 ``sequence_parallel`` no      on | off (default off; needs tp > 1)
 ``tp_comm_overlap`` no        on | off (default off; needs sequence_parallel on: Megatron-Core
                               / TE TP communication overlap, docs/parallelism.md)
+``precision``       no        bf16 | fp8 (default bf16; fp8: Transformer Engine FP8 GEMMs,
+                              docs/compute.md "FP8 training"; needs a GPU with FP8)
 ==================  ========  ==============================================================
 
 With ``tp`` or ``pp`` above 1 (or ``recompute = selective``: Megatron's attention-only
@@ -59,7 +61,7 @@ from .errors import InputError
 
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
 OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
-            "tp", "pp", "virtual", "sequence_parallel", "tp_comm_overlap")
+            "tp", "pp", "virtual", "sequence_parallel", "tp_comm_overlap", "precision")
 HOLDOUTS = ("none", "every-other")
 
 
@@ -86,6 +88,7 @@ class StepRun:
     virtual: int = 1
     sequence_parallel: bool = False
     tp_comm_overlap: bool = False
+    precision: str = "bf16"
 
     @property
     def is_3d(self) -> bool:
@@ -135,7 +138,7 @@ def read_steps(path: str | Path) -> list[StepRun]:
             raise InputError(f"{where}: step_time_s = {row['step_time_s']!r} must be a "
                              "positive number of seconds")
         kw = {c: row[c] for c in ("trainable_ratio", "recompute", "attention", "algo",
-                                  "runtime") if row.get(c)}
+                                  "runtime", "precision") if row.get(c)}
         for c in ("group_nodes", "tp", "pp", "virtual"):
             if row.get(c):
                 kw[c] = _int(row[c], c, where)
@@ -179,8 +182,13 @@ def _setup(run: StepRun, base):
             trainable_ratio=parse_trainable_ratio(run.trainable_ratio),
             recompute={"on": True, "off": False, "auto": None, "selective": False}[
                 run.recompute],
-            compute_model="kernel", attention=run.attention, memory_model="runtime")
+            compute_model="kernel", attention=run.attention, memory_model="runtime",
+            precision=run.precision)
         model = load_model(run.model)
+        if training.precision == "fp8":   # a GPU without FP8: refused, naming the line
+            from .compute import fp8_peak_flops
+
+            fp8_peak_flops(cluster, training)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
     return model, cluster, training

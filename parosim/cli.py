@@ -176,6 +176,10 @@ def _training_args(p: argparse.ArgumentParser) -> None:
                    help="korthikanti: Korthikanti et al. 2022 estimate; runtime: memory as "
                         "PyTorch runtimes keep it (docs/memory.md); default: the runtime's "
                         "(korthikanti for ideal, runtime for deepspeed / fsdp / paro)")
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp8"],
+                   help="training precision: bf16, or fp8 (Transformer Engine style: the "
+                        "decoder layers' weight GEMMs at the GPU's FP8 peak, attention and LM "
+                        "head in bf16; needs a GPU with FP8, e.g. H100; docs/compute.md)")
     p.add_argument("--logit-bytes", type=int, default=None,
                    help="bytes per logit live at the loss (default: the runtime's, else 4 "
                         "korthikanti, 10 runtime; 2 for a fused bf16 cross-entropy)")
@@ -234,7 +238,8 @@ def _setup(a: argparse.Namespace):
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
         overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
-        attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes)
+        attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes,
+        precision=getattr(a, "precision", "bf16"))
     return model, cluster, training
 
 
@@ -486,7 +491,7 @@ def _settings(a: argparse.Namespace, cluster, training, rt=None) -> dict:
            "overrides": {k: v for k, v in (("nic_bandwidth", a.nic_bandwidth),
                                            ("intra_bandwidth", a.intra_bandwidth),
                                            ("gpu_memory", a.gpu_memory)) if v is not None}}
-    for k in ("compute_model", "attention", "memory_model"):
+    for k in ("compute_model", "attention", "memory_model", "precision"):
         if hasattr(training, k):
             out[k] = getattr(training, k)
     if hasattr(a, "tp_comm_overlap"):
@@ -508,6 +513,8 @@ def _settings_text(s: dict) -> str:
         parts.append(f"overlap slowdown {s['overlap_slowdown']:g}")
     if s.get("tp_comm_overlap"):
         parts.append("TP comm overlap on")
+    if s.get("precision", "bf16") != "bf16":
+        parts.append(f"precision {s['precision']}")
     if s.get("attention"):
         parts.append(f"compute model {s.get('compute_model') or 'cluster default'}, "
                      f"attention {s['attention']}")

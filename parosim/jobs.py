@@ -104,6 +104,8 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
                 "seq_len": training.seq_len, "trainable_ratio": training.trainable_ratio,
                 "recompute": mem.recompute, "group_nodes": group_nodes,
                 "compute_efficiency": training.compute_efficiency, "overlap_slowdown": slow}
+    if training.precision != "bf16":     # shown when not the default (bf16 outputs unchanged)
+        settings["precision"] = training.precision
     return Job(name, nodes, plan, spec, algo, strategy, model.name, slow, rt.name, settings)
 
 

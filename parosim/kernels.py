@@ -27,6 +27,10 @@ a decoder layer from its shape, on the GPU's datasheet peak FLOP/s and HBM bandw
   itemisation misses).
 * **Launch**: every kernel takes at least ``kernel_overhead_s`` (the host issues PyTorch eager
   ops about that fast, so a stream of shorter kernels is host-bound).
+* **FP8** (``TrainingSpec.precision = "fp8"``; ``layer_times(..., peak_fp8_flops=...)``): the
+  layer's weight GEMMs at the GPU's FP8 peak (same efficiency formula, fp8 operands, bf16
+  output) plus Transformer Engine's bf16 -> fp8 cast kernels; attention and the LM head stay
+  bf16 (docs/compute.md, "FP8 training").
 
 The fitted parameters and their held-out errors come from
 ``experiments/07_compute_model/fit_compute.py`` on published llm-foundry MFU rows (see
@@ -85,8 +89,10 @@ FITTED_EAGER_ATTENTION_EFFICIENCY = 1.0
 # tell its value, and the held-out tables must not set it (docs/compute.md, SuperBench).
 DEFAULT_KERNEL_OVERHEAD_S = 5e-6
 
-# Streaming multiprocessors per GPU (datasheets): wave quantization.
-SM_COUNTS = {"A100": 108, "H100": 132, "H200": 132, "V100": 80, "A10": 72, "L40": 142}
+# Streaming multiprocessors per GPU (datasheets): wave quantization. H100 PCIe: 114 SMs
+# (NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 3); the longest matching key wins.
+SM_COUNTS = {"A100": 108, "H100": 132, "H200": 132, "V100": 80, "A10": 72, "L40": 142,
+             "H100-PCIE": 114}
 TILE_M, TILE_N = 256, 128      # largest cutlass/cuBLAS bf16 tile on Ampere/Hopper
 
 # Eager attention: bytes through HBM per attention score (fp16/bf16, 2 B each), our
@@ -105,6 +111,19 @@ LOSS_BYTES_BWD = 10
 # forward; backward about twice as many.
 ELEMENTWISE_KERNELS_FWD = 10
 ELEMENTWISE_KERNELS_BWD = 20
+# FP8 (Transformer Engine 1.x, transformer_engine/pytorch/module/linear.py @0004dbd0,
+# _Linear.forward / backward): each weight GEMM's activation input (forward) and incoming
+# gradient (backward) goes through one bf16 -> fp8 cast kernel that reads 2 bytes and writes
+# the fp8 copy (1 byte) for the forward / data-gradient GEMM; when the weight is trained,
+# the fused cast-transpose (fp8_cast_transpose_fused) also writes its fp8 transpose (1 byte)
+# for the weight-gradient GEMM (Hopper FP8 GEMMs take only the TN layout). Per element:
+# FP8_CAST_BYTES_PER_ELEMENT + trainable_ratio x FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT. The
+# weights are cast once per optimizer step (TE caches them across micro-batches,
+# is_first_microbatch): read 2 + write 2 (fp8 weight and its fp8 transpose) bytes per
+# parameter, costed with the optimizer step (parosim.compute.fp8_weight_cast_seconds).
+FP8_CAST_BYTES_PER_ELEMENT = 3
+FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT = 1
+FP8_WEIGHT_CAST_BYTES_PER_PARAM = 4
 
 
 @dataclass(frozen=True)
@@ -179,13 +198,19 @@ def gemm_efficiency(m: float, n: float, k: float, p: ComputeProfile, sms: int = 
 
 def gemm_seconds(m: float, n: float, k: float, peak_flops: float, hbm_Bps: float,
                  p: ComputeProfile, batch: int = 1, sms: int = 108,
-                 depth: float | None = None) -> float:
-    """One (batched) bf16 GEMM: max(compute, operand traffic, launch). ``depth``: the
+                 depth: float | None = None, operand_bytes: int = 2) -> float:
+    """One (batched) GEMM: max(compute, operand traffic, launch). ``depth``: the
     efficiency factor that replaces ``K / (K + gemm_k_half)`` (eager attention's batched
-    GEMMs use ``eager_attention_efficiency``)."""
+    GEMMs use ``eager_attention_efficiency``). ``operand_bytes``: 2 (bf16 inputs and
+    output) or 1 (an FP8 GEMM: fp8 inputs, bf16 output; ``peak_flops`` is then the FP8
+    peak)."""
     flops = 2.0 * m * n * k * batch
     t_compute = flops / (peak_flops * gemm_efficiency(m, n, k, p, sms, batch, depth))
-    t_memory = 2.0 * (m * k + k * n + m * n) * batch / (hbm_Bps * p.hbm_efficiency)
+    if operand_bytes == 2:
+        t_memory = 2.0 * (m * k + k * n + m * n) * batch / (hbm_Bps * p.hbm_efficiency)
+    else:
+        t_memory = ((operand_bytes * (m * k + k * n) + 2.0 * m * n) * batch
+                    / (hbm_Bps * p.hbm_efficiency))
     return max(t_compute, t_memory, p.kernel_overhead_s)
 
 
@@ -231,19 +256,23 @@ class LayerTimes:
     attention_bwd_s: float
     elementwise_fwd_s: float
     elementwise_bwd_s: float
+    cast_fwd_s: float = 0.0      # FP8 only: bf16 -> fp8 casts of the GEMMs' inputs
+    cast_bwd_s: float = 0.0      # FP8 only: bf16 -> fp8 casts of the incoming gradients
 
     @property
     def forward_s(self) -> float:
-        return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s
+        return self.gemm_fwd_s + self.attention_fwd_s + self.elementwise_fwd_s + self.cast_fwd_s
 
     @property
     def backward_s(self) -> float:
-        return self.gemm_bwd_s + self.attention_bwd_s + self.elementwise_bwd_s
+        return (self.gemm_bwd_s + self.attention_bwd_s + self.elementwise_bwd_s
+                + self.cast_bwd_s)
 
 
 def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_ratio: float,
                 attention: str, peak_flops: float, hbm_Bps: float, p: ComputeProfile,
-                sms: int = 108, tp: int = 1, sp: bool = False) -> LayerTimes:
+                sms: int = 108, tp: int = 1, sp: bool = False,
+                peak_fp8_flops: float = 0.0) -> LayerTimes:
     """Kernel times of one decoder layer on one rank (module docstring).
 
     ``tp``: Megatron tensor parallelism (column-parallel q/k/v and MLP-up GEMMs with
@@ -251,6 +280,14 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
     ``heads / tp``; memory-bound kernels as :func:`layer_elementwise_bytes`); M stays the
     micro-batch's tokens (with ``sp`` the all-gather restores them before each GEMM).
     ``tp = 1`` is the unsplit layer, the same numbers to the bit.
+
+    ``peak_fp8_flops`` > 0: FP8 training (Transformer Engine, docs/compute.md "FP8"): the
+    weight GEMMs (forward, data gradient, weight gradient) run at this peak with the same
+    efficiency formula, fp8 operands (1 byte) and bf16 output in their traffic bound; each
+    weight GEMM's activation input (forward) and its incoming gradient (backward) is cast
+    bf16 -> fp8 (read 2, write 1, and the fp8 transpose for the weight gradient: 1 x r bytes
+    per element; one kernel per cast);
+    attention stays bf16 at ``peak_flops``. 0 (the default): bf16.
 
     >>> from parosim.models import preset
     >>> t = layer_times(preset("llama-7b"), 4, 512, 1.0, "flash", 312e12, 2e12,
@@ -268,12 +305,23 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
     def g(m, n, k, batch=1, depth=None):
         return gemm_seconds(m, n, k, peak_flops, hbm_Bps, p, batch, sms, depth)
 
+    fp8 = peak_fp8_flops > 0
+
+    def w(m, n, k):      # a weight GEMM: bf16, or fp8 operands at the FP8 peak
+        if not fp8:
+            return g(m, n, k)
+        return gemm_seconds(m, n, k, peak_fp8_flops, hbm_Bps, p, 1, sms, None, 1)
+
     fwd = bwd = 0.0
-    for i, (n_out, k_in) in enumerate(layer_gemm_shapes(model)):
+    cast_in = cast_grad = 0.0     # elements cast bf16 -> fp8 (FP8 only)
+    shapes = layer_gemm_shapes(model)
+    for i, (n_out, k_in) in enumerate(shapes):
         if tp > 1:   # column-parallel (qkv, MLP up: even index) / row-parallel (o, down)
             n_out, k_in = (n_out / tp, k_in) if i % 2 == 0 else (n_out, k_in / tp)
-        fwd += g(tokens, n_out, k_in)
-        bwd += g(tokens, k_in, n_out) + r * g(n_out, k_in, tokens)
+        fwd += w(tokens, n_out, k_in)
+        bwd += w(tokens, k_in, n_out) + r * w(n_out, k_in, tokens)
+        cast_in += tokens * k_in
+        cast_grad += tokens * n_out
     b, s, h, a, d = micro_batch, seq_len, model.hidden, model.heads, model.head_dim
     if tp > 1:       # each rank holds heads / tp
         h, a = h / tp, a // tp
@@ -291,7 +339,14 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
     ew = layer_elementwise_bytes(model, tokens, tp, sp) / (hbm_Bps * p.hbm_efficiency)
     ew_f = max(ew, ELEMENTWISE_KERNELS_FWD * p.kernel_overhead_s)
     ew_b = max(2.0 * ew, ELEMENTWISE_KERNELS_BWD * p.kernel_overhead_s)
-    return LayerTimes(fwd, bwd, att_f, att_b, ew_f, ew_b)
+    if not fp8:
+        return LayerTimes(fwd, bwd, att_f, att_b, ew_f, ew_b)
+    bw = hbm_Bps * p.hbm_efficiency
+    n_casts = len(shapes) * p.kernel_overhead_s
+    per_element = FP8_CAST_BYTES_PER_ELEMENT + r * FP8_CAST_TRANSPOSE_BYTES_PER_ELEMENT
+    cast_f = max(per_element * cast_in / bw, n_casts)
+    cast_b = max(per_element * cast_grad / bw, n_casts)
+    return LayerTimes(fwd, bwd, att_f, att_b, ew_f, ew_b, cast_f, cast_b)
 
 
 def head_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_ratio: float,

@@ -116,6 +116,9 @@ class MemoryBreakdown:
     memory_model: str = "korthikanti"   # the settings used (the runtime profile's if unset)
     attention: str = "eager"
     logit_bytes: int = 4                 # bytes per logit at the loss
+    # precision fp8: the fp8 copy + fp8 transpose of the GEMM weights this GPU computes
+    # with (2 bytes per parameter), included in model_states_bytes; 0 for bf16
+    fp8_weight_cache_bytes: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -223,6 +226,8 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
 
         extra_params, bufs = runtime_memory_terms(shaped, strategy, cluster, training, runtime)
         states += extra_params
+    cache = fp8_weight_cache_bytes(shaped, training)
+    states += cache
     frac = (FRAGMENTATION_FRACTION if training.memory_model == "runtime" else MARGIN_FRACTION)
     margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
     total = states + acts + bufs + margin
@@ -237,7 +242,33 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         shape_estimated=not model.has_shape, memory_model=training.memory_model,
         attention=training.attention,
         logit_bytes=training.logit_bytes or (LOGIT_BYTES if training.memory_model == "runtime"
-                                             else 4))
+                                             else 4),
+        fp8_weight_cache_bytes=cache)
+
+
+def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
+                           fp8_params: float | None = None) -> float:
+    """``precision = "fp8"``: Transformer Engine keeps an fp8 copy and an fp8 transpose of
+    every decoder-layer GEMM weight it computes with (cached across micro-batches), 2 bytes
+    per parameter (:data:`parosim.training.FP8_WEIGHT_CACHE_BYTES_PER_PARAM`), besides the
+    bf16 parameters and fp32 states (kept as for bf16). ``fp8_params``: those weights on
+    this GPU (default: all layers', as without TP/PP; not divided by parameter sharding:
+    the cache is of the weights a rank computes with). 0.0 for bf16.
+
+    >>> from parosim.models import preset
+    >>> m = preset("llama-7b")
+    >>> fp8_weight_cache_bytes(m, TrainingSpec(precision="fp8")) == 2 * 32 * (
+    ...     4 * 4096**2 + 3 * 4096 * 11008)
+    True
+    """
+    if training.precision != "fp8":
+        return 0.0
+    from .compute import layer_fp8_params
+    from .training import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
+
+    if fp8_params is None:
+        fp8_params = model.layers * layer_fp8_params(model)
+    return FP8_WEIGHT_CACHE_BYTES_PER_PARAM * fp8_params
 
 
 def resolve_recompute(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
@@ -268,6 +299,10 @@ def memory_breakdown(model: ModelSpec, strategy: Strategy | str, cluster: Cluste
         raise InputError(f"trainable ratio {training.trainable_ratio!r} leaves less than one "
                          f"trainable parameter of the {model.params} of {model.name}; expected "
                          f"a ratio of at least {1 / model.params:.3g}")
+    if training.precision == "fp8":   # refuses a GPU without FP8 (one line)
+        from .compute import fp8_peak_flops
+
+        fp8_peak_flops(cluster, training)
     runtime = as_runtime(runtime)
     recompute = resolve_recompute(model, strategy, cluster, training, runtime)
     return _breakdown(model, strategy, cluster, training, recompute, runtime)

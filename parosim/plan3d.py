@@ -66,6 +66,7 @@ from .memory import (
     MARGIN_FRACTION,
     RUNTIME_RESERVE_BYTES,
     MemoryBreakdown,
+    fp8_weight_cache_bytes,
 )
 from .models import ModelSpec
 from .parallel import (
@@ -353,12 +354,31 @@ def unit_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     (column/row-parallel GEMMs, heads / t, memory-bound kernels on the local shard, or on
     tokens / t with sequence parallelism). Recomputation: full = the layer's forward;
     selective = its attention forward (Korthikanti et al. 2022 §5). ``None`` under the flat
-    model (FLOPs / t at ``--efficiency``, as before)."""
-    from .compute import compute_model
+    model (FLOPs / t at ``--efficiency``, as before), except with ``precision = "fp8"``:
+    then the flat model's seconds with the weight-GEMM FLOPs at the FP8 peak
+    (:func:`parosim.compute.flat_layer_seconds`). Under fp8 the kernel model runs the layer's
+    weight GEMMs at the FP8 peak, with the casts (:func:`parosim.kernels.layer_times`)."""
+    from .compute import (
+        compute_model,
+        compute_seconds,
+        flat_layer_seconds,
+        fp8_peak_flops,
+    )
     from .kernels import embed_times, head_times, layer_times
 
+    peak8 = fp8_peak_flops(cluster, training)     # 0.0 for bf16; refuses fp8 without FP8
     if compute_model(cluster, training) != "kernel":
-        return None
+        if not peak8:
+            return None
+        t = par.tp
+        ls = flat_layer_seconds(model, cluster, training, t)
+        rc = (ls["fwd"] if full else ls["attention_fwd"] if par.selective_recompute else 0.0)
+        return {("layer", "fwd"): ls["fwd"], ("layer", "bwd"): ls["bwd"],
+                ("head", "fwd"): compute_seconds(head_forward_flops(model, training) / t,
+                                                 cluster, training),
+                ("head", "bwd"): compute_seconds(head_backward_flops(model, training) / t,
+                                                 cluster, training),
+                ("embed", "fwd"): 0.0, ("embed", "bwd"): 0.0, ("layer", "recompute"): rc}
     t, sp = par.tp, par.sequence_parallel
     if model.heads % t:
         raise InputError(f"--tp {t} does not divide the {model.heads} attention heads of "
@@ -368,7 +388,7 @@ def unit_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     sms = p.sms(gpu.model)
     b, s, r = training.micro_batch, training.seq_len, training.trainable_ratio
     lt = layer_times(model, b, s, r, training.with_defaults().attention, gpu.peak_flops,
-                     gpu.hbm_bandwidth_Bps, p, sms, t, sp)
+                     gpu.hbm_bandwidth_Bps, p, sms, t, sp, peak8)
     hf, hb = head_times(model, b, s, r, gpu.peak_flops, gpu.hbm_bandwidth_Bps, p, sms, t, sp)
     ef, eb = embed_times(model, b, s, r, gpu.hbm_bandwidth_Bps, p, t)
     rc = (lt.forward_s if full else lt.attention_fwd_s if par.selective_recompute else 0.0)
@@ -378,15 +398,34 @@ def unit_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
 
 def optimizer_seconds_3d(trainable_params: float, d_os: int, cluster: ClusterSpec,
-                         training: TrainingSpec) -> float:
+                         training: TrainingSpec, fp8_params: float = 0.0) -> float:
     """Adam on the local shard: 28 bytes per parameter at HBM bandwidth (x the kernel
-    model's ``hbm_efficiency``, as :func:`parosim.compute.optimizer_step_seconds`)."""
-    from .compute import compute_model
+    model's ``hbm_efficiency``, as :func:`parosim.compute.optimizer_step_seconds`).
+    ``fp8_params``: the stage's fp8-GEMM weights on this rank (:func:`stage_fp8_params`),
+    re-cast once per step under ``precision = "fp8"``
+    (:func:`parosim.compute.fp8_weight_cast_seconds`)."""
+    from .compute import compute_model, fp8_weight_cast_seconds
 
     bw = cluster.gpu.hbm_bandwidth_Bps
     if compute_model(cluster, training) == "kernel":
         bw *= cluster.compute.hbm_efficiency
-    return ADAM_BYTES_PER_PARAM * trainable_params / d_os / bw
+    adam = ADAM_BYTES_PER_PARAM * trainable_params / d_os / bw
+    if training.precision != "fp8":
+        return adam
+    return adam + fp8_weight_cast_seconds(fp8_params, training.trainable_ratio, cluster,
+                                          training)
+
+
+def stage_fp8_params(model: ModelSpec, par: ParallelSpec) -> list[float]:
+    """Per pipeline stage, the decoder-layer GEMM weights one rank holds (split by t): the
+    weights that run in FP8 and are cached in fp8 under ``precision = "fp8"``."""
+    from .compute import layer_fp8_params
+
+    per = layer_fp8_params(model) / par.tp
+    out = [0.0] * par.pp
+    for vs, us in enumerate(chunk_units(model, par)):
+        out[vs % par.pp] += per * sum(1 for u in us if u.kind == "layer")
+    return out
 
 
 def recompute_flops(model: ModelSpec, training: TrainingSpec, full: bool,
@@ -677,8 +716,9 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                                + ", ".join(f"s{k}: {orders[k][ptr[k]]}" for k in range(p)
                                            if ptr[k] < len(orders[k])))
     sparams = stage_params(model, par)
+    fp8p = stage_fp8_params(model, par)
     for k in range(p):
-        _boundary(b, k, strategy, lay, sparams[k] * r, cluster, training)
+        _boundary(b, k, strategy, lay, sparams[k] * r, cluster, training, fp8p[k])
     n = cluster.gpus
     tokens = training.micro_batch * training.seq_len * m * lay.d
     hw = sum(o.flops for o in b.ops if isinstance(o, ComputeOp)) / p
@@ -694,7 +734,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
 
 
 def _boundary(b: _Builder, k: int, strategy: Strategy, lay: Layout, trainable: float,
-              cluster: ClusterSpec, training: TrainingSpec) -> None:
+              cluster: ClusterSpec, training: TrainingSpec, fp8_params: float = 0.0) -> None:
     """Per stage: t_sync_g, the optimizer step, t_sync_p (:mod:`parosim.plan` tables)."""
     full = BYTES_PER_GRAD * trainable
     sizes = {"full": full, "shard": full / lay.m_dp}
@@ -706,7 +746,7 @@ def _boundary(b: _Builder, k: int, strategy: Strategy, lay: Layout, trainable: f
                      scopes=gs)
         deps = [cid] if cid is not None else deps
     d_os = strategy.os.divisor(lay.d, lay.m_dp)
-    opt_s = optimizer_seconds_3d(trainable, d_os, cluster, training)
+    opt_s = optimizer_seconds_3d(trainable, d_os, cluster, training, fp8_params)
     deps = [b.compute(f"optimizer step s{k}", "optimizer", None, None, 0.0, opt_s,
                       f"compute/s{k}", deps)]
     for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
@@ -768,10 +808,13 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     kept = BYTES_PER_ACTIVATION * s * b * h / (t if sp else 1) if recompute else full_layer
     out = []
     cap = float(cluster.gpu.memory_bytes)
+    fp8p = stage_fp8_params(model, par)
     for k in range(par.pp):
         mine = [us for vs, us in enumerate(units) if vs % par.pp == k]
         psi = sum(u.params for us in mine for u in us) / t
         states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
+        cache = fp8_weight_cache_bytes(model, training, fp8p[k])
+        states += cache
         chunks = in_flight(k, par, training.accum_steps)
         acts = chunks * per_chunk * kept + (no_rc_layer if recompute else 0.0)
         if k == par.pp - 1:   # final norm + LM-head input and fp32 logits (vocab split by t)
@@ -793,7 +836,8 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
             shortfall_bytes=max(0.0, total - cap), params_bytes=BYTES_PER_PARAM * psi / d_p,
             grads_bytes=BYTES_PER_GRAD * psi * r / d_g,
-            optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute))
+            optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute,
+            fp8_weight_cache_bytes=cache))
     return out
 
 
@@ -812,6 +856,10 @@ def memory_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
                          "Korthikanti et al. memory estimate; expected no --memory-model "
                          "runtime with them")
     strategy = parse_strategy(strategy)
+    if training.precision == "fp8":   # refuses a GPU without FP8 (one line)
+        from .compute import fp8_peak_flops
+
+        fp8_peak_flops(cluster, training)
     rc = resolve_recompute_3d(model, strategy, cluster, training, par)
     return _memory(model, strategy, cluster, training, par, rc)
 
@@ -1039,6 +1087,7 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
                 p2p[k] += coll("tp", Op.ALL_GATHER, Scope.GLOBAL, tp_size,
                                lay.tp_scopes(prv), tp_algo)
     sparams = stage_params(model, par)
+    fp8p = stage_fp8_params(model, par)
     for k in range(p):
         gs = lay.dp_scopes(k)
         full = BYTES_PER_GRAD * sparams[k] * r
@@ -1046,7 +1095,7 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
             bound[k] += coll("dp", op, scope, sizes[size], gs)
         d_os = strategy.os.divisor(lay.d, lay.m_dp)
-        opt[k] = optimizer_seconds_3d(sparams[k] * r, d_os, cluster, training)
+        opt[k] = optimizer_seconds_3d(sparams[k] * r, d_os, cluster, training, fp8p[k])
         bound[k] += opt[k]
         for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
             bound[k] += coll("dp", op, scope, sizes[size], gs)

@@ -348,7 +348,7 @@ POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-ro
                   "trainable_ratio": "full", "micro_batch": 4, "accum": 10, "seq_len": 512,
                   "mode": "engine", "nic_bandwidth": None, "intra_bandwidth": None,
                   "gpu_memory": None, "recompute": None, "runtime": "ideal",
-                  "overlap_slowdown": None}
+                  "overlap_slowdown": None, "precision": "bf16"}
 
 RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
                   "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu",
@@ -395,7 +395,8 @@ def point_setup(point: dict):
     training = TrainingSpec(micro_batch=p["micro_batch"], accum_steps=p["accum"],
                             seq_len=p["seq_len"],
                             trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
-                            recompute=p["recompute"], overlap_slowdown=p["overlap_slowdown"])
+                            recompute=p["recompute"], overlap_slowdown=p["overlap_slowdown"],
+                            precision=p["precision"] or "bf16")
     if p["mode"] not in MODES:
         raise InputError(f"mode {p['mode']!r} is not known; expected one of "
                          f"{', '.join(MODES)}")

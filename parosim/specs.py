@@ -49,17 +49,21 @@ def _pos(value: float, name: str, allow_zero: bool = False) -> None:
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """One accelerator. ``peak_flops`` is dense bf16/fp16 FLOP/s from the datasheet."""
+    """One accelerator. ``peak_flops`` is dense bf16/fp16 FLOP/s from the datasheet.
+    ``peak_fp8_flops``: dense FP8 tensor-core FLOP/s (datasheet, no sparsity); 0 = the GPU
+    has no FP8 tensor cores (``TrainingSpec(precision="fp8")`` is then refused)."""
 
     model: str = "A100-SXM4-80GB"
     memory_bytes: int = 80 * 10**9
     peak_flops: float = 312e12
     hbm_bandwidth_Bps: float = 2.0e12
+    peak_fp8_flops: float = 0.0
 
     def __post_init__(self) -> None:
         _pos(self.memory_bytes, "gpu.memory")
         _pos(self.peak_flops, "gpu.peak_tflops")
         _pos(self.hbm_bandwidth_Bps, "gpu.hbm_bandwidth")
+        _pos(self.peak_fp8_flops, "gpu.peak_fp8_tflops", allow_zero=True)
 
 
 @dataclass(frozen=True)

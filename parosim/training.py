@@ -23,6 +23,14 @@ BYTES_PER_PARAM = 2        # bf16/fp16 parameters, all Ψ (frozen ones too)
 BYTES_PER_GRAD = 2         # bf16/fp16 gradients, trainable Ψ' only
 BYTES_PER_OPTIM_STATE = 12  # fp32 master weights + Adam m + Adam v, trainable Ψ' only
 BYTES_PER_ACTIVATION = 2   # fp16/bf16 activations (Korthikanti et al. 2022 count in these)
+# FP8 training (Transformer Engine style, docs/compute.md "FP8"): the bf16 parameters, fp32
+# master weights and Adam states above stay; each decoder-layer GEMM weight is also cached in
+# fp8 (1 byte) with its fp8 transpose (1 byte), refreshed once per optimizer step.
+FP8_WEIGHT_CACHE_BYTES_PER_PARAM = 2
+
+# Training precisions: "bf16" (mixed precision, every GEMM in bf16) or "fp8" (decoder-layer
+# weight GEMMs on the FP8 tensor cores; attention and the LM head stay bf16).
+PRECISIONS = ("bf16", "fp8")
 
 # Named trainable ratios Ψ'/Ψ (docs/model.md, "Symbols"):
 TRAINABLE_RATIOS: dict[str, float] = {"full": 1.0, "partial": 1 / 16, "peft": 3 / 1000}
@@ -135,6 +143,7 @@ class TrainingSpec:
     attention: str | None = None
     memory_model: str | None = None
     logit_bytes: int | None = None
+    precision: str = "bf16"
 
     def __post_init__(self) -> None:
         _pos_int(self.micro_batch, "micro_batch")
@@ -168,6 +177,9 @@ class TrainingSpec:
                                or not 2 <= lb <= 16):
             raise InputError(f"logit_bytes = {self.logit_bytes!r} must be an integer from 2 "
                              "(fused bf16 cross-entropy) to 16")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"precision = {self.precision!r} is not known; expected "
+                             f"{' or '.join(PRECISIONS)}")
         if self.memory_model not in (None, "runtime", "korthikanti"):
             raise InputError(f"memory_model = {self.memory_model!r} is not known; expected "
                              "runtime or korthikanti (or None: the runtime profile's)")

@@ -61,6 +61,11 @@ fixed: {cluster: paper-a100-roce, op: all-gather, size: 64MB, algo: ring}
 FILES: dict[str, str | bytes] = {
     "good.yaml": CL,
     "h100.yaml": _cl("A100-SXM4-80GB", "H100-SXM5-80GB"),
+    "fp8_neg.yaml": _cl("{model: A100-SXM4-80GB}", "{model: A100-SXM4-80GB, peak_fp8_tflops: -1}"),
+    "fp8_str.yaml": _cl("{model: A100-SXM4-80GB}",
+                        "{model: A100-SXM4-80GB, peak_fp8_tflops: fast}"),
+    "fp8_a100.yaml": _cl("{model: A100-SXM4-80GB}",
+                         "{model: A100-SXM4-80GB, peak_fp8_tflops: 624}"),
     "bad_utf8.yaml": CL.encode() + b"sources: caf\xe9 \xff\n",
     "dup_top.yaml": CL + "name: u\n",
     "dup_nested.yaml": _cl("per_node: 1,", "per_node: 1, per_node: 2,"),
@@ -497,6 +502,20 @@ CASES: list[tuple[str, list[str], tuple]] = [
     ("unknown-flag", ["collective", "--sise", "1GB"], ERR("unrecognized")),
     ("version", ["--version"], OK()),
     ("help", ["compare", "--help"], OK()),
+    # --- --precision (FP8 training) -----------------------------------------------------------
+    ("precision-fp16", ["simulate", "--precision", "fp16", *A], ERR("--precision")),
+    ("precision-empty", ["simulate", "--precision", "", *A], ERR("--precision")),
+    ("precision-upper", ["memory", "--precision", "FP8"], ERR("--precision")),
+    ("precision-fp8-a100", ["simulate", "--precision", "fp8", *A],
+     ERR("--precision fp8 needs FP8 tensor cores; GPU A100-SXM4-80GB")),
+    ("precision-fp8-a100-memory", ["memory", "--precision", "fp8"], ERR("A100-SXM4-80GB")),
+    ("precision-fp8-a100-compare", ["compare", "--precision", "fp8", *A], ERR("FP8")),
+    ("precision-fp8-h100", ["simulate", "--precision", "fp8", "--cluster", "{d}/h100.yaml", *A],
+     OK()),
+    ("precision-fp8-yaml", ["simulate", "--precision", "fp8", "--cluster",
+                            "{d}/fp8_a100.yaml", *A], OK()),
+    ("yaml-fp8-neg", ["collective", "--cluster", "{d}/fp8_neg.yaml"], ERR("peak_fp8_tflops")),
+    ("yaml-fp8-str", ["collective", "--cluster", "{d}/fp8_str.yaml"], ERR("peak_fp8_tflops")),
 ]
 
 

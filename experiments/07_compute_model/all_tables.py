@@ -63,12 +63,14 @@ def _gpt(name, layers, hidden, heads, vocab, seq, pos=True):
 
 def _row(table, config, model, cluster, nodes, tp, pp, dp, micro_batch, accum, seq,
          recompute, metric, published, *, strategy="NNN", sp=False, selective=False,
-         virtual=1, attention="eager", gpu_memory=None, kernel_overhead_s=None):
+         virtual=1, attention="eager", gpu_memory=None, kernel_overhead_s=None,
+         precision="bf16", tp_overlap=False):
     return dict(table=table, config=config, model=model, cluster=cluster, nodes=nodes, tp=tp,
                 pp=pp, dp=dp, micro_batch=micro_batch, accum=accum, seq=seq,
                 recompute=recompute, metric=metric, published=published, strategy=strategy,
                 sp=sp, selective=selective, virtual=virtual, attention=attention,
-                gpu_memory=gpu_memory, kernel_overhead_s=kernel_overhead_s)
+                gpu_memory=gpu_memory, kernel_overhead_s=kernel_overhead_s,
+                precision=precision, tp_overlap=tp_overlap)
 
 
 def narayanan_rows() -> list[dict]:
@@ -165,6 +167,76 @@ def torchtitan_calibration_rows() -> list[dict]:
                  gpu_memory="95GB")]
 
 
+NEMO = ("NVIDIA/NeMo docs/source/performance/performance_summary.md @070a0bb1 (24.07) and "
+        "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @00b7660b (25.11) — "
+        "Megatron-Core, FP8, DGX-H100")
+
+
+def nemo_rows() -> list[dict]:
+    """The NeMo 24.07 and Megatron-Bridge 25.11 FP8 runs on DGX-H100 whose parallelism is
+    expressible (context parallel 1): 10 + 2 configurations, published tokens/s per GPU.
+
+    Architectures and run settings from NVIDIA's public recipes (NeMo-Framework-Launcher
+    ``launcher_scripts/conf/training/{gpt3,llama,nemotron}/*.yaml``, NeMo 2.0 recipes,
+    Megatron-Bridge ``scripts/performance/configs/llama3/``; no launcher file is tagged 24.07,
+    so where versions disagree the published table's parallelism wins): GPT-3 = GELU,
+    LayerNorm, biases, learned positions, tied embeddings, GPT-2 vocabulary padded to 128 x TP
+    (50304 / 50432 / 50688); Nemotron = squared-ReLU (the same non-gated two-GEMM shapes as
+    GELU), LayerNorm, no biases, rotary, untied, vocabulary 256000; Llama = the Meta configs.
+    Sequence parallelism whenever TP > 1; TP communication overlap (userbuffers) where the
+    recipe sets it (GPT-3 20B / 175B, Nemotron, Llama 3 70B); the distributed optimizer
+    (optimizer states sharded over data parallelism: NNG); Megatron FSDP for Llama 3 8B (GGG);
+    recomputation: GPT-3 "selective" (attention core), none elsewhere; Transformer Engine
+    attention = flash; FP8 GEMMs (``precision="fp8"``)."""
+    from parosim.models import ModelSpec, preset
+
+    def gpt(name, layers, h, heads, vocab):
+        return ModelSpec(name, layers=layers, hidden=h, ffn_hidden=4 * h, heads=heads,
+                         vocab=vocab, mlp="gelu", norm="layernorm", bias=True,
+                         tied_embeddings=True, pos_embedding=2048)
+
+    def nemotron(name, layers, h, heads, kv=None):
+        return ModelSpec(name, layers=layers, hidden=h, ffn_hidden=4 * h, heads=heads,
+                         kv_heads=kv, vocab=256000, mlp="gelu", norm="layernorm")
+
+    # (config, model, nodes, tp, pp, vp, mbs, gbs, seq, selective, tp_overlap, strategy,
+    #  published tokens/s per GPU)
+    cfgs = [
+        ("GPT3-5B TP1 PP1", gpt("gpt3-5b", 24, 4096, 32, 50304), 8, 1, 1, 1, 4, 2048, 2048,
+         False, False, "NNG", 22521),
+        ("GPT3-20B TP2 PP1", gpt("gpt3-20b", 44, 6144, 48, 50432), 8, 2, 1, 1, 2, 256, 2048,
+         True, True, "NNG", 5851),
+        ("GPT3-175B TP4 PP8 VP6, 128 GPUs", gpt("gpt3-175b", 96, 12288, 96, 50688), 16, 4, 8,
+         6, 1, 256, 2048, True, True, "NNG", 726),
+        ("GPT3-175B TP4 PP8 VP6, 512 GPUs", gpt("gpt3-175b", 96, 12288, 96, 50688), 64, 4, 8,
+         6, 2, 2048, 2048, True, True, "NNG", 782),
+        ("LLAMA2-7B TP1 PP1", preset("llama-2-7b"), 1, 1, 1, 1, 1, 128, 4096, False, False,
+         "NNG", 16847),
+        ("LLAMA2-13B TP1 PP4 VP10", preset("llama-2-13b"), 2, 1, 4, 10, 1, 128, 4096, False,
+         False, "NNG", 8646),
+        ("LLAMA2-70B TP4 PP4 VP20", preset("llama-2-70b"), 8, 4, 4, 20, 1, 128, 4096, False,
+         False, "NNG", 1707),
+        ("Nemotron-8B TP2 PP1", nemotron("nemotron-8b", 32, 4096, 32), 8, 2, 1, 1, 4, 256,
+         4096, False, True, "NNG", 12701),
+        ("Nemotron-22B TP2 PP4 VP10", nemotron("nemotron-22b", 40, 6144, 48), 8, 2, 4, 10, 2,
+         256, 4096, False, True, "NNG", 4256),
+        ("Nemotron-340B TP8 PP8 VP12", nemotron("nemotron-340b", 96, 18432, 96, 8), 16, 8, 8,
+         12, 1, 32, 4096, False, True, "NNG", 322),
+        ("LLAMA3-8B Megatron FSDP (Bridge 25.11)", preset("llama-3-8b"), 1, 1, 1, 1, 1, 128,
+         8192, False, False, "GGG", 14451),
+        ("LLAMA3-70B TP4 PP8 VP5 (Bridge 25.11)", preset("llama-3-70b"), 8, 4, 8, 5, 1, 128,
+         8192, False, True, "NNG", 1602),
+    ]
+    out = []
+    for cfg, m, nodes, tp, pp, vp, mbs, gbs, seq, sel, ovl, strat, pub in cfgs:
+        dp = nodes * 8 // (tp * pp)
+        out.append(_row(NEMO, cfg, m, "dgx-h100-ib", nodes, tp, pp, dp, mbs,
+                        gbs // (dp * mbs), seq, False, "tokens/s per GPU", pub,
+                        strategy=strat, sp=tp > 1, selective=sel, virtual=vp,
+                        attention="flash", precision="fp8", tp_overlap=ovl))
+    return out
+
+
 # SuperBench's own kernel-launch microbenchmark on the same nodes (same baseline.json,
 # microsoft/superbench-results v0.4.0/Azure-NDmv4-A100/baseline.json @1c985995):
 # kernel-launch/event_time 0.0055 ms (launch latency in GPU time), kernel-launch/wall_time
@@ -240,13 +312,16 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
 
         cluster = replace(cluster, compute=_scaled(cluster.compute, scale))
     assert cluster.gpus == row["tp"] * row["pp"] * row["dp"], row["config"]
+    extra_par = {"tp_comm_overlap": True} if row.get("tp_overlap") else {}
+    extra_tr = ({"precision": row["precision"]} if row.get("precision", "bf16") != "bf16"
+                else {})
     par = ParallelSpec(tp=row["tp"], pp=row["pp"], sequence_parallel=row["sp"],
                        selective_recompute=row["selective"],
                        schedule="interleaved" if row["virtual"] > 1 else "1f1b",
-                       virtual=row["virtual"])
+                       virtual=row["virtual"], **extra_par)
     tr = TrainingSpec(micro_batch=row["micro_batch"], accum_steps=row["accum"],
                       seq_len=row["seq"], recompute=row["recompute"],
-                      compute_model="kernel", attention=row["attention"])
+                      compute_model="kernel", attention=row["attention"], **extra_tr)
     r = simulate_step(row["model"], cluster, row["strategy"], tr, "ring", mode, parallel=par)
     if not r.fits:
         return {"fits": False, "predicted": None, "error_pct": None}

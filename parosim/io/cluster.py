@@ -38,6 +38,11 @@ Heterogeneity (docs/heterogeneity.md), all optional::
 training's efficiency) or ``kernel`` (:mod:`parosim.kernels`, whose parameters the other keys
 override: ``gemm_ceiling``, ``gemm_k_half``, ``attention_efficiency``, ``hbm_efficiency``,
 ``kernel_overhead``, ``sm_count``, ``source``).
+
+``gpu.peak_fp8_tflops`` (optional): dense FP8 tensor-core TFLOP/s, used by ``--precision fp8``
+(docs/compute.md, "FP8"); a known ``gpu.model`` takes it from :mod:`parosim.gpus` (H100 /
+H200: 1979), ``0`` (the default for other GPUs) = no FP8. In an override's ``gpu`` it is
+inherited from the cluster's GPU only when the model is the same.
 """
 
 from __future__ import annotations
@@ -94,13 +99,27 @@ def _enum(cls, value: Any, name: str):
                          f"{', '.join(e.value for e in cls)}") from None
 
 
+_GPU_KEYS = {"model", "memory", "peak_tflops", "hbm_bandwidth", "peak_fp8_tflops"}
+
+
+def _fp8_flops(gpu: dict, default: float) -> float:
+    """``gpu.peak_fp8_tflops``: dense FP8 TFLOP/s (or '1979TFLOPS'); 0 or none = no FP8."""
+    v = gpu.get("peak_fp8_tflops", None)
+    if "peak_fp8_tflops" not in gpu:
+        return default
+    if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0) or (
+            isinstance(v, str) and v.strip().lower() in ("none", "0")):
+        return 0.0
+    return parse_flops(v, "gpu.peak_fp8_tflops")
+
+
 def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSpec:
     """Build a :class:`ClusterSpec` from a parsed YAML mapping (unit strings allowed)."""
     check_keys(data, _TOP, where)
     for key in ("name", "gpus_per_node"):
         if key not in data:
             raise InputError(f"{where}: missing required key {key!r}")
-    gpu = section(data, "gpu", {"model", "memory", "peak_tflops", "hbm_bandwidth"}, where)
+    gpu = section(data, "gpu", _GPU_KEYS, where)
     intra = section(data, "intra_node", {"fabric", "bandwidth", "latency"}, where, True)
     pcie = section(data, "pcie", {"bandwidth", "latency"}, where)
     nic = section(data, "nic", {"per_node", "bandwidth", "latency"}, where)
@@ -213,7 +232,8 @@ def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
         memory_bytes=parse_size(gpu.get("memory", base.memory_bytes), "gpu.memory"),
         peak_flops=parse_flops(gpu.get("peak_tflops", base.peak_flops / 1e12)),
         hbm_bandwidth_Bps=parse_bandwidth(gpu.get("hbm_bandwidth", base.hbm_bandwidth_Bps),
-                                          "gpu.hbm_bandwidth"))
+                                          "gpu.hbm_bandwidth"),
+        peak_fp8_flops=_fp8_flops(gpu, base.peak_fp8_flops))
 
 
 _PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
@@ -351,7 +371,7 @@ def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
             if "latency" in sub:
                 kw[f"{prefix}_latency_s"] = parse_time(sub["latency"], f"{key}.latency")
     if "gpu" in o:
-        g = section(o, "gpu", {"model", "memory", "peak_tflops", "hbm_bandwidth"}, where)
+        g = section(o, "gpu", _GPU_KEYS, where)
         kw["gpu"] = GPUSpec(
             model=str(g.get("model", base_gpu.model)),
             memory_bytes=parse_size(g["memory"], "gpu.memory") if "memory" in g
@@ -359,7 +379,8 @@ def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
             peak_flops=parse_flops(g["peak_tflops"]) if "peak_tflops" in g
             else base_gpu.peak_flops,
             hbm_bandwidth_Bps=parse_bandwidth(g["hbm_bandwidth"], "gpu.hbm_bandwidth")
-            if "hbm_bandwidth" in g else base_gpu.hbm_bandwidth_Bps)
+            if "hbm_bandwidth" in g else base_gpu.hbm_bandwidth_Bps,
+            peak_fp8_flops=_fp8_flops(g, _override_fp8_default(g, base_gpu)))
     if "speed" in o:
         kw["speed"] = number(o["speed"], f"{where}: speed")
     if "memory" in o:
@@ -437,13 +458,28 @@ def load_cluster(name_or_path: str | Path, nodes: int | None = None,
     return spec
 
 
+def _override_fp8_default(g: dict, base_gpu: GPUSpec) -> float:
+    """An override's FP8 peak when it gives none: the base GPU's if the model is the same;
+    for another model, the known-GPU table's (0 if unknown): an FP8 figure is never carried
+    over to a different GPU."""
+    from ..gpus import known_gpu
+
+    model = str(g.get("model", base_gpu.model))
+    if model == base_gpu.model:
+        return base_gpu.peak_fp8_flops
+    known = known_gpu(model)
+    return known.peak_fp8_flops if known is not None else 0.0
+
+
 def cluster_to_yaml(spec: ClusterSpec) -> str:
     """Serialise a spec back to the YAML format (SI numbers with explicit units)."""
     data = {
         "name": spec.name, "gpus_per_node": spec.gpus_per_node, "nodes": spec.nodes,
         "gpu": {"model": spec.gpu.model, "memory": f"{spec.gpu.memory_bytes}B",
                 "peak_tflops": spec.gpu.peak_flops / 1e12,
-                "hbm_bandwidth": f"{spec.gpu.hbm_bandwidth_Bps!r}B/s"},
+                "hbm_bandwidth": f"{spec.gpu.hbm_bandwidth_Bps!r}B/s",
+                **({"peak_fp8_tflops": spec.gpu.peak_fp8_flops / 1e12}
+                   if spec.gpu.peak_fp8_flops else {})},
         "intra_node": {"fabric": spec.intra_fabric.value,
                        "bandwidth": f"{spec.intra.bandwidth_Bps!r}B/s",
                        "latency": f"{spec.intra.latency_s!r}s"},
@@ -506,7 +542,8 @@ def _override_to_dict(o: Override) -> dict:
     if o.gpu is not None:
         d["gpu"] = {"model": o.gpu.model, "memory": f"{o.gpu.memory_bytes}B",
                     "peak_tflops": o.gpu.peak_flops / 1e12,
-                    "hbm_bandwidth": f"{o.gpu.hbm_bandwidth_Bps!r}B/s"}
+                    "hbm_bandwidth": f"{o.gpu.hbm_bandwidth_Bps!r}B/s",
+                    "peak_fp8_tflops": o.gpu.peak_fp8_flops / 1e12}
     if o.speed is not None:
         d["speed"] = o.speed
     if o.memory_bytes is not None:

@@ -16,7 +16,8 @@
 A job takes every per-job field of ``parosim simulate`` (defaults as there): ``model``,
 ``strategy``, ``algo``, ``micro_batch``, ``accum``, ``seq_len``, ``trainable_ratio``,
 ``recompute`` (auto / on / off), ``efficiency``, ``overlap_slowdown``, ``group_nodes``,
-``runtime`` (ideal / deepspeed / fsdp / paro / a YAML path), ``compute_model``, ``attention``,
+``runtime`` (ideal / deepspeed / fsdp / paro / a YAML path), ``precision`` (bf16 / fp8),
+``compute_model``, ``attention``,
 ``memory_model``, ``logit_bytes``;
 ``name`` and ``nodes`` (cluster node indices, in the job's rank order) are required. Fields of
 the whole cluster (``cluster``, ``nodes`` count, bandwidths, GPU memory) go at the top.
@@ -34,12 +35,13 @@ TOP_KEYS = {"cluster", "nodes", "steps", "jobs", "nic_bandwidth", "intra_bandwid
             "gpu_memory"}
 JOB_KEYS = {"name", "nodes", "model", "strategy", "algo", "micro_batch", "accum", "seq_len",
             "trainable_ratio", "recompute", "efficiency", "overlap_slowdown", "group_nodes",
-            "runtime", "compute_model", "attention", "memory_model", "logit_bytes"}
+            "runtime", "compute_model", "attention", "memory_model", "logit_bytes",
+            "precision"}
 JOB_DEFAULTS = {"model": "llama-7b", "strategy": "NIG", "algo": None, "micro_batch": 4,
                 "accum": 10, "seq_len": 512, "trainable_ratio": "full", "recompute": "auto",
                 "efficiency": None, "overlap_slowdown": None, "group_nodes": 1,
                 "runtime": None, "compute_model": None, "attention": "flash",
-                "memory_model": "korthikanti", "logit_bytes": None}
+                "memory_model": "korthikanti", "logit_bytes": None, "precision": "bf16"}
 
 
 def _int(v: Any, where: str, low: int = 1) -> int:
@@ -107,7 +109,7 @@ def load_jobs(path: str | Path):
             compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY if eff is None else eff,
             overlap_slowdown=p["overlap_slowdown"], compute_model=p["compute_model"],
             attention=p["attention"], memory_model=p["memory_model"],
-            logit_bytes=p["logit_bytes"])
+            logit_bytes=p["logit_bytes"], precision=p["precision"])
         rt = load_runtime(p["runtime"] or "ideal")
         if rt.collective_algo is not None and p["algo"] is not None:
             raise InputError(f"{jw}: algo {p['algo']} cannot apply: runtime {rt.name} fixes "

@@ -82,6 +82,8 @@ _STEP_INPUTS: dict[str, str] = {
                "empty = ideal (docs/runtimes.md)",
     "overlap_slowdown": "compute slowdown factor beside a collective (>= 1); empty = the "
                         "cluster's, else the runtime's default",
+    "precision": "training precision: bf16 or fp8 (decoder-layer weight GEMMs at the GPU's "
+                 "FP8 peak; docs/compute.md); empty = bf16",
 }
 # Optional step inputs (3D parallelism, docs/parallelism.md): a column of results.csv only
 # when the spec gives the key, so sweeps without them keep their columns.
@@ -272,7 +274,7 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "seq_len": lambda v: positive_int(v, "seq_len"),
             "gpu_memory": lambda v: parse_size(v, "gpu_memory"),
             "recompute": _parse_bool, "runtime": _parse_runtime,
-            "overlap_slowdown": _parse_slowdown,
+            "overlap_slowdown": _parse_slowdown, "precision": _parse_precision,
             "tp": lambda v: positive_int(v, "tp"), "pp": lambda v: positive_int(v, "pp"),
             "sequence_parallel": lambda v: _parse_flag(v, "sequence_parallel"),
             "tp_comm_overlap": lambda v: _parse_flag(v, "tp_comm_overlap")}
@@ -281,6 +283,14 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
 def _parse_flag(v: Any, key: str) -> bool:
     if not isinstance(v, bool):
         raise InputError(f"{key} = {v!r} must be true or false")
+    return v
+
+
+def _parse_precision(v: Any) -> str:
+    from ..training import PRECISIONS
+
+    if v not in PRECISIONS:
+        raise InputError(f"precision = {v!r} is not known; expected {' or '.join(PRECISIONS)}")
     return v
 
 
@@ -468,6 +478,12 @@ def _line(cells: Iterable[str]) -> str:
     return buf.getvalue()
 
 
+# Input columns added to a sweep kind after results were published with it: a results.csv
+# written before one of them is read with it empty, its documented default (the behaviour the
+# rows were computed with), so such a sweep still resumes.
+LATER_INPUT_COLUMNS = ("precision",)
+
+
 class ResultsLog:
     """``results.csv`` as an append-only log keyed by ``point_id``.
 
@@ -508,7 +524,12 @@ class ResultsLog:
             self._rewrite([])
             return
         header = next(csv.reader([lines[0]]))
-        if header != self.columns:
+        upgrade = None
+        if header != self.columns and header == [c for c in self.columns
+                                                 if c not in LATER_INPUT_COLUMNS]:
+            # written before these input columns existed: read them as empty (= default)
+            upgrade = [self.columns.index(c) for c in header]
+        if header != self.columns and upgrade is None:
             raise InputError(f"{str(self.path)!r} holds results of a different sweep (its "
                              "columns differ); use another --out directory or remove the file")
         good = []
@@ -517,6 +538,11 @@ class ResultsLog:
                 cells = next(csv.reader([line]))
             except (csv.Error, StopIteration):
                 cells = []
+            if upgrade is not None and len(cells) == len(header):
+                full = [""] * len(self.columns)
+                for i, v in zip(upgrade, cells, strict=True):
+                    full[i] = v
+                cells = full
             if len(cells) != len(self.columns) or not cells[0]:
                 self.dropped += 1
                 continue
