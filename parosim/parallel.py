@@ -60,7 +60,11 @@ class ParallelSpec:
     ``tp_algo``: collective algorithm of TP collectives whose group crosses nodes (None: the
     step's algorithm); ``tp_comm_overlap``: Megatron-Core / Transformer Engine userbuffers
     overlap of the sequence-parallel all-gathers / reduce-scatters with their GEMMs (needs
-    ``sequence_parallel``; docs/parallelism.md, "TP communication overlap").
+    ``sequence_parallel``; docs/parallelism.md, "TP communication overlap");
+    ``dp_comm_overlap``: Megatron-Core's ``overlap_grad_reduce`` + ``overlap_param_gather``:
+    the data-parallel gradient reduction and parameter all-gather run bucket by bucket beside
+    the last micro-batch's backward and the first micro-batch's forward (needs t or p > 1;
+    docs/parallelism.md, "DP communication overlap").
 
     >>> ParallelSpec(tp=8, pp=4).trivial, ParallelSpec().trivial
     (False, True)
@@ -76,6 +80,7 @@ class ParallelSpec:
     selective_recompute: bool = False
     tp_algo: Algo | None = None
     tp_comm_overlap: bool = False
+    dp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         _pos_int(self.tp, "--tp")
@@ -105,6 +110,11 @@ class ParallelSpec:
                              f"{got}); "
                              "Megatron-Core overlaps only the sequence-parallel all-gathers and "
                              "reduce-scatters and refuses tp_comm_overlap without them")
+        if self.dp_comm_overlap and self.tp == 1 and self.pp == 1:
+            raise InputError("--dp-comm-overlap needs --tp >= 2 or --pp >= 2 (the 3D path); "
+                             "with data parallelism alone the bucketed gradient / parameter "
+                             "overlap is the --runtime profile's (deepspeed, fsdp, paro; "
+                             "docs/runtimes.md)")
         if self.sequence_parallel and self.tp < 2:
             raise InputError("--sequence-parallel needs --tp >= 2 (it splits the sequence "
                              "over the tensor-parallel group)")

@@ -141,6 +141,11 @@ class Plan3D(Plan):
     tp_comm_overlap: bool = False
     hardware_flops_per_gpu: float = 0.0
     stage_params: tuple[float, ...] = field(default=())
+    # DP communication overlap: per stage, the bucket chains of the last backward and the
+    # first forward (:func:`dp_overlap_exposed`): tuples of (op ids of the window's busy
+    # time, op ids of the bucket's collectives) in the order they run
+    dp_grad_chains: tuple = field(default=())
+    dp_param_chains: tuple = field(default=())
 
     @property
     def groups(self) -> int:
@@ -440,6 +445,91 @@ def recompute_flops(model: ModelSpec, training: TrainingSpec, full: bool,
                 * layer_attention_flops_per_token(model, training.seq_len))
     return 0.0
 
+# Megatron-Core's default DDP bucket: max(40e6, 1e6 x dp) parameters
+# (``DistributedDataParallelConfig.bucket_size``,
+# megatron/core/distributed/distributed_data_parallel_config.py, Megatron-LM commit
+# 001199898c4badd01eaf0785c212d8ed7ce83042); model chunks after a stage's first one hold one
+# bucket (``disable_bucketing=(model_chunk_idx > 0)`` in megatron/training/training.py).
+DP_BUCKET_PARAMS = 40_000_000
+DP_BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+def dp_bucket_params(dp: int) -> int:
+    """Megatron-Core's default bucket size (parameters per rank) for a DP group of ``dp``.
+
+    >>> dp_bucket_params(8), dp_bucket_params(64)
+    (40000000, 64000000)
+    """
+    return max(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp)
+
+
+def dp_buckets(model: ModelSpec, par: ParallelSpec, dp: int) -> list[list[list[int]]]:
+    """Per virtual stage, its DDP buckets in the order their gradients become final (the
+    backward order): lists of unit indices of :func:`chunk_units`, each in backward order.
+    Megatron fills a bucket with parameters in reverse order and closes it once it holds at
+    least :func:`dp_bucket_params` (here whole units: a layer is never split); chunks after a
+    stage's first hold one bucket.
+
+    >>> from parosim.models import preset
+    >>> b = dp_buckets(preset("llama-7b"), ParallelSpec(tp=8, pp=2), 8)
+    >>> [len(x) for x in b], b[0][0], b[1][-1]     # 25.3M parameters per layer per rank
+    ([9, 9], [16, 15], [0])
+    """
+    out = []
+    size = dp_bucket_params(dp)
+    for vs, us in enumerate(chunk_units(model, par)):
+        idx = list(range(len(us) - 1, -1, -1))
+        if vs >= par.pp:            # not the stage's first model chunk: one bucket
+            out.append([idx])
+            continue
+        buckets, cur, acc = [], [], 0.0
+        for i in idx:
+            cur.append(i)
+            acc += us[i].params / par.tp
+            if acc >= size:
+                buckets.append(cur)
+                cur, acc = [], 0.0
+        if cur:
+            buckets.append(cur)
+        out.append(buckets)
+    return out
+
+
+def check_dp_overlap(strategy: Strategy, par: ParallelSpec) -> None:
+    """Refuse ``dp_comm_overlap`` where Megatron-Core's DDP buckets do not apply."""
+    if par.dp_comm_overlap and (strategy.p is not Level.N or strategy.g is not Level.N):
+        raise InputError(f"--dp-comm-overlap models Megatron-Core's DDP buckets (PaRO NNN, "
+                         f"NNI, NNG: parameters and gradients whole during the micro-steps); "
+                         f"strategy {strategy.name} gathers or reduces them per micro-step; "
+                         "expected one of NNN, NNI, NNG")
+
+
+def grad_chain_exposed(chain, f: float = 1.0) -> float:
+    """Time the bucketed gradient reduction adds after the last backward.
+
+    ``chain``: [(w_i, r_i)]: w_i seconds of busy time (the bucket's backward), then its
+    reduction r_i on the gradient stream, which starts when w_i ends and r_{i-1} has ended.
+    The busy time runs at 1/f while a reduction is in flight (the engine's overlap gate).
+    Returns (end of the last reduction or busy time) - Σ w_i.
+
+    >>> grad_chain_exposed([(1.0, 0.5), (1.0, 0.5)])    # hidden but the last bucket
+    0.5
+    >>> grad_chain_exposed([(1.0, 3.0), (1.0, 0.5)])    # ends at 1 + 3 + 0.5, busy 2
+    2.5
+    """
+    t = 0.0          # now
+    comm_end = 0.0   # end of the last reduction issued
+    for w, r in chain:
+        # w of work from t; at rate 1/f while a reduction runs (until comm_end)
+        if f != 1.0 and comm_end > t:
+            slow = (comm_end - t) / f          # work done before the reduction ends
+            t = t + w * f if w <= slow else comm_end + (w - slow)
+        else:
+            t += w
+        if r > 0:
+            comm_end = max(t, comm_end) + r
+    return max(t, comm_end) - sum(w for w, _ in chain)
+
 
 def schedule_order(stage: int, par: ParallelSpec, m: int) -> list[tuple[str, int, int]]:
     """(``"F"``/``"B"``, virtual stage, micro-batch) in the order stage ``stage`` runs them.
@@ -537,6 +627,18 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     ovl = par.tp_comm_overlap
     pairs = ({ph: tp_overlap_pairs(model, cluster, training, par, ph)
               for ph in ("fwd", "bwd", "recompute")} if ovl else {})
+    check_dp_overlap(strategy, par)
+    dpo = par.dp_comm_overlap
+    buckets = dp_buckets(model, par, lay.d) if dpo else []
+    psync = SYNC_PARAM.get((strategy.os, strategy.p), ()) if dpo else ()
+    gsync = SYNC_GRAD[(strategy.g, strategy.os)] if dpo else ()
+    # first-use order of a stage's buckets (forward: chunk by chunk, last bucket first)
+    use_order = [[(vs, bi) for vs in range(k, len(units), p)
+                  for bi in range(len(buckets[vs]) - 1, -1, -1)] if dpo else []
+                 for k in range(p)]
+    gathers: dict[tuple[int, int], int | None] = {}
+    gchain: dict[tuple[int, int], tuple] = {}
+    pchain: dict[tuple[int, int], tuple] = {}
 
     def secs(f: float, kinds=(), phase: str = "fwd") -> float:
         """Flat: FLOPs at the efficiency; kernel: the kernel times of these unit kinds."""
@@ -598,11 +700,97 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                       [d[-2] if len(d) >= 2 else None], stage=k, group="dp",
                       scopes=lay.dp_scopes(k))
 
+    def bucket_sync(k: int, key: tuple[int, int], table, purpose: str, stream: str,
+                    deps) -> list[int]:
+        """The DP collectives of one bucket (DP communication overlap), chained."""
+        vs, bi = key
+        trainable = sum(units[vs][i].params for i in buckets[vs][bi]) * r / t
+        full = BYTES_PER_GRAD * trainable
+        sizes = {"full": full, "shard": full / lay.m_dp}
+        ids = []
+        for op, scope, size in table:
+            cid = b.coll(f"{purpose} {op.value} {scope.value} c{vs} b{bi}", op, scope,
+                         sizes[size], purpose, None, None, f"{stream}/s{k}", deps, stage=k,
+                         group="dp", scopes=lay.dp_scopes(k))
+            if cid is not None:
+                ids.append(cid)
+                deps = [cid]
+        return ids
+
+    def window(k: int, n0: int) -> tuple[int, ...]:
+        """Ids of stage k's busy ops (compute stream and TP overlap) emitted since n0."""
+        return tuple(o.id for o in b.ops[n0:]
+                     if o.stream in (f"compute/s{k}", f"tp-ovl/s{k}"))
+
+    def forward_buckets(k: int, vs: int, mb: int, dep0) -> None:
+        """First micro-batch with DP communication overlap: bucket by bucket, each waiting
+        for its parameter all-gather, which the previous bucket's start dispatched."""
+        cs = f"compute/s{k}"
+        order = use_order[k]
+        for bi in range(len(buckets[vs]) - 1, -1, -1):
+            us = [units[vs][i] for i in reversed(buckets[vs][bi])]
+            pos = order.index((vs, bi))
+            first = dep0 if bi == len(buckets[vs]) - 1 else None
+            if pos == 0:
+                ids = bucket_sync(k, (vs, bi), psync, "param-bucket", "comm-param", [])
+                gathers[(vs, bi)] = ids
+            if pos + 1 < len(order):
+                ids = bucket_sync(k, order[pos + 1], psync, "param-bucket", "comm-param",
+                                  [b.last.get(cs), first])
+                gathers[order[pos + 1]] = ids
+            g = gathers[(vs, bi)]
+            n0 = len(b.ops)
+            kinds = [u.kind for u in us]
+            f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
+            nl = kinds.count("layer")
+            f_r, s_r = rest("fwd", nl, f, secs(f, kinds))
+            b.compute(f"fwd c{vs} b{bi} mb{mb}", "fwd", None, mb, f_r, s_r, cs,
+                      [first, g[-1] if g else None])
+            overlap_ops(k, "fwd", mb, f"c{vs}b{bi}", nl, "fwd")
+            done[k].append(b.last[cs])
+            tp_ops(k, kinds, "fwd", mb, f"c{vs}b{bi}")
+            pchain[(vs, bi)] = (window(k, n0), tuple(g))
+
+    def backward_buckets(k: int, vs: int, mb: int, dep0) -> None:
+        """Last micro-batch with DP communication overlap: bucket by bucket, each bucket's
+        gradient reduction issued on ``comm-grad/s{k}`` as soon as its backward ends."""
+        cs = f"compute/s{k}"
+        first = [dep0]
+        for bi, bucket in enumerate(buckets[vs]):
+            us = [units[vs][i] for i in bucket]
+            kinds = [u.kind for u in us]
+            layers = [kd for kd in kinds if kd == "layer"]
+            nl = len(layers)
+            n0 = len(b.ops)
+            if rc_flops and nl:
+                f = nl * rc_flops / t
+                s_rc = secs(f, layers, "recompute")
+                if recompute:
+                    f, s_rc = rest("recompute", nl, f, s_rc)
+                b.compute(f"recompute c{vs} b{bi} mb{mb}", "recompute", None, mb, f, s_rc,
+                          cs, first)
+                if recompute:
+                    overlap_ops(k, "recompute", mb, f"c{vs}b{bi}", nl, "recompute")
+                    tp_ops(k, kinds, "recompute", mb, f"c{vs}b{bi}")
+                first = []
+            f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
+            f_r, s_r = rest("bwd", nl, f, secs(f, kinds, "bwd"))
+            b.compute(f"bwd c{vs} b{bi} mb{mb}", "bwd", None, mb, f_r, s_r, cs, first)
+            first = []
+            overlap_ops(k, "bwd", mb, f"c{vs}b{bi}", nl, "bwd")
+            done[k].append(b.last[cs])
+            tp_ops(k, kinds, "bwd", mb, f"c{vs}b{bi}")
+            ids = window(k, n0)
+            gchain[(vs, bi)] = (ids, tuple(bucket_sync(k, (vs, bi), gsync, "grad-bucket",
+                                                       "comm-grad", [b.last[cs]])))
+
     def forward(k: int, vs: int, mb: int) -> None:
         us = units[vs]
         dep0 = sent.get(("F", vs - 1, mb))
         cs = f"compute/s{k}"
-        if coalesce:
+        if dpo and psync and mb == 0:
+            forward_buckets(k, vs, mb, dep0)
+        elif coalesce:
             f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
             nl = sum(u.kind == "layer" for u in us)
             f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind for u in us]))
@@ -637,7 +825,9 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         us = units[vs]
         dep0 = sent.get(("B", vs + 1, mb))
         cs = f"compute/s{k}"
-        if coalesce:
+        if dpo and mb == m - 1:
+            backward_buckets(k, vs, mb, dep0)
+        elif coalesce:
             first = [dep0]
             nl = sum(u.kind == "layer" for u in us)
             if rc_flops:
@@ -718,7 +908,8 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     sparams = stage_params(model, par)
     fp8p = stage_fp8_params(model, par)
     for k in range(p):
-        _boundary(b, k, strategy, lay, sparams[k] * r, cluster, training, fp8p[k])
+        _boundary(b, k, strategy, lay, sparams[k] * r, cluster, training, fp8p[k], dpo)
+    gch, pch = _dp_chains(p, v, buckets, gchain, pchain) if dpo else ((), ())
     n = cluster.gpus
     tokens = training.micro_batch * training.seq_len * m * lay.d
     hw = sum(o.flops for o in b.ops if isinstance(o, ComputeOp)) / p
@@ -730,17 +921,110 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                   virtual=v, sequence_parallel=sp,
                   selective_recompute=par.selective_recompute, tp_comm_overlap=ovl,
                   hardware_flops_per_gpu=hw,
-                  stage_params=tuple(sparams))
+                  stage_params=tuple(sparams), dp_grad_chains=gch, dp_param_chains=pch)
+
+
+def _dp_chains(p: int, v: int, buckets, gchain, pchain) -> tuple[tuple, tuple]:
+    """Per stage, the gradient chain (chunks in the order of their last backward, the last
+    virtual chunk first) and the parameter chain (chunks in the order of their first
+    forward): entries (busy op ids, collective op ids, scale). With the interleaved schedule
+    p - 1 other micro-batches of a chunk run between two chunks' bucketed passes: an entry
+    of that chunk's pass x (p - 1) with no collective (docs/parallelism.md)."""
+    gch, pch = [], []
+    for k in range(p):
+        g, q = [], []
+        for ci, c in enumerate(reversed(range(v))):
+            vs = k + c * p
+            ents = [gchain[(vs, bi)] for bi in range(len(buckets[vs]))]
+            if ci > 0:
+                g.append((tuple(i for e in ents for i in e[0]), (), p - 1))
+            g += [(e[0], e[1], 1) for e in ents]
+        gch.append(tuple(g))
+    if pchain:
+        for vs in range(len(buckets)):
+            pch.append(tuple(pchain[(vs, bi)] for bi in range(len(buckets[vs]) - 1, -1, -1)))
+    return tuple(gch), tuple(pch)
+
+
+def param_fill_exposed(chains, p: int, v: int, f: float = 1.0) -> float:
+    """Delay the bucketed parameter all-gathers add to the pipeline: the first micro-batch's
+    forward through the virtual stages 0..p·v-1 (the path every stage's work waits on),
+    with and without the gathers. ``chains[vs]``: [(gather s, busy s)] of virtual stage vs's
+    buckets in forward order. Per stage k the gathers run on one stream: its first at the
+    step's start, each next one dispatched when the previous bucket's forward starts
+    (Megatron's forward pre-hook: prefetch one bucket ahead, across the stage's chunks); a
+    bucket's forward starts when the previous one has ended, its input has arrived and its
+    gather has ended, at 1/f while the next gather is in flight. With the interleaved schedule
+    stage k runs p - 1 more forwards of chunk c (micro-batches 1..p-1) before chunk c+1's
+    first.
+
+    >>> param_fill_exposed([[(0.5, 1.0), (0.5, 1.0)]], 1, 1)          # the first gather
+    0.5
+    >>> param_fill_exposed([[(0.5, 1.0)], [(0.5, 1.0)]], 2, 1)        # stage 1's hidden
+    0.5
+    """
+    def run(gathers: bool) -> float:
+        free = [0.0] * p       # when stage k's compute stream is free
+        gend = [0.0] * p       # end of stage k's latest gather
+        prev = [None] * p      # start of stage k's previous bucket forward (None: none yet)
+        nxt_g = {}             # the next gather of each (vs, i) in stage order
+        order = [[(vs, i) for vs in range(k, len(chains), p) for i in range(len(chains[vs]))]
+                 for k in range(p)]
+        for k in range(p):
+            for j, (vs, i) in enumerate(order[k]):
+                nv, ni = order[k][j + 1] if j + 1 < len(order[k]) else (None, None)
+                nxt_g[(vs, i)] = chains[nv][ni][0] if nv is not None and gathers else 0.0
+        arr = 0.0
+        for vs, chain in enumerate(chains):
+            k = vs % p
+            t = max(arr, free[k])
+            for i, (g, w) in enumerate(chain):
+                g = g if gathers else 0.0
+                if prev[k] is None:
+                    gend[k] = g
+                start = max(t, gend[k])
+                nx = nxt_g[(vs, i)]
+                gend[k] = start + nx          # the next gather, dispatched now
+                prev[k] = start
+                if f != 1.0 and nx > 0:
+                    t = start + (nx + (w - nx / f) if w > nx / f else w * f)
+                else:
+                    t = start + w
+            arr = t
+            extra = (p - 1) * sum(w for _, w in chain) if v > 1 and vs < p * (v - 1) else 0.0
+            free[k] = t + extra
+        return arr
+
+    return run(True) - run(False)
+
+
+def dp_overlap_exposed(grad, f: float = 1.0) -> float:
+    """Exposed gradient time of one stage from its chain of (busy seconds, collective
+    seconds, has a collective) entries (:func:`_dp_chains`): an entry with no collective is
+    busy time that joins the next bucket's backward; then :func:`grad_chain_exposed`."""
+    gl, pend = [], 0.0
+    for w, c, has in grad:
+        if not has:
+            pend += w
+            continue
+        gl.append((pend + w, c))
+        pend = 0.0
+    if pend:
+        gl.append((pend, 0.0))
+    return grad_chain_exposed(gl, f)
 
 
 def _boundary(b: _Builder, k: int, strategy: Strategy, lay: Layout, trainable: float,
-              cluster: ClusterSpec, training: TrainingSpec, fp8_params: float = 0.0) -> None:
-    """Per stage: t_sync_g, the optimizer step, t_sync_p (:mod:`parosim.plan` tables)."""
+              cluster: ClusterSpec, training: TrainingSpec, fp8_params: float = 0.0,
+              dp_overlap: bool = False) -> None:
+    """Per stage: t_sync_g, the optimizer step, t_sync_p (:mod:`parosim.plan` tables). With
+    DP communication overlap the syncs are the buckets' (in the last backward, the first
+    forward): only the optimizer step stays here."""
     full = BYTES_PER_GRAD * trainable
     sizes = {"full": full, "shard": full / lay.m_dp}
     gs = lay.dp_scopes(k)
     deps = [b.last.get(f"compute/s{k}"), b.last.get(f"comm-grad/s{k}")]
-    for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
+    for op, scope, size in () if dp_overlap else SYNC_GRAD[(strategy.g, strategy.os)]:
         cid = b.coll(f"sync-grad {op.value} {scope.value} s{k}", op, scope, sizes[size],
                      "sync-grad", None, None, f"comm-grad/s{k}", deps, stage=k, group="dp",
                      scopes=gs)
@@ -749,7 +1033,8 @@ def _boundary(b: _Builder, k: int, strategy: Strategy, lay: Layout, trainable: f
     opt_s = optimizer_seconds_3d(trainable, d_os, cluster, training, fp8_params)
     deps = [b.compute(f"optimizer step s{k}", "optimizer", None, None, 0.0, opt_s,
                       f"compute/s{k}", deps)]
-    for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
+    for op, scope, size in () if dp_overlap else SYNC_PARAM.get((strategy.os, strategy.p),
+                                                                 ()):
         cid = b.coll(f"sync-param {op.value} {scope.value} s{k}", op, scope, sizes[size],
                      "sync-param", None, None, f"comm-param/s{k}", deps, stage=k,
                      group="dp", scopes=gs)
@@ -956,6 +1241,8 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     p2p = [0.0] * p
     bound = [0.0] * p
     opt = [0.0] * p
+    dpo = bool(plan.dp_grad_chains)
+    own: dict[int, float] = {}    # DP communication overlap: each op's busy time / its time
     for op in plan.ops:
         k = int(op.stream.rsplit("/s", 1)[1])
         if isinstance(op, ComputeOp):
@@ -965,19 +1252,38 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
             else:
                 busy[k] += op.duration_s
                 comp[k] += op.duration_s
+                if dpo:
+                    own[op.id] = op.duration_s
             continue
         t = t_of(op)
-        if op.micro_step is None:
+        if dpo and op.purpose in ("grad-bucket", "param-bucket"):
+            own[op.id] = t      # exposed through the chains below
+        elif op.micro_step is None:
             bound[k] += t
         elif op.stream.startswith("tp-ovl/"):
             g = plan.ops[op.pair].duration_s
             busy[k] += overlapped_time(g, t, overlap_slowdown) - g
+            if dpo:
+                own[op.id] = overlapped_time(g, t, overlap_slowdown) - g
         elif op.stream.startswith("compute/"):
             busy[k] += t
+            if dpo:
+                own[op.id] = t
         elif op.stream.startswith("p2p-"):
             p2p[k] += t
         else:
             dp[k] += t
+    if dpo:   # the buckets' exposed reduction and gather join the boundary
+        def ent(chain):
+            return [(sc * sum(own[i] for i in ids), sum(own[i] for i in cs), bool(cs))
+                    for ids, cs, sc in chain]
+
+        for k in range(p):
+            bound[k] += dp_overlap_exposed(ent(plan.dp_grad_chains[k]), overlap_slowdown)
+        pre = param_fill_exposed([[(sum(own[i] for i in cs), sum(own[i] for i in ids))
+                                   for ids, cs in ch] for ch in plan.dp_param_chains],
+                                 p, v, overlap_slowdown) if plan.dp_param_chains else 0.0
+        return _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre)
     # one activation + one gradient transfer per (virtual) boundary, per micro-batch
     return _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v)
 
@@ -1102,7 +1408,7 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v)
 
 
-def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v) -> Analytic3D:
+def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre=None) -> Analytic3D:
     """The pipeline formula of :func:`evaluate_3d` on per-stage sums over m_plan
     micro-batches. ``compute_s`` is the busiest stage's compute ops over the step, its
     optimizer step included (as the engine's busiest compute stream and the
@@ -1113,6 +1419,8 @@ def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v) -> Analytic3D:
     bubble = (p - 1) * t_mean / v
     pipeline = m * t_max + bubble + (p - 1) * hop
     boundary = max(bound)
+    if pre is not None:   # DP communication overlap: the first forwards' exposed gathers
+        boundary += pre
     compute = max(m * comp[k] / m_plan + opt[k] for k in range(p))
     return Analytic3D(pipeline + boundary, pipeline, bubble, boundary, compute, tuple(per))
 
