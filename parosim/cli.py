@@ -202,6 +202,11 @@ def _training_args(p: argparse.ArgumentParser) -> None:
                    help="Megatron-Core / Transformer Engine tp_comm_overlap: the sequence-"
                    "parallel all-gathers / reduce-scatters run in chunks beside their GEMMs "
                    "(needs --sequence-parallel; docs/parallelism.md)")
+    g.add_argument("--dp-comm-overlap", action="store_true",
+                   help="Megatron-Core overlap_grad_reduce + overlap_param_gather: the data-"
+                   "parallel gradient reduction / parameter all-gather run bucket by bucket "
+                   "beside the last backward / first forward (needs --tp or --pp >= 2 and "
+                   "PaRO NNN, NNI or NNG; docs/parallelism.md)")
 
 
 def _setup(a: argparse.Namespace):
@@ -285,7 +290,8 @@ def _parallel(a: argparse.Namespace):
     return ParallelSpec(tp=a.tp, pp=a.pp, schedule=str(a.pp_schedule).strip().lower(),
                         virtual=a.virtual_stages, sequence_parallel=a.sequence_parallel,
                         selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo,
-                        tp_comm_overlap=bool(getattr(a, "tp_comm_overlap", False)))
+                        tp_comm_overlap=bool(getattr(a, "tp_comm_overlap", False)),
+                        dp_comm_overlap=bool(getattr(a, "dp_comm_overlap", False)))
 
 
 def _dp_keys(d: dict) -> dict:
@@ -496,6 +502,8 @@ def _settings(a: argparse.Namespace, cluster, training, rt=None) -> dict:
             out[k] = getattr(training, k)
     if hasattr(a, "tp_comm_overlap"):
         out["tp_comm_overlap"] = bool(a.tp_comm_overlap)
+    if hasattr(a, "dp_comm_overlap"):
+        out["dp_comm_overlap"] = bool(a.dp_comm_overlap)
     if rt is not None:
         out["runtime"] = rt.name
     return out
@@ -513,6 +521,8 @@ def _settings_text(s: dict) -> str:
         parts.append(f"overlap slowdown {s['overlap_slowdown']:g}")
     if s.get("tp_comm_overlap"):
         parts.append("TP comm overlap on")
+    if s.get("dp_comm_overlap"):
+        parts.append("DP comm overlap on")
     if s.get("precision", "bf16") != "bf16":
         parts.append(f"precision {s['precision']}")
     if s.get("attention"):
@@ -550,7 +560,8 @@ def _print_simulate(r: dict) -> None:
               f"chunk(s) per stage) x DP {r['dp']}, {r['micro_batches']} micro-batches, "
               f"bubble {100 * (r['bubble_fraction'] or 0):.1f} %, recompute "
               f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}"
-              f"{', TP comm overlap' if r.get('tp_comm_overlap') else ''}")
+              f"{', TP comm overlap' if r.get('tp_comm_overlap') else ''}"
+              f"{', DP comm overlap' if r.get('dp_comm_overlap') else ''}")
     if r.get("critical_rank") is not None:
         print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
               f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "

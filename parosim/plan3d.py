@@ -500,7 +500,7 @@ def check_dp_overlap(strategy: Strategy, par: ParallelSpec) -> None:
     if par.dp_comm_overlap and (strategy.p is not Level.N or strategy.g is not Level.N):
         raise InputError(f"--dp-comm-overlap models Megatron-Core's DDP buckets (PaRO NNN, "
                          f"NNI, NNG: parameters and gradients whole during the micro-steps); "
-                         f"strategy {strategy.name} gathers or reduces them per micro-step; "
+                         f"strategy {strategy.short} gathers or reduces them per micro-step; "
                          "expected one of NNN, NNI, NNG")
 
 
@@ -1394,18 +1394,68 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
                                lay.tp_scopes(prv), tp_algo)
     sparams = stage_params(model, par)
     fp8p = stage_fp8_params(model, par)
+    dpo = par.dp_comm_overlap
     for k in range(p):
         gs = lay.dp_scopes(k)
         full = BYTES_PER_GRAD * sparams[k] * r
         sizes = {"full": full, "shard": full / lay.m_dp}
-        for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
+        for op, scope, size in () if dpo else SYNC_GRAD[(strategy.g, strategy.os)]:
             bound[k] += coll("dp", op, scope, sizes[size], gs)
         d_os = strategy.os.divisor(lay.d, lay.m_dp)
         opt[k] = optimizer_seconds_3d(sparams[k] * r, d_os, cluster, training, fp8p[k])
         bound[k] += opt[k]
-        for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
+        for op, scope, size in () if dpo else SYNC_PARAM.get((strategy.os, strategy.p), ()):
             bound[k] += coll("dp", op, scope, sizes[size], gs)
-    return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v)
+    if not dpo:
+        return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v)
+    # DP communication overlap: the same bucket chains as build_plan_3d / evaluate_3d
+    check_dp_overlap(strategy, par)
+    buckets = dp_buckets(model, par, lay.d)
+
+    def unit_busy(k: int, kind: str, phase: str) -> float:
+        if ks is not None:
+            sec = ks[(kind, phase)]
+            if phase == "bwd" and kind == "layer" and rcf:
+                sec += ks[("layer", "recompute")]
+        else:
+            sec = compute_seconds(flops[(kind, phase)] / t, cluster, training)
+            if phase == "bwd" and kind == "layer" and rcf:
+                sec += compute_seconds(rcf / t, cluster, training)
+        sec += tp_time(k, kind, phase)
+        if phase == "bwd" and recompute and kind == "layer":
+            sec += tp_time(k, kind, "recompute")
+        return sec
+
+    def sync(k: int, us: list, table) -> float:
+        full = BYTES_PER_GRAD * sum(u.params for u in us) * r / t
+        sizes = {"full": full, "shard": full / lay.m_dp}
+        return sum(coll("dp", op, scope, sizes[size], lay.dp_scopes(k))
+                   for op, scope, size in table)
+
+    gsync = SYNC_GRAD[(strategy.g, strategy.os)]
+    psync = SYNC_PARAM.get((strategy.os, strategy.p), ())
+    gb: dict[tuple[int, int], tuple[float, float]] = {}
+    pchains = []
+    for vs, us in enumerate(units):
+        k = vs % p
+        for bi, bucket in enumerate(buckets[vs]):
+            bus = [us[i] for i in bucket]
+            gb[(vs, bi)] = (sum(unit_busy(k, u.kind, "bwd") for u in bus), sync(k, bus, gsync))
+        if psync:
+            pchains.append([(sync(k, [us[i] for i in buckets[vs][bi]], psync),
+                             sum(unit_busy(k, us[i].kind, "fwd") for i in buckets[vs][bi]))
+                            for bi in range(len(buckets[vs]) - 1, -1, -1)])
+    for k in range(p):
+        chain = []
+        for ci, c in enumerate(reversed(range(v))):
+            vs = k + c * p
+            ents = [gb[(vs, bi)] for bi in range(len(buckets[vs]))]
+            if ci > 0:
+                chain.append(((p - 1) * sum(w for w, _ in ents), 0.0, False))
+            chain += [(w, x, True) for w, x in ents]
+        bound[k] += dp_overlap_exposed(chain, overlap_slowdown)
+    pre = param_fill_exposed(pchains, p, v, overlap_slowdown) if pchains else 0.0
+    return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v, pre)
 
 
 def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre=None) -> Analytic3D:
@@ -1496,6 +1546,7 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
              "pp_schedule": par.schedule, "virtual_stages": par.virtual,
              "sequence_parallel": par.sequence_parallel,
              "tp_comm_overlap": par.tp_comm_overlap,
+             "dp_comm_overlap": par.dp_comm_overlap,
              "recompute_mode": ("full" if mem.recompute else
                                 "selective" if par.selective_recompute else "none"),
              "micro_batches": training.accum_steps}

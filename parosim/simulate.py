@@ -301,7 +301,8 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             runtime=None, parallel=None) -> list[StepResult]:
     """Every strategy (x every algorithm in ``algos``), ranked best first.
 
-    With a ``runtime`` that names its stages (deepspeed, fsdp) only those strategies run.
+    With a ``runtime`` that names its stages (deepspeed, fsdp) only those strategies run;
+    with ``parallel.dp_comm_overlap`` (Megatron-Core's DDP buckets) only NNN, NNI and NNG.
 
     ``workers > 1`` simulates the configurations in that many processes (each is a pure
     function of its inputs, so the result is the same).
@@ -314,6 +315,13 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         if runtime is not None:
             raise InputError("--tp / --pp / --sequence-parallel / --recompute selective "
                              "model the ideal runtime; expected no --runtime with them")
+        if getattr(parallel, "dp_comm_overlap", False):
+            from .strategies import Level
+
+            pool = [s for s in pool if s.p is Level.N and s.g is Level.N]
+            if not pool:
+                raise InputError("--dp-comm-overlap applies to PaRO NNN, NNI and NNG; "
+                                 "expected one of them among the strategies")
         jobs = [(model, cluster, s, training, a, mode, False, None, 1, 0, None, False,
                  parallel) for s in pool for a in algos]
     if workers > 1 and mode == "engine" and len(jobs) > 2:
@@ -406,13 +414,14 @@ def point_setup(point: dict):
 
 def point_parallel(point: dict):
     """The :class:`~parosim.parallel.ParallelSpec` of a sweep point's optional ``tp``,
-    ``pp``, ``sequence_parallel`` and ``tp_comm_overlap`` keys (absent: plain data
-    parallelism)."""
+    ``pp``, ``sequence_parallel``, ``tp_comm_overlap`` and ``dp_comm_overlap`` keys
+    (absent: plain data parallelism)."""
     from .parallel import ParallelSpec
 
     return ParallelSpec(tp=point.get("tp") or 1, pp=point.get("pp") or 1,
                         sequence_parallel=bool(point.get("sequence_parallel")),
-                        tp_comm_overlap=bool(point.get("tp_comm_overlap")))
+                        tp_comm_overlap=bool(point.get("tp_comm_overlap")),
+                        dp_comm_overlap=bool(point.get("dp_comm_overlap")))
 
 
 def run_point(point: dict) -> dict:

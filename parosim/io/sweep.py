@@ -93,6 +93,9 @@ _STEP_PARALLEL_INPUTS: dict[str, str] = {
     "sequence_parallel": "Megatron sequence parallelism: True or False (needs tp >= 2)",
     "tp_comm_overlap": "Megatron-Core / Transformer Engine TP communication overlap: True or "
                        "False (needs sequence_parallel)",
+    "dp_comm_overlap": "Megatron-Core DP communication overlap (overlap_grad_reduce + "
+                       "overlap_param_gather): True or False (needs tp or pp >= 2, PaRO NNN, "
+                       "NNI or NNG)",
 }
 _COMMON_OUTPUTS: dict[str, str] = {
     "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
@@ -277,7 +280,8 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "overlap_slowdown": _parse_slowdown, "precision": _parse_precision,
             "tp": lambda v: positive_int(v, "tp"), "pp": lambda v: positive_int(v, "pp"),
             "sequence_parallel": lambda v: _parse_flag(v, "sequence_parallel"),
-            "tp_comm_overlap": lambda v: _parse_flag(v, "tp_comm_overlap")}
+            "tp_comm_overlap": lambda v: _parse_flag(v, "tp_comm_overlap"),
+            "dp_comm_overlap": lambda v: _parse_flag(v, "dp_comm_overlap")}
 
 
 def _parse_flag(v: Any, key: str) -> bool:
