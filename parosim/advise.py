@@ -8,6 +8,9 @@ Search space (docs/parallelism.md, "advise"):
 * sequence parallelism on / off (t > 1); with ``tp_comm_overlap`` (``--tp-comm-overlap``, a
   fixed setting, not searched) every sequence-parallel configuration runs with Megatron-Core's
   TP communication overlap (configurations without sequence parallelism cannot have it);
+  with ``dp_comm_overlap`` (``--dp-comm-overlap``, fixed, not searched) every configuration
+  with t or p > 1 and PaRO NNN, NNI or NNG runs with Megatron-Core's DP communication overlap
+  (the others cannot have it);
 * recomputation: none, selective (attention core), full;
 * the 14 PaRO strategies on the DP group, with PaRO groups of 1, 2, 4, ... nodes (strategies
   with an I level only; a layout whose DP groups do not split evenly is skipped);
@@ -83,6 +86,7 @@ class Candidate:
     recompute: str
     algo: str
     tp_comm_overlap: bool = False
+    dp_comm_overlap: bool = False
     tokens_per_s: float = 0.0
     step_time_s: float = 0.0
     exposed_comm_s: float = 0.0
@@ -104,7 +108,7 @@ class Candidate:
         d = {k: getattr(self, k) for k in (
             "tp", "pp", "dp", "strategy", "group_nodes", "micro_batch", "accum", "recompute",
             "algo", "schedule", "virtual_stages", "sequence_parallel", "tp_comm_overlap",
-            "tokens_per_s",
+            "dp_comm_overlap", "tokens_per_s",
             "step_time_s", "tflops_per_gpu", "exposed_comm_s", "bubble_fraction",
             "compute_s", "memory_bytes", "capacity_bytes", "headroom_bytes", "mode",
             "analytic_tokens_per_s", "reason")}
@@ -115,6 +119,7 @@ class Candidate:
                                          f" interleaved v={self.virtual_stages}")
         sp = (" +SP" if self.sequence_parallel else "") + (" +TP-overlap"
                                                           if self.tp_comm_overlap else "")
+        sp += " +DP-overlap" if self.dp_comm_overlap else ""
         gn = f" groups of {self.group_nodes} nodes" if self.group_nodes > 1 else ""
         return (f"TP{self.tp} PP{self.pp}{sched} DP{self.dp}{sp} PaRO-{self.strategy}{gn} "
                 f"b={self.micro_batch} m={self.accum} recompute={self.recompute} "
@@ -166,7 +171,8 @@ def _algos(cluster: ClusterSpec, tp: int, pp: int, strategy: Strategy) -> list[A
 def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: int = 2048,
            top: int = 5, engine_top: int = 3, max_micro_batch: int = 16,
            strategies: list[Strategy] | None = None, efficiency: float | None = None,
-           engine_max_ops: int = 60_000, tp_comm_overlap: bool = False) -> dict:
+           engine_max_ops: int = 60_000, tp_comm_overlap: bool = False,
+           dp_comm_overlap: bool = False) -> dict:
     """Search the configurations (module docstring); return the ranked top ``top`` and every
     screened fitting point's (memory, throughput) for the Pareto plot."""
     from .plan3d import memory_3d, summary_3d
@@ -207,7 +213,10 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
                     par = ParallelSpec(tp=tp, pp=pp, schedule=sched, virtual=v,
                                        sequence_parallel=sp,
                                        selective_recompute=rc == "selective",
-                                       tp_comm_overlap=sp and bool(tp_comm_overlap))
+                                       tp_comm_overlap=sp and bool(tp_comm_overlap),
+                                       dp_comm_overlap=bool(dp_comm_overlap)
+                                       and (tp > 1 or pp > 1) and strat.p is Level.N
+                                       and strat.g is Level.N)
                     b = 1
                     while b <= max_micro_batch:
                         if global_batch % (b * d):
@@ -229,6 +238,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
                         for algo in _algos(cl, tp, pp, strat):
                             c = Candidate(tp, pp, d, sched, v, sp, strat.short, gn, b, m, rc,
                                           algo.value, par.tp_comm_overlap,
+                                          par.dp_comm_overlap,
                                           memory_bytes=mem.total_bytes,
                                           capacity_bytes=mem.capacity_bytes)
                             pool.append((ub, c, (cl, tr, par, strat, algo)))
@@ -313,7 +323,8 @@ def _plan_ops(model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, strat: Stra
     per_unit = not (strat.p is Level.N and strat.g is Level.N)
     units = (model.layers + 2) if per_unit else par.chunks
     ovl = 24 if par.tp_comm_overlap else 0   # 3 ops per overlapped collective, 8 per layer
-    return tr.accum_steps * units * ((8 if per_unit else 6) + ovl)
+    dpo = 2 * (model.layers + 2) * (8 + ovl) if par.dp_comm_overlap else 0   # bucketed passes
+    return tr.accum_steps * units * ((8 if per_unit else 6) + ovl) + dpo
 
 
 def _hw_flops_per_gpu(model, tr, par, rc) -> float:

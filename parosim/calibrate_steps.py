@@ -24,6 +24,9 @@ column              required  meaning
 ``sequence_parallel`` no      on | off (default off; needs tp > 1)
 ``tp_comm_overlap`` no        on | off (default off; needs sequence_parallel on: Megatron-Core
                               / TE TP communication overlap, docs/parallelism.md)
+``dp_comm_overlap`` no        on | off (default off; needs tp or pp > 1 and strategy NNN, NNI
+                              or NNG: Megatron-Core overlap_grad_reduce +
+                              overlap_param_gather, docs/parallelism.md)
 ``precision``       no        bf16 | fp8 (default bf16; fp8: Transformer Engine FP8 GEMMs,
                               docs/compute.md "FP8 training"; needs a GPU with FP8)
 ==================  ========  ==============================================================
@@ -61,7 +64,8 @@ from .errors import InputError
 
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
 OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
-            "tp", "pp", "virtual", "sequence_parallel", "tp_comm_overlap", "precision")
+            "tp", "pp", "virtual", "sequence_parallel", "tp_comm_overlap", "precision",
+            "dp_comm_overlap")
 HOLDOUTS = ("none", "every-other")
 
 
@@ -89,10 +93,12 @@ class StepRun:
     sequence_parallel: bool = False
     tp_comm_overlap: bool = False
     precision: str = "bf16"
+    dp_comm_overlap: bool = False
 
     @property
     def is_3d(self) -> bool:
-        return self.tp > 1 or self.pp > 1 or self.recompute == "selective"
+        return (self.tp > 1 or self.pp > 1 or self.recompute == "selective"
+                or self.dp_comm_overlap)
 
 
 def _int(text: str, col: str, where: str) -> int:
@@ -142,7 +148,7 @@ def read_steps(path: str | Path) -> list[StepRun]:
         for c in ("group_nodes", "tp", "pp", "virtual"):
             if row.get(c):
                 kw[c] = _int(row[c], c, where)
-        for c in ("sequence_parallel", "tp_comm_overlap"):
+        for c in ("sequence_parallel", "tp_comm_overlap", "dp_comm_overlap"):
             if row.get(c):
                 v = row[c].lower()
                 if v not in ("on", "off"):
@@ -245,6 +251,7 @@ def _simulate_3d(run: StepRun, model, cluster, training, mode: str,
     try:
         par = ParallelSpec(tp=run.tp, pp=run.pp, sequence_parallel=run.sequence_parallel,
                            tp_comm_overlap=run.tp_comm_overlap,
+                           dp_comm_overlap=run.dp_comm_overlap,
                            selective_recompute=run.recompute == "selective",
                            schedule="interleaved" if run.virtual > 1 else "1f1b",
                            virtual=run.virtual)

@@ -863,7 +863,8 @@ def _cmd_advise(a: argparse.Namespace) -> dict:
 
         plot_path(a.plot)
     res = advise(model, cluster, batch, a.seq_len, a.top, a.engine_top, a.max_micro_batch,
-                 strategies, a.efficiency, tp_comm_overlap=a.tp_comm_overlap)
+                 strategies, a.efficiency, tp_comm_overlap=a.tp_comm_overlap,
+                 dp_comm_overlap=a.dp_comm_overlap)
     if a.plot:
         from .advise_plot import save_pareto
 
@@ -874,6 +875,7 @@ def _cmd_advise(a: argparse.Namespace) -> dict:
         "strategies": a.strategies,
         "compute_efficiency": a.efficiency if a.efficiency is not None else "default",
         "tp_comm_overlap": a.tp_comm_overlap,
+        "dp_comm_overlap": a.dp_comm_overlap,
         "gpu_memory_bytes": cluster.gpu.memory_bytes,
         "overrides": {"gpu_memory": a.gpu_memory} if a.gpu_memory else {}}
     if a.json:
@@ -1047,6 +1049,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ad.add_argument("--tp-comm-overlap", action="store_true",
                     help="sequence-parallel configurations run with Megatron-Core's TP "
                     "communication overlap (a fixed setting, not searched)")
+    ad.add_argument("--dp-comm-overlap", action="store_true",
+                    help="TP/PP configurations with PaRO NNN, NNI or NNG run with Megatron-"
+                    "Core's DP communication overlap (a fixed setting, not searched)")
     ad.add_argument("--plot", default=None, help="write the memory-vs-throughput Pareto "
                     "plot to FILE (.png, .svg, .pdf)")
     ad.add_argument("--cluster", default="dgx-a100-ib",
