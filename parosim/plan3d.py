@@ -932,7 +932,7 @@ def _dp_chains(p: int, v: int, buckets, gchain, pchain) -> tuple[tuple, tuple]:
     of that chunk's pass x (p - 1) with no collective (docs/parallelism.md)."""
     gch, pch = [], []
     for k in range(p):
-        g, q = [], []
+        g = []
         for ci, c in enumerate(reversed(range(v))):
             vs = k + c * p
             ents = [gchain[(vs, bi)] for bi in range(len(buckets[vs]))]

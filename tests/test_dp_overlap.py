@@ -16,6 +16,7 @@ from parosim.errors import InputError
 from parosim.io import load_cluster
 from parosim.models import preset
 from parosim.parallel import ParallelSpec, layout_for, lower_group
+from parosim.plan import ComputeOp
 from parosim.plan3d import (
     GroupOp,
     build_plan_3d,
@@ -26,7 +27,6 @@ from parosim.plan3d import (
     simulate_3d,
     summary_3d,
 )
-from parosim.plan import ComputeOp
 from parosim.simulate import with_overrides
 from parosim.strategies import parse_strategy
 from parosim.training import BYTES_PER_GRAD, TrainingSpec
@@ -200,19 +200,22 @@ def test_hand_case_slow_network_excess_exposed():
 
 # -- engine vs closed form -----------------------------------------------------------------
 
-ENGINE = [  # nodes, tp, pp, schedule, strategy, m
-    (8, 8, 2, "1f1b", "NNN", 4),
-    (8, 4, 2, "1f1b", "NNG", 4),
-    (8, 4, 2, "interleaved", "NNG", 4),
-    (8, 2, 4, "1f1b", "NNI", 8),
+ENGINE = [  # nodes, tp, pp, schedule, strategy, m, extra ParallelSpec / TrainingSpec fields
+    (8, 8, 2, "1f1b", "NNN", 4, {}),
+    (8, 4, 2, "1f1b", "NNG", 4, {}),
+    (8, 4, 2, "interleaved", "NNG", 4, {}),
+    (8, 2, 4, "1f1b", "NNI", 8, {}),
+    (8, 4, 2, "1f1b", "NNG", 4, {"sequence_parallel": True, "tp_comm_overlap": True}),
+    (8, 8, 1, "1f1b", "NNG", 2, {"overlap_slowdown": 1.3}),
 ]
 
 
-@pytest.mark.parametrize("nodes,tp,pp,sched,strat,m", ENGINE)
-def test_engine_matches_closed_form(nodes, tp, pp, sched, strat, m):
+@pytest.mark.parametrize("nodes,tp,pp,sched,strat,m,kw", ENGINE)
+def test_engine_matches_closed_form(nodes, tp, pp, sched, strat, m, kw):
     c = load_cluster("dgx-a100-ib", nodes)
-    par = ParallelSpec(tp=tp, pp=pp, schedule=sched, dp_comm_overlap=True)
-    tr = _tr(m=m)
+    kw = dict(kw)
+    tr = replace(_tr(m=m), overlap_slowdown=kw.pop("overlap_slowdown", None))
+    par = ParallelSpec(tp=tp, pp=pp, schedule=sched, dp_comm_overlap=True, **kw)
     a = simulate_3d(M13, c, strat, tr, par, "ring", "analytic")
     e = simulate_3d(M13, c, strat, tr, par, "ring", "engine")
     off = simulate_3d(M13, c, strat, tr, replace(par, dp_comm_overlap=False), "ring",
