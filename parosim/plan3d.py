@@ -141,9 +141,9 @@ class Plan3D(Plan):
     tp_comm_overlap: bool = False
     hardware_flops_per_gpu: float = 0.0
     stage_params: tuple[float, ...] = field(default=())
-    # DP communication overlap: per stage, the bucket chains of the last backward and the
-    # first forward (:func:`dp_overlap_exposed`): tuples of (op ids of the window's busy
-    # time, op ids of the bucket's collectives) in the order they run
+    # DP communication overlap (:func:`_dp_chains`): per stage, the bucket chain of the last
+    # backward; per virtual stage, the buckets of the first forward (op ids of the busy time,
+    # op ids of the bucket's collectives)
     dp_grad_chains: tuple = field(default=())
     dp_param_chains: tuple = field(default=())
 
@@ -926,10 +926,11 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
 
 def _dp_chains(p: int, v: int, buckets, gchain, pchain) -> tuple[tuple, tuple]:
     """Per stage, the gradient chain (chunks in the order of their last backward, the last
-    virtual chunk first) and the parameter chain (chunks in the order of their first
-    forward): entries (busy op ids, collective op ids, scale). With the interleaved schedule
-    p - 1 other micro-batches of a chunk run between two chunks' bucketed passes: an entry
-    of that chunk's pass x (p - 1) with no collective (docs/parallelism.md)."""
+    virtual chunk first): entries (busy op ids, collective op ids, scale); with the
+    interleaved schedule p - 1 other micro-batches of the next chunk run between two chunks'
+    last backwards: an entry of that chunk's pass x (p - 1) with no collective. Per virtual
+    stage, the parameter chain: (busy op ids, gather op ids) of its buckets in forward order
+    (:func:`param_fill_exposed`; docs/parallelism.md)."""
     gch, pch = [], []
     for k in range(p):
         g = []
