@@ -39,6 +39,9 @@ Per pipeline stage k (streams ``compute/s{k}``, ``comm-param/s{k}``, ``comm-grad
   DP groups (n -> d, m -> m_dp, sizes /t): parameter all-gathers before each use for p = I/G
   (prefetched one unit ahead), gradient reduce-scatters after each backward for g = I/G, and
   at the boundary the gradient sync, the optimizer step and the parameter sync, per stage.
+  With ``dp_comm_overlap`` (Megatron-Core's DDP buckets, NNN / NNI / NNG) those syncs run per
+  bucket beside the last micro-batch's backward and the first one's forward instead
+  (:func:`dp_buckets`, docs/parallelism.md "DP communication overlap").
 
 With p = N and g = N a chunk's forward (backward) is one compute op and one TP op per
 collective kind with a ``count`` (the engine moves count x the bytes and pays count x the
@@ -1219,6 +1222,10 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     GEMM of g seconds adds ``overlapped_time(g, x, f) - g`` to its stage (``max(0, x - g)``
     with ``overlap_slowdown`` f = 1; :func:`parosim.analytic.overlapped_time`); its exposed
     chunk is a TP op on the compute stream.
+
+    DP communication overlap (``plan.dp_grad_chains``): each stage's boundary holds its
+    exposed bucket reductions (:func:`dp_overlap_exposed`) instead of the syncs, and the
+    exposed parameter gathers of the pipeline fill (:func:`param_fill_exposed`) are added.
     """
     from .analytic import overlapped_time
     from .collectives.cost import program_time
