@@ -47,6 +47,12 @@ Sources (public code read for this module; docs/memory.md, "FP8"):
   ``fp8_model_init``, Megatron ``--fp8-param-gather``; ``TrainingSpec.fp8_params``) the weight
   itself is fp8 (1 byte, no bf16 copy) and backward keeps its transpose in a cache
   (``weight.transpose(cache=ctx.is_first_microbatch is not None, ...)``): **1 + 1 bytes**.
+  The weight is sharded as parameters are (``2Ψ/d_p`` becomes 1 byte per GEMM weight); the
+  transpose cache is whole (Megatron FSDP: ``keep_fp8_transpose_cache = True``, as
+  Megatron-Bridge's Llama 3 8B FSDP run sets it). Megatron-Bridge's FP8-CS recipe
+  ``bf16_with_fp8_current_scaling_mixed`` sets ``fp8_param_gather = True``
+  (NVIDIA-NeMo/Megatron-Bridge ``src/megatron/bridge/training/mixed_precision.py``
+  @05097809102de3cbe888267e7d701868165153d8).
 * **Gradients.** Megatron-Core's ``DistributedDataParallel`` allocates its contiguous grad
   buffer as ``grad_dtype = torch.float if self.ddp_config.grad_reduce_in_fp32 else
   param.dtype`` (bf16; fp8 parameters report their "fake" bf16 dtype; the param buffer of
