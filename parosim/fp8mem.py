@@ -34,7 +34,9 @@ Sources (public code read for this module; docs/memory.md, "FP8"):
   (``launcher_scripts/conf/training/gpt3/175b.yaml`` @056a90edf9140a32bfd39652509244e7db055651);
   Llama 2 ``hidden_dropout: 0.0`` (``llama/llama2_70b.yaml``
   @0446d2c0603733cb7252ff36999b32b76e7cf1c4); Nemotron ``hidden_dropout: 0.0``
-  (``nemotron/nemotron_8b.yaml`` @089b90e6849fa1edb438d3ee750cf229f44e7955). Attention
+  (``nemotron/nemotron_8b.yaml`` @089b90e6849fa1edb438d3ee750cf229f44e7955); Llama 3 in
+  Megatron-Bridge ``hidden_dropout: float = 0.0`` (NVIDIA-NeMo/Megatron-Bridge
+  ``src/megatron/bridge/models/llama/llama_provider.py`` @2afd2d34f7d7b2e84095af1a7fd7244902189ebc). Attention
   dropout inside a flash / fused kernel regenerates its mask from the RNG state and keeps
   none; under eager attention it stays in Korthikanti's ``5·a·s/h`` term.
 * **The fp8 weight cache.** With ``is_first_microbatch`` set (Megatron-Core's TE wrappers

@@ -7,7 +7,8 @@ memory estimate twice:
   dropout masks counted as Korthikanti et al. count them; bf16 primary weights);
 * ``settings``: plus the run's documented memory settings (docs/memory.md, "FP8"):
   ``hidden_dropout`` 0.1 for GPT-3 (NeMo-Framework-Launcher gpt3/*.yaml), 0.0 for Llama 2,
-  Nemotron (launcher llama/*.yaml, nemotron/*.yaml) and Llama 3 (Meta's config, dropout 0);
+  Nemotron (launcher llama/*.yaml, nemotron/*.yaml) and Llama 3 (Megatron-Bridge
+  ``Llama3ModelProvider``);
   fp8 primary weights (``fp8_params``) for the two Megatron-Bridge 25.11 FP8-CS runs
   (``fp8_param_gather = True`` in its FP8-CS mixed-precision recipe).
 
