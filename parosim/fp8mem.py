@@ -36,9 +36,9 @@ Sources (public code read for this module; docs/memory.md, "FP8"):
   @0446d2c0603733cb7252ff36999b32b76e7cf1c4); Nemotron ``hidden_dropout: 0.0``
   (``nemotron/nemotron_8b.yaml`` @089b90e6849fa1edb438d3ee750cf229f44e7955); Llama 3 in
   Megatron-Bridge ``hidden_dropout: float = 0.0`` (NVIDIA-NeMo/Megatron-Bridge
-  ``src/megatron/bridge/models/llama/llama_provider.py`` @2afd2d34f7d7b2e84095af1a7fd7244902189ebc). Attention
-  dropout inside a flash / fused kernel regenerates its mask from the RNG state and keeps
-  none; under eager attention it stays in Korthikanti's ``5·a·s/h`` term.
+  ``src/megatron/bridge/models/llama/llama_provider.py``
+  @2afd2d34f7d7b2e84095af1a7fd7244902189ebc). Attention dropout inside a flash / fused
+  kernel regenerates its mask from the RNG state and keeps none; under eager attention it stays in Korthikanti's ``5·a·s/h`` term.
 * **The fp8 weight cache.** With ``is_first_microbatch`` set (Megatron-Core's TE wrappers
   pass it: ``_is_first_microbatch = None if self.disable_parameter_transpose_cache else
   self.is_first_microbatch``, NVIDIA/Megatron-LM
@@ -112,7 +112,8 @@ def itemised_layer_activation_bytes(model: ModelSpec, training: TrainingSpec, tp
     >>> gpt = ModelSpec("g", layers=2, hidden=1024, ffn_hidden=4096, heads=8, vocab=1000,
     ...                 mlp="gelu", norm="layernorm", bias=True)
     >>> tr = TrainingSpec(micro_batch=1, seq_len=128, attention="flash")
-    >>> itemised_layer_activation_bytes(gpt, tr, gemm_input_bytes=2) == 128 * 1024 * 34 + 4 * 8 * 128
+    >>> bf16 = itemised_layer_activation_bytes(gpt, tr, gemm_input_bytes=2)
+    >>> bf16 == 128 * 1024 * 34 + 4 * 8 * 128
     True
     >>> itemised_layer_activation_bytes(gpt, tr) == 128 * 1024 * 29 + 4 * 8 * 128
     True

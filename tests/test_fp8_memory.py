@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from parosim.errors import InputError
-from parosim.gpus import known_gpu
 from parosim.fp8mem import (
     fp8_activation_bytes,
     fp8_layer_activation_bytes,
     itemised_layer_activation_bytes,
 )
+from parosim.gpus import known_gpu
 from parosim.io import load_cluster
 from parosim.memory import layer_activation_bytes, memory_breakdown, output_activation_bytes
 from parosim.models import ModelSpec, preset
@@ -138,9 +138,9 @@ def test_weight_cache_fp8_params_and_grad_buffer():
     par = ParallelSpec(tp=2, pp=2, sequence_parallel=True)
     tr = TrainingSpec(micro_batch=1, accum_steps=4, seq_len=512, recompute=False,
                       precision="fp8")
-    for k, (x, y) in enumerate(zip(stage_memory_3d(m, "NNG", cl, tr, par),
-                                   stage_memory_3d(m, "NNG", cl, replace(tr, fp8_params=True),
-                                                   par))):
+    for x, y in zip(stage_memory_3d(m, "NNG", cl, tr, par),
+                    stage_memory_3d(m, "NNG", cl, replace(tr, fp8_params=True), par),
+                    strict=True):
         per = w / 2 / 2
         assert x.fp8_weight_cache_bytes == 2 * per and y.fp8_weight_cache_bytes == per
         assert x.params_bytes - y.params_bytes == pytest.approx(per, rel=1e-12)
