@@ -38,7 +38,8 @@ Sources (public code read for this module; docs/memory.md, "FP8"):
   Megatron-Bridge ``hidden_dropout: float = 0.0`` (NVIDIA-NeMo/Megatron-Bridge
   ``src/megatron/bridge/models/llama/llama_provider.py``
   @2afd2d34f7d7b2e84095af1a7fd7244902189ebc). Attention dropout inside a flash / fused
-  kernel regenerates its mask from the RNG state and keeps none; under eager attention it stays in Korthikanti's ``5·a·s/h`` term.
+  kernel regenerates its mask from the RNG state and keeps none; under eager attention it
+  stays in Korthikanti's ``5·a·s/h`` term.
 * **The fp8 weight cache.** With ``is_first_microbatch`` set (Megatron-Core's TE wrappers
   pass it: ``_is_first_microbatch = None if self.disable_parameter_transpose_cache else
   self.is_first_microbatch``, NVIDIA/Megatron-LM
