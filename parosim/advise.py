@@ -5,7 +5,9 @@ Search space (docs/parallelism.md, "advise"):
 * TP degree t: the divisors of the GPUs per node (TP inside a node);
 * PP degree p: divisors of the layer count with t·p dividing the GPUs; schedule 1F1B, and
   interleaved with v = 2 chunks when the layers split into 2p chunks and m is a multiple of p;
-* sequence parallelism on / off (t > 1);
+* sequence parallelism on / off (t > 1); with ``tp_comm_overlap`` (``--tp-comm-overlap``, a
+  fixed setting, not searched) every sequence-parallel configuration runs with Megatron-Core's
+  TP communication overlap (configurations without sequence parallelism cannot have it);
 * recomputation: none, selective (attention core), full;
 * the 14 PaRO strategies on the DP group, with PaRO groups of 1, 2, 4, ... nodes (strategies
   with an I level only; a layout whose DP groups do not split evenly is skipped);
@@ -80,6 +82,7 @@ class Candidate:
     accum: int
     recompute: str
     algo: str
+    tp_comm_overlap: bool = False
     tokens_per_s: float = 0.0
     step_time_s: float = 0.0
     exposed_comm_s: float = 0.0
@@ -100,7 +103,8 @@ class Candidate:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in (
             "tp", "pp", "dp", "strategy", "group_nodes", "micro_batch", "accum", "recompute",
-            "algo", "schedule", "virtual_stages", "sequence_parallel", "tokens_per_s",
+            "algo", "schedule", "virtual_stages", "sequence_parallel", "tp_comm_overlap",
+            "tokens_per_s",
             "step_time_s", "tflops_per_gpu", "exposed_comm_s", "bubble_fraction",
             "compute_s", "memory_bytes", "capacity_bytes", "headroom_bytes", "mode",
             "analytic_tokens_per_s", "reason")}
@@ -109,7 +113,8 @@ class Candidate:
     def label(self) -> str:
         sched = "" if self.pp == 1 else (" 1F1B" if self.virtual_stages == 1 else
                                          f" interleaved v={self.virtual_stages}")
-        sp = " +SP" if self.sequence_parallel else ""
+        sp = (" +SP" if self.sequence_parallel else "") + (" +TP-overlap"
+                                                          if self.tp_comm_overlap else "")
         gn = f" groups of {self.group_nodes} nodes" if self.group_nodes > 1 else ""
         return (f"TP{self.tp} PP{self.pp}{sched} DP{self.dp}{sp} PaRO-{self.strategy}{gn} "
                 f"b={self.micro_batch} m={self.accum} recompute={self.recompute} "
@@ -161,10 +166,11 @@ def _algos(cluster: ClusterSpec, tp: int, pp: int, strategy: Strategy) -> list[A
 def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: int = 2048,
            top: int = 5, engine_top: int = 3, max_micro_batch: int = 16,
            strategies: list[Strategy] | None = None, efficiency: float | None = None,
-           engine_max_ops: int = 60_000) -> dict:
+           engine_max_ops: int = 60_000, tp_comm_overlap: bool = False) -> dict:
     """Search the configurations (module docstring); return the ranked top ``top`` and every
     screened fitting point's (memory, throughput) for the Pareto plot."""
     from .plan3d import memory_3d, summary_3d
+    from .runtime import effective_overlap_slowdown
     from .simulate import simulate_step
 
     model.require_shape("advise")
@@ -180,6 +186,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
     base = TrainingSpec(seq_len=seq_len, **({} if efficiency is None else
                                             {"compute_efficiency": efficiency}))
     group_options = [g for g in _divisors(cluster.nodes) if g <= 8]
+    slow = effective_overlap_slowdown(None, getattr(cluster, "overlap_slowdown", None), None)
     keep = 3 * max(top, engine_top)   # room for the algorithm variants dropped at the end
     screened = fitting = 0
     pool: list[tuple[float, Candidate, tuple]] = []   # (upper bound tokens/s, cand, setup)
@@ -199,7 +206,8 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
                         continue
                     par = ParallelSpec(tp=tp, pp=pp, schedule=sched, virtual=v,
                                        sequence_parallel=sp,
-                                       selective_recompute=rc == "selective")
+                                       selective_recompute=rc == "selective",
+                                       tp_comm_overlap=sp and bool(tp_comm_overlap))
                     b = 1
                     while b <= max_micro_batch:
                         if global_batch % (b * d):
@@ -220,7 +228,8 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
                                                                      rc == "full")
                         for algo in _algos(cl, tp, pp, strat):
                             c = Candidate(tp, pp, d, sched, v, sp, strat.short, gn, b, m, rc,
-                                          algo.value, memory_bytes=mem.total_bytes,
+                                          algo.value, par.tp_comm_overlap,
+                                          memory_bytes=mem.total_bytes,
                                           capacity_bytes=mem.capacity_bytes)
                             pool.append((ub, c, (cl, tr, par, strat, algo)))
                         b *= 2
@@ -241,7 +250,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
             pruned += 1     # cannot be in the top list nor on the memory/throughput front
             continue
         evaluated += 1
-        an = summary_3d(model, strat, cl, tr, par, algo, c.recompute == "full")
+        an = summary_3d(model, strat, cl, tr, par, algo, c.recompute == "full", slow)
         c.step_time_s, c.exposed_comm_s = an.step_time_s, an.exposed_comm_s
         c.compute_s, c.bubble_fraction = an.compute_s, an.bubble_fraction
         c.tokens_per_s = c.analytic_tokens_per_s = global_batch * seq_len / c.step_time_s
@@ -303,7 +312,8 @@ def _plan_ops(model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, strat: Stra
     """Rough op count of the full plan (to keep engine runs interactive)."""
     per_unit = not (strat.p is Level.N and strat.g is Level.N)
     units = (model.layers + 2) if per_unit else par.chunks
-    return tr.accum_steps * units * (8 if per_unit else 6)
+    ovl = 24 if par.tp_comm_overlap else 0   # 3 ops per overlapped collective, 8 per layer
+    return tr.accum_steps * units * ((8 if per_unit else 6) + ovl)
 
 
 def _hw_flops_per_gpu(model, tr, par, rc) -> float:

@@ -103,6 +103,19 @@ def _chain_from(plan: Plan, c, compute_id: int | None) -> bool:
     return False
 
 
+def overlapped_time(comp: float, comm: float, f: float) -> float:
+    """Wall time of ``comp`` seconds of compute beside ``comm`` seconds of communication when
+    compute runs at 1/f of its speed while the communication is in flight (the engine's
+    :class:`~parosim.engine.OverlapGate`, in closed form): ``max(comm, comp + comm (1 - 1/f))``.
+
+    >>> overlapped_time(2.0, 1.0, 1.0), overlapped_time(2.0, 1.0, 2.0)
+    (2.0, 2.5)
+    >>> overlapped_time(1.0, 3.0, 2.0)   # the communication is longer: compute hides inside
+    3.0
+    """
+    return max(comp, comm) if f == 1.0 else max(comm, comp + comm * (1.0 - 1.0 / f))
+
+
 def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo, repeat: int = 1,
              overlap_slowdown: float = 1.0) -> AnalyticResult:
     """Closed-form step time of ``plan`` (milliseconds of wall time, no simpy).
@@ -144,6 +157,6 @@ def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo, repeat: int = 1,
             comm += t
     comp, comm, exposed = comp * repeat, comm * repeat, exposed * repeat
     f = overlap_slowdown
-    overlapped = max(comp, comm) if f == 1.0 else max(comm, comp + comm * (1.0 - 1.0 / f))
+    overlapped = overlapped_time(comp, comm, f)
     step = exposed + overlapped + sync_g + opt + sync_p
     return AnalyticResult(step, comp, comm + exposed, sync_g, opt, sync_p, exposed)

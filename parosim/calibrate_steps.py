@@ -22,6 +22,8 @@ column              required  meaning
 ``pp``              no        pipeline-parallel stages (default 1)
 ``virtual``         no        model chunks per stage, interleaved 1F1B when > 1 (default 1)
 ``sequence_parallel`` no      on | off (default off; needs tp > 1)
+``tp_comm_overlap`` no        on | off (default off; needs sequence_parallel on: Megatron-Core
+                              / TE TP communication overlap, docs/parallelism.md)
 ``precision``       no        bf16 | fp8 (default bf16; fp8: Transformer Engine FP8 GEMMs,
                               docs/compute.md "FP8 training"; needs a GPU with FP8)
 ==================  ========  ==============================================================
@@ -59,7 +61,7 @@ from .errors import InputError
 
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
 OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
-            "tp", "pp", "virtual", "sequence_parallel", "precision")
+            "tp", "pp", "virtual", "sequence_parallel", "tp_comm_overlap", "precision")
 HOLDOUTS = ("none", "every-other")
 
 
@@ -85,6 +87,7 @@ class StepRun:
     pp: int = 1
     virtual: int = 1
     sequence_parallel: bool = False
+    tp_comm_overlap: bool = False
     precision: str = "bf16"
 
     @property
@@ -139,12 +142,12 @@ def read_steps(path: str | Path) -> list[StepRun]:
         for c in ("group_nodes", "tp", "pp", "virtual"):
             if row.get(c):
                 kw[c] = _int(row[c], c, where)
-        if row.get("sequence_parallel"):
-            sp = row["sequence_parallel"].lower()
-            if sp not in ("on", "off"):
-                raise InputError(f"{where}: sequence_parallel = {row['sequence_parallel']!r}; "
-                                 "expected on or off")
-            kw["sequence_parallel"] = sp == "on"
+        for c in ("sequence_parallel", "tp_comm_overlap"):
+            if row.get(c):
+                v = row[c].lower()
+                if v not in ("on", "off"):
+                    raise InputError(f"{where}: {c} = {row[c]!r}; expected on or off")
+                kw[c] = v == "on"
         if kw.get("recompute", "auto") not in ("on", "off", "auto", "selective"):
             raise InputError(f"{where}: recompute = {kw['recompute']!r}; expected on, off, "
                              "auto or selective")
@@ -241,6 +244,7 @@ def _simulate_3d(run: StepRun, model, cluster, training, mode: str,
         cluster = replace(cluster, overlap_slowdown=overlap)
     try:
         par = ParallelSpec(tp=run.tp, pp=run.pp, sequence_parallel=run.sequence_parallel,
+                           tp_comm_overlap=run.tp_comm_overlap,
                            selective_recompute=run.recompute == "selective",
                            schedule="interleaved" if run.virtual > 1 else "1f1b",
                            virtual=run.virtual)

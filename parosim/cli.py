@@ -198,6 +198,10 @@ def _training_args(p: argparse.ArgumentParser) -> None:
                    help="Megatron sequence parallelism (needs --tp >= 2)")
     g.add_argument("--tp-algo", default=None,
                    help="algorithm of TP collectives that cross nodes (default: --algo)")
+    g.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Megatron-Core / Transformer Engine tp_comm_overlap: the sequence-"
+                   "parallel all-gathers / reduce-scatters run in chunks beside their GEMMs "
+                   "(needs --sequence-parallel; docs/parallelism.md)")
 
 
 def _setup(a: argparse.Namespace):
@@ -280,7 +284,8 @@ def _parallel(a: argparse.Namespace):
 
     return ParallelSpec(tp=a.tp, pp=a.pp, schedule=str(a.pp_schedule).strip().lower(),
                         virtual=a.virtual_stages, sequence_parallel=a.sequence_parallel,
-                        selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo)
+                        selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo,
+                        tp_comm_overlap=bool(getattr(a, "tp_comm_overlap", False)))
 
 
 def _dp_keys(d: dict) -> dict:
@@ -489,6 +494,8 @@ def _settings(a: argparse.Namespace, cluster, training, rt=None) -> dict:
     for k in ("compute_model", "attention", "memory_model", "precision"):
         if hasattr(training, k):
             out[k] = getattr(training, k)
+    if hasattr(a, "tp_comm_overlap"):
+        out["tp_comm_overlap"] = bool(a.tp_comm_overlap)
     if rt is not None:
         out["runtime"] = rt.name
     return out
@@ -504,6 +511,8 @@ def _settings_text(s: dict) -> str:
              f"recompute {s['recompute']}", f"efficiency {s['compute_efficiency']:g}"]
     if s.get("overlap_slowdown") is not None:
         parts.append(f"overlap slowdown {s['overlap_slowdown']:g}")
+    if s.get("tp_comm_overlap"):
+        parts.append("TP comm overlap on")
     if s.get("precision", "bf16") != "bf16":
         parts.append(f"precision {s['precision']}")
     if s.get("attention"):
@@ -540,7 +549,8 @@ def _print_simulate(r: dict) -> None:
         print(f"TP {r['tp']} x PP {r['pp']} ({r['pp_schedule']}, {r['virtual_stages']} "
               f"chunk(s) per stage) x DP {r['dp']}, {r['micro_batches']} micro-batches, "
               f"bubble {100 * (r['bubble_fraction'] or 0):.1f} %, recompute "
-              f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}")
+              f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}"
+              f"{', TP comm overlap' if r.get('tp_comm_overlap') else ''}")
     if r.get("critical_rank") is not None:
         print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
               f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
@@ -842,7 +852,7 @@ def _cmd_advise(a: argparse.Namespace) -> dict:
 
         plot_path(a.plot)
     res = advise(model, cluster, batch, a.seq_len, a.top, a.engine_top, a.max_micro_batch,
-                 strategies, a.efficiency)
+                 strategies, a.efficiency, tp_comm_overlap=a.tp_comm_overlap)
     if a.plot:
         from .advise_plot import save_pareto
 
@@ -852,6 +862,7 @@ def _cmd_advise(a: argparse.Namespace) -> dict:
         "engine_top": a.engine_top, "max_micro_batch": a.max_micro_batch,
         "strategies": a.strategies,
         "compute_efficiency": a.efficiency if a.efficiency is not None else "default",
+        "tp_comm_overlap": a.tp_comm_overlap,
         "gpu_memory_bytes": cluster.gpu.memory_bytes,
         "overrides": {"gpu_memory": a.gpu_memory} if a.gpu_memory else {}}
     if a.json:
@@ -1022,6 +1033,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ad.add_argument("--efficiency", type=float, default=None,
                     help="fraction of peak FLOP/s compute achieves (default 0.5)")
     ad.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 40GB")
+    ad.add_argument("--tp-comm-overlap", action="store_true",
+                    help="sequence-parallel configurations run with Megatron-Core's TP "
+                    "communication overlap (a fixed setting, not searched)")
     ad.add_argument("--plot", default=None, help="write the memory-vs-throughput Pareto "
                     "plot to FILE (.png, .svg, .pdf)")
     ad.add_argument("--cluster", default="dgx-a100-ib",

@@ -58,7 +58,9 @@ class ParallelSpec:
     2022 §4.2.2 (all-gather + reduce-scatter instead of all-reduce, activations split by t);
     ``selective_recompute``: recompute only the attention core (Korthikanti §5);
     ``tp_algo``: collective algorithm of TP collectives whose group crosses nodes (None: the
-    step's algorithm).
+    step's algorithm); ``tp_comm_overlap``: Megatron-Core / Transformer Engine userbuffers
+    overlap of the sequence-parallel all-gathers / reduce-scatters with their GEMMs (needs
+    ``sequence_parallel``; docs/parallelism.md, "TP communication overlap").
 
     >>> ParallelSpec(tp=8, pp=4).trivial, ParallelSpec().trivial
     (False, True)
@@ -73,6 +75,7 @@ class ParallelSpec:
     sequence_parallel: bool = False
     selective_recompute: bool = False
     tp_algo: Algo | None = None
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         _pos_int(self.tp, "--tp")
@@ -95,6 +98,13 @@ class ParallelSpec:
             if v < 2:
                 raise InputError(f"interleaved schedule with {v} chunk per stage is 1f1b; "
                                  "expected at least 2 virtual stages")
+        if self.tp_comm_overlap and not (self.sequence_parallel and self.tp >= 2):
+            got = f"--tp {self.tp}" + ("" if self.sequence_parallel
+                                        else " without --sequence-parallel")
+            raise InputError(f"--tp-comm-overlap needs --sequence-parallel and --tp >= 2 (got "
+                             f"{got}); "
+                             "Megatron-Core overlaps only the sequence-parallel all-gathers and "
+                             "reduce-scatters and refuses tp_comm_overlap without them")
         if self.sequence_parallel and self.tp < 2:
             raise InputError("--sequence-parallel needs --tp >= 2 (it splits the sequence "
                              "over the tensor-parallel group)")

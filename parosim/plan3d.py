@@ -102,13 +102,16 @@ class GroupOp(CollectiveOp):
     (the engine moves count x the bytes and pays count x the latency and overheads);
     ``scopes``: the :class:`~parosim.parallel.GroupScopes` (or the
     :class:`~parosim.parallel.PairSet`); the inherited ``algo``, when set, overrides the
-    step's algorithm (TP groups inside a node: ring).
+    step's algorithm (TP groups inside a node: ring); ``pair``: with TP communication
+    overlap, the id of the GEMM compute op this collective runs beside (stream
+    ``tp-ovl/s{k}``), else -1.
     """
 
     stage: int = 0
     group: str = "dp"
     count: int = 1
     scopes: GroupScopes | PairSet | None = None
+    pair: int = -1       # TP communication overlap: the id of the GEMM this op runs beside
 
     def lower(self, spec: ClusterSpec, algo: Algo):
         """The lowered :class:`~parosim.collectives.types.Program` (one collective)."""
@@ -135,6 +138,7 @@ class Plan3D(Plan):
     virtual: int = 1
     sequence_parallel: bool = False
     selective_recompute: bool = False
+    tp_comm_overlap: bool = False
     hardware_flops_per_gpu: float = 0.0
     stage_params: tuple[float, ...] = field(default=())
 
@@ -213,6 +217,122 @@ def tp_collectives(kind: str, phase: str, sp: bool) -> list[tuple[Op, int]]:
 def tp_buffer_bytes(model: ModelSpec, training: TrainingSpec) -> float:
     """Full buffer of one TP collective: the layer activation, 2·s·b·h bytes (bf16)."""
     return BYTES_PER_ACTIVATION * training.seq_len * training.micro_batch * model.hidden
+
+
+# Transformer Engine userbuffers defaults (``initialize_ub`` in
+# transformer_engine/pytorch/module/base.py, TE commit 0004dbd0231cb02d7b47d45344900a494fa13f46):
+# ring-exchange for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad (one chunk per TP rank);
+# "pipeline" with num_splits = 4 for proj_fprop, fc2_fprop; "bulk" (no split) for the
+# qkv / fc1 dgrad and wgrad overlaps.
+UB_PIPELINE_SPLITS = 4
+# initialize_ub registers one userbuffer per name above (4 ring-exchange + 2 pipeline + 4 bulk),
+# each of the sample shape Megatron passes, (s·b, h), in bf16: 10 x 2·s·b·h bytes per GPU.
+# With FP8 training the buffers of qkv_fprop, qkv_dgrad, proj_dgrad, fc1_fprop, fc1_dgrad and
+# fc2_dgrad (its ``fp8_buf`` list) hold fp8 (1 byte): the ring-exchange all-gathers move fp8.
+UB_BUFFERS = 10
+UB_FP8_BUFFERS = 6
+
+
+def _fp8(training: TrainingSpec) -> bool:
+    """FP8 training (``TrainingSpec.precision``, where the FP8 model is present)."""
+    return getattr(training, "precision", "bf16") == "fp8"
+
+
+def userbuffer_bytes(training: TrainingSpec, hidden: int) -> float:
+    """Bytes per GPU of Transformer Engine's userbuffers (TP communication overlap)."""
+    tokens = training.seq_len * training.micro_batch
+    if _fp8(training):
+        return (UB_FP8_BUFFERS + BYTES_PER_ACTIVATION * (UB_BUFFERS - UB_FP8_BUFFERS)) \
+            * tokens * hidden
+    return UB_BUFFERS * BYTES_PER_ACTIVATION * tokens * hidden
+
+
+@dataclass(frozen=True)
+class TPOverlapPair:
+    """One TP collective that Megatron-Core overlaps with one GEMM (one layer, one
+    micro-batch, one rank). ``chunks``: the comm's split (its first / last chunk stays
+    exposed); 0 for TE's bulk overlap (no split, nothing exposed beyond the excess)."""
+
+    name: str            # TE's userbuffers name (qkv_fprop, proj_fprop, ..., qkv_wgrad)
+    op: Op
+    gemm_s: float
+    gemm_flops: float
+    chunks: int
+    size_scale: float = 1.0   # x the 2·s·b·h buffer: 0.5 for an fp8 all-gather (FP8 runs)
+
+
+def layer_gemms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                par: ParallelSpec) -> list[tuple[float, float, float, float]]:
+    """(forward s, data-gradient s, weight-gradient s, forward FLOPs) of the qkv, proj,
+    MLP-up and MLP-down GEMMs of one layer on one rank for one micro-batch: the kernel
+    model's :func:`parosim.kernels.gemm_seconds` on the shapes of
+    :func:`parosim.kernels.layer_times` (column-parallel N/t, row-parallel K/t), or, flat,
+    the GEMM's FLOPs / t at the efficiency (weight gradient: x the trainable ratio). FP8
+    training: at the FP8 peak (kernel model: fp8 operands), as the layer's own times."""
+    from .compute import compute_model, compute_seconds
+    from .kernels import gemm_seconds, layer_gemm_shapes
+
+    t, r = par.tp, training.trainable_ratio
+    tokens = training.micro_batch * training.seq_len
+    kernel = compute_model(cluster, training) == "kernel"
+    gpu, prof = cluster.gpu, cluster.compute
+    peak8 = 0.0
+    if _fp8(training):
+        # the FP8 model (refuses a GPU without FP8)
+        from .compute import fp8_peak_flops
+
+        peak8 = fp8_peak_flops(cluster, training)
+
+    def g(m, n, k):
+        if peak8:
+            return gemm_seconds(m, n, k, peak8, gpu.hbm_bandwidth_Bps, prof, 1,
+                                prof.sms(gpu.model), None, 1)
+        return gemm_seconds(m, n, k, gpu.peak_flops, gpu.hbm_bandwidth_Bps, prof, 1,
+                            prof.sms(gpu.model))
+
+    def flat(f):
+        if peak8:
+            return f / (peak8 * training.compute_efficiency)
+        return compute_seconds(f, cluster, training)
+
+    out = []
+    for i, (n_out, k_in) in enumerate(layer_gemm_shapes(model)):
+        flops = 2.0 * tokens * n_out * k_in / t
+        if kernel:
+            if t > 1:
+                n_out, k_in = (n_out / t, k_in) if i % 2 == 0 else (n_out, k_in / t)
+            out.append((g(tokens, n_out, k_in), g(tokens, k_in, n_out),
+                        r * g(n_out, k_in, tokens), flops))
+        else:
+            fs = flat(flops)
+            out.append((fs, fs, flat(r * flops), flops))
+    return out
+
+
+def tp_overlap_pairs(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                     par: ParallelSpec, phase: str) -> list[TPOverlapPair]:
+    """The TP collectives of one layer pass (``fwd``, ``bwd``; ``recompute`` = ``fwd``) that
+    Megatron-Core overlaps with ``tp_comm_overlap``, each with its GEMM (docs/parallelism.md,
+    "TP communication overlap"). Forward: the all-gather before the qkv and MLP-up GEMMs
+    (ring-exchange, t chunks), the reduce-scatter after the proj and MLP-down GEMMs
+    (pipeline, 4 chunks). Backward: the all-gather of the output gradient before the MLP-down
+    and proj data-gradient GEMMs (ring-exchange), the reduce-scatter of the MLP-up and qkv
+    input gradients beside their weight-gradient GEMMs (bulk). They replace exactly the
+    layer's 2 + 2 sequence-parallel collectives of :func:`tp_collectives`."""
+    (qf, qd, qw, qfl), (pf, pd, _, pfl), (uf, _, uw, ufl), (df, dd, _, dfl) = \
+        layer_gemms(model, cluster, training, par)
+    t, r = par.tp, training.trainable_ratio
+    ag, rs, pipe = Op.ALL_GATHER, Op.REDUCE_SCATTER, UB_PIPELINE_SPLITS
+    a8 = 0.5 if _fp8(training) else 1.0   # TE's ring-exchange all-gathers carry fp8
+    if phase in ("fwd", "recompute"):
+        return [TPOverlapPair("qkv_fprop", ag, qf, qfl, t, a8),
+                TPOverlapPair("proj_fprop", rs, pf, pfl, pipe),
+                TPOverlapPair("fc1_fprop", ag, uf, ufl, t, a8),
+                TPOverlapPair("fc2_fprop", rs, df, dfl, pipe)]
+    return [TPOverlapPair("fc2_dgrad", ag, dd, dfl, t, a8),
+            TPOverlapPair("fc1_wgrad", rs, uw, r * ufl, 0),
+            TPOverlapPair("proj_dgrad", ag, pd, pfl, t, a8),
+            TPOverlapPair("qkv_wgrad", rs, qw, r * qfl, 0)]
 
 
 def unit_flops(model: ModelSpec, training: TrainingSpec, kind: str, phase: str) -> float:
@@ -366,13 +486,13 @@ class _Builder:
                                    stream, _deps(deps)))
 
     def coll(self, name, op, scope, size, purpose, layer, mb, stream, deps, *, stage, group,
-             scopes, count=1, algo=None) -> int | None:
+             scopes, count=1, algo=None, pair=-1) -> int | None:
         k = 2 if group == "p2p" else scopes.size(scope)
         if k <= 1 or size <= 0 or count < 1:
             return None
         return self._add(GroupOp(len(self.ops), name, op, scope, float(size), purpose, layer,
                                  mb, stream, _deps(deps), algo=algo, stage=stage, group=group,
-                                 count=count, scopes=scopes))
+                                 count=count, scopes=scopes, pair=pair))
 
 
 def _deps(deps) -> tuple[int, ...]:
@@ -414,6 +534,9 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     coalesce = strategy.p is Level.N and strategy.g is Level.N
     done: list[list[int]] = [[] for _ in range(p)]
     sent: dict[tuple[str, int, int], int] = {}
+    ovl = par.tp_comm_overlap
+    pairs = ({ph: tp_overlap_pairs(model, cluster, training, par, ph)
+              for ph in ("fwd", "bwd", "recompute")} if ovl else {})
 
     def secs(f: float, kinds=(), phase: str = "fwd") -> float:
         """Flat: FLOPs at the efficiency; kernel: the kernel times of these unit kinds."""
@@ -424,12 +547,46 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     def tp_ops(k: int, kinds: list[str], phase: str, mb: int, label: str) -> None:
         counts: dict[Op, int] = {}
         for kind in kinds:
+            if ovl and kind == "layer":   # overlapped: overlap_ops
+                continue
             for op, c in tp_collectives(kind, phase, sp):
                 counts[op] = counts.get(op, 0) + c
         for op, c in counts.items():
             b.coll(f"tp {op.value} {phase} {label} mb{mb}", op, Scope.GLOBAL, tp_size, "tp",
                    None, mb, f"compute/s{k}", [], stage=k, group="tp",
                    scopes=lay.tp_scopes(k), count=c, algo=tp_algo)
+
+    def rest(phase: str, n: int, f: float, sec: float) -> tuple[float, float]:
+        """FLOPs and seconds of a compute op once its n layers' overlapped GEMMs are split
+        off (TP communication overlap; unchanged without it)."""
+        if not ovl or n == 0:
+            return f, sec
+        return (max(0.0, f - n * sum(pr.gemm_flops for pr in pairs[phase])),
+                max(0.0, sec - n * sum(pr.gemm_s for pr in pairs[phase])))
+
+    def overlap_ops(k: int, phase: str, mb: int, label: str, n: int, kind: str) -> None:
+        """TP communication overlap: per overlapped collective of n layers, its GEMM on the
+        compute stream beside the collective on ``tp-ovl/s{k}`` (both start together; the
+        engine's overlap gate slows the GEMM while it runs), then the exposed chunk on the
+        compute stream after both (bulk: a zero-length wait for the collective)."""
+        if not ovl or n == 0:
+            return
+        cs = f"compute/s{k}"
+        for pr in pairs[phase]:
+            pre = b.last[cs]
+            gid = b.compute(f"{kind} {pr.name} {label} mb{mb}", kind, None, mb,
+                            n * pr.gemm_flops, n * pr.gemm_s, cs, [])
+            size = tp_size * pr.size_scale
+            cid = b.coll(f"tp {pr.op.value} {pr.name} {label} mb{mb}", pr.op, Scope.GLOBAL,
+                         size, "tp-overlap", None, mb, f"tp-ovl/s{k}", [pre], stage=k,
+                         group="tp", scopes=lay.tp_scopes(k), count=n, algo=tp_algo, pair=gid)
+            if pr.chunks:
+                b.coll(f"tp {pr.op.value} chunk {pr.name} {label} mb{mb}", pr.op,
+                       Scope.GLOBAL, size / pr.chunks, "tp-chunk", None, mb, cs, [cid],
+                       stage=k, group="tp", scopes=lay.tp_scopes(k), count=n, algo=tp_algo)
+            else:
+                b.compute(f"tp-overlap wait {pr.name} {label} mb{mb}", "tp-wait", None, mb,
+                          0.0, 0.0, cs, [cid])
 
     def gather(k: int, u: _Unit, phase: str, mb: int) -> int | None:
         if strategy.p is Level.N:
@@ -447,17 +604,23 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         cs = f"compute/s{k}"
         if coalesce:
             f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
-            done[k].append(b.compute(f"fwd c{vs} mb{mb}", "fwd", None, mb, f,
-                                     secs(f, [u.kind for u in us]), cs, [dep0]))
+            nl = sum(u.kind == "layer" for u in us)
+            f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind for u in us]))
+            b.compute(f"fwd c{vs} mb{mb}", "fwd", None, mb, f_r, s_r, cs, [dep0])
+            overlap_ops(k, "fwd", mb, f"c{vs}", nl, "fwd")
+            done[k].append(b.last[cs])
             tp_ops(k, [u.kind for u in us], "fwd", mb, f"c{vs}")
         else:
             for j, u in enumerate(us):
                 g = gather(k, u, "fwd", mb)
                 f = unit_flops(model, training, u.kind, "fwd") / t
                 kind = {"layer": "fwd", "head": "head-fwd", "embed": "embed-fwd"}[u.kind]
-                done[k].append(b.compute(f"fwd {u.label} mb{mb}", kind, None, mb, f,
-                                         secs(f, [u.kind]), cs,
-                                         [g, dep0 if j == 0 else None]))
+                nl = int(u.kind == "layer")
+                f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind]))
+                b.compute(f"fwd {u.label} mb{mb}", kind, None, mb, f_r, s_r, cs,
+                          [g, dep0 if j == 0 else None])
+                overlap_ops(k, "fwd", mb, u.label, nl, kind)
+                done[k].append(b.last[cs])
                 tp_ops(k, [u.kind], "fwd", mb, u.label)
         if vs < last_vs:
             nxt = (vs + 1) % p
@@ -476,33 +639,46 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         cs = f"compute/s{k}"
         if coalesce:
             first = [dep0]
+            nl = sum(u.kind == "layer" for u in us)
             if rc_flops:
                 f = sum(rc_flops for u in us if u.kind == "layer") / t
-                b.compute(f"recompute c{vs} mb{mb}", "recompute", None, mb, f,
-                          secs(f, [u.kind for u in us if u.kind == "layer"], "recompute"),
-                          cs, first)
+                s_rc = secs(f, [u.kind for u in us if u.kind == "layer"], "recompute")
                 if recompute:
+                    f, s_rc = rest("recompute", nl, f, s_rc)
+                b.compute(f"recompute c{vs} mb{mb}", "recompute", None, mb, f, s_rc, cs,
+                          first)
+                if recompute:
+                    overlap_ops(k, "recompute", mb, f"c{vs}", nl, "recompute")
                     tp_ops(k, [u.kind for u in us], "recompute", mb, f"c{vs}")
                 first = []
             f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
-            done[k].append(b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f,
-                                     secs(f, [u.kind for u in us], "bwd"), cs, first))
+            f_r, s_r = rest("bwd", nl, f, secs(f, [u.kind for u in us], "bwd"))
+            b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f_r, s_r, cs, first)
+            overlap_ops(k, "bwd", mb, f"c{vs}", nl, "bwd")
+            done[k].append(b.last[cs])
             tp_ops(k, [u.kind for u in us], "bwd", mb, f"c{vs}")
         else:
             for j, u in enumerate(reversed(us)):
                 g = gather(k, u, "bwd", mb)
                 first = [dep0] if j == 0 else []
+                nl = int(u.kind == "layer")
                 if rc_flops and u.kind == "layer":
                     f = rc_flops / t
-                    b.compute(f"recompute {u.label} mb{mb}", "recompute", None, mb, f,
-                              secs(f, ["layer"], "recompute"), cs, [g, *first])
+                    s_rc = secs(f, ["layer"], "recompute")
                     if recompute:
+                        f, s_rc = rest("recompute", nl, f, s_rc)
+                    b.compute(f"recompute {u.label} mb{mb}", "recompute", None, mb, f, s_rc,
+                              cs, [g, *first])
+                    if recompute:
+                        overlap_ops(k, "recompute", mb, u.label, nl, "recompute")
                         tp_ops(k, ["layer"], "recompute", mb, u.label)
                     first = []
                 f = unit_flops(model, training, u.kind, "bwd") / t
                 kind = {"layer": "bwd", "head": "head-bwd", "embed": "embed-bwd"}[u.kind]
-                cid = b.compute(f"bwd {u.label} mb{mb}", kind, None, mb, f,
-                                secs(f, [u.kind], "bwd"), cs, [g, *first])
+                f_r, s_r = rest("bwd", nl, f, secs(f, [u.kind], "bwd"))
+                b.compute(f"bwd {u.label} mb{mb}", kind, None, mb, f_r, s_r, cs, [g, *first])
+                overlap_ops(k, "bwd", mb, u.label, nl, kind)
+                cid = b.last[cs]
                 done[k].append(cid)
                 tp_ops(k, [u.kind], "bwd", mb, u.label)
                 if strategy.g is not Level.N:
@@ -552,7 +728,8 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                   model_flops_per_step=step_flops(model, training, tokens / n),
                   recompute=recompute, tp=t, pp=p, dp=lay.d, schedule=par.schedule,
                   virtual=v, sequence_parallel=sp,
-                  selective_recompute=par.selective_recompute, hardware_flops_per_gpu=hw,
+                  selective_recompute=par.selective_recompute, tp_comm_overlap=ovl,
+                  hardware_flops_per_gpu=hw,
                   stage_params=tuple(sparams))
 
 
@@ -662,6 +839,8 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             bufs += 2 * BYTES_PER_PARAM * biggest
         if strategy.g is not Level.N:
             bufs += 2 * BYTES_PER_GRAD * biggest * r
+        if par.tp_comm_overlap:   # TE's userbuffers (docs/parallelism.md)
+            bufs += userbuffer_bytes(training, h)
         margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
         total = states + acts + bufs + margin
         out.append(MemoryBreakdown(
@@ -749,8 +928,8 @@ class Analytic3D:
         return max(0.0, self.step_time_s - self.compute_s - self.bubble_s)
 
 
-def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = None
-                ) -> Analytic3D:
+def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = None,
+                overlap_slowdown: float = 1.0) -> Analytic3D:
     """Closed form of a 3D Plan (docs/parallelism.md, "Analytic"):
 
     per stage and micro-batch T_k = max(compute + TP collectives, PaRO micro-step
@@ -762,7 +941,13 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     depends on m through the activations in flight; :func:`simulate_3d` passes it).
 
     With p = 1 and no DP traffic this is m x (compute + TP) exactly.
+
+    TP communication overlap (ops on ``tp-ovl/s{k}``): a collective of x seconds beside its
+    GEMM of g seconds adds ``overlapped_time(g, x, f) - g`` to its stage (``max(0, x - g)``
+    with ``overlap_slowdown`` f = 1; :func:`parosim.analytic.overlapped_time`); its exposed
+    chunk is a TP op on the compute stream.
     """
+    from .analytic import overlapped_time
     from .collectives.cost import program_time
 
     m_plan = plan.accum_steps
@@ -797,6 +982,9 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
         t = t_of(op)
         if op.micro_step is None:
             bound[k] += t
+        elif op.stream.startswith("tp-ovl/"):
+            g = plan.ops[op.pair].duration_s
+            busy[k] += overlapped_time(g, t, overlap_slowdown) - g
         elif op.stream.startswith("compute/"):
             busy[k] += t
         elif op.stream.startswith("p2p-"):
@@ -809,10 +997,11 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
 
 def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
                training: TrainingSpec, par: ParallelSpec, algo: Algo,
-               recompute: bool) -> Analytic3D:
+               recompute: bool, overlap_slowdown: float = 1.0) -> Analytic3D:
     """:func:`evaluate_3d` of :func:`build_plan_3d` without building the ops (the same sums
     per stage, term by term; tested equal): ``advise`` screens thousands of configurations
     with it."""
+    from .analytic import overlapped_time
     from .collectives.cost import program_time
     from .compute import compute_seconds
 
@@ -843,7 +1032,21 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             tt = cache[key] = program_time(cluster, prog)
         return tt
 
+    ovl = par.tp_comm_overlap
+    pairs = ({ph: tp_overlap_pairs(model, cluster, training, par, ph)
+              for ph in ("fwd", "bwd", "recompute")} if ovl else {})
+
     def tp_time(k: int, kind: str, phase: str) -> float:
+        if ovl and kind == "layer":   # each overlapped collective beside its GEMM + a chunk
+            gs = lay.tp_scopes(k)
+            tot = 0.0
+            for pr in pairs[phase]:
+                size = tp_size * pr.size_scale
+                x = coll("tp", pr.op, Scope.GLOBAL, size, gs, tp_algo)
+                tot += overlapped_time(pr.gemm_s, x, overlap_slowdown) - pr.gemm_s
+                if pr.chunks:
+                    tot += coll("tp", pr.op, Scope.GLOBAL, size / pr.chunks, gs, tp_algo)
+            return tot
         return sum(c * coll("tp", op, Scope.GLOBAL, tp_size, lay.tp_scopes(k), tp_algo)
                    for op, c in tp_collectives(kind, phase, sp))
 
@@ -997,6 +1200,7 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
     extra = {"tp": par.tp, "pp": par.pp, "dp": lay.d, "bubble_fraction": None,
              "pp_schedule": par.schedule, "virtual_stages": par.virtual,
              "sequence_parallel": par.sequence_parallel,
+             "tp_comm_overlap": par.tp_comm_overlap,
              "recompute_mode": ("full" if mem.recompute else
                                 "selective" if par.selective_recompute else "none"),
              "micro_batches": training.accum_steps}
@@ -1004,6 +1208,10 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
     if not mem.fits:
         return res
     m = training.accum_steps
+    from .runtime import effective_overlap_slowdown
+
+    slow = effective_overlap_slowdown(training.overlap_slowdown,
+                                      getattr(cluster, "overlap_slowdown", None), None)
     if mode == "analytic":
         m_small = par.pp if par.virtual > 1 else 1
         # the small plan stands for m micro-batches, so it must recompute as the m-micro-batch
@@ -1012,7 +1220,7 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
         plan = build_plan_3d(model, strategy, cluster,
                              replace(training, accum_steps=m_small, recompute=mem.recompute),
                              par)
-        an = evaluate_3d(plan, cluster, algo, m=m)
+        an = evaluate_3d(plan, cluster, algo, m=m, overlap_slowdown=slow)
         step, exposed, compute = an.step_time_s, an.exposed_comm_s, an.compute_s
         extra["bubble_fraction"] = an.bubble_fraction
         scale = m / m_small
@@ -1023,10 +1231,6 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
         model_flops = plan.model_flops_per_step * scale
     else:
         plan = build_plan_3d(model, strategy, cluster, training, par)
-        from .runtime import effective_overlap_slowdown
-
-        slow = effective_overlap_slowdown(training.overlap_slowdown,
-                                          getattr(cluster, "overlap_slowdown", None), None)
         rep, bubble, busiest, _, recs = replay_3d(plan, cluster, algo, slow, trace)
         step = rep.step_time_s
         compute = busiest
@@ -1035,6 +1239,9 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
         n = cluster.gpus
         b_intra = rep.gpu_egress.get("intra", 0.0) / n
         b_inter = rep.gpu_egress.get("inter", 0.0) / n
+        if plan.tp_comm_overlap:   # the exposed chunks stand for time, not extra bytes
+            c_intra, c_inter = _bytes(plan, cluster, algo, 1.0, chunks=True)
+            b_intra, b_inter = b_intra - c_intra, b_inter - c_inter
         res.events, res.records = rep.events, recs
         hw, tokens, model_flops = (plan.hardware_flops_per_gpu, plan.tokens_per_step,
                                    plan.model_flops_per_step)
@@ -1050,16 +1257,21 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
     return res
 
 
-def _bytes(plan: Plan3D, spec: ClusterSpec, algo: Algo, scale: float) -> tuple[float, float]:
+def _bytes(plan: Plan3D, spec: ClusterSpec, algo: Algo, scale: float,
+           chunks: bool = False) -> tuple[float, float]:
     """Bytes one GPU sends per step over intra-node and inter-node hops (average over GPUs),
-    from the lowered programs (micro-step ops x ``scale``)."""
+    from the lowered programs (micro-step ops x ``scale``). The exposed chunks of TP
+    communication overlap (purpose ``tp-chunk``) are left out: they model the time of the
+    pipeline's first / last chunk, whose bytes the overlapped collective already moves;
+    ``chunks``: count only them, as the engine's links carry them (bytes / the protocol's
+    wire efficiency): the engine subtracts them from its link bytes."""
     from .simulate import cross_node_fraction
 
     intra = inter = 0.0
     gpn, n = spec.gpus_per_node, spec.gpus
     progs: dict = {}
     for op in plan.ops:
-        if not isinstance(op, GroupOp):
+        if not isinstance(op, GroupOp) or (op.purpose == "tp-chunk") != chunks:
             continue
         prog = progs.get(op.cache_key)
         if prog is None:
@@ -1071,6 +1283,7 @@ def _bytes(plan: Plan3D, spec: ClusterSpec, algo: Algo, scale: float) -> tuple[f
                        else sum(len(r) for r in rings))
             share = senders / n  # the ranks that send, averaged over all GPUs
             f = cross_node_fraction(ph.ringset, gpn)
-            inter += times * ph.bytes_per_rank * f * share
-            intra += times * ph.bytes_per_rank * (1 - f) * share
+            sent = ph.bytes_per_rank / ph.bw_eff if chunks else ph.bytes_per_rank  # on the wire
+            inter += times * sent * f * share
+            intra += times * sent * (1 - f) * share
     return intra, inter

@@ -404,6 +404,17 @@ def point_setup(point: dict):
             parse_enum(Algo, p["algo"], "algo"), p["mode"], _runtime(p["runtime"]))
 
 
+def point_parallel(point: dict):
+    """The :class:`~parosim.parallel.ParallelSpec` of a sweep point's optional ``tp``,
+    ``pp``, ``sequence_parallel`` and ``tp_comm_overlap`` keys (absent: plain data
+    parallelism)."""
+    from .parallel import ParallelSpec
+
+    return ParallelSpec(tp=point.get("tp") or 1, pp=point.get("pp") or 1,
+                        sequence_parallel=bool(point.get("sequence_parallel")),
+                        tp_comm_overlap=bool(point.get("tp_comm_overlap")))
+
+
 def run_point(point: dict) -> dict:
     """A sweep point -> one flat result row (a pure function of the point).
 
@@ -419,7 +430,8 @@ def run_point(point: dict) -> dict:
     row = {**point, **{c: None for c in RESULT_COLUMNS}}
     try:
         model, cluster, training, strategy, algo, mode, rt = point_setup(point)
-        r = simulate_step(model, cluster, strategy, training, algo, mode, runtime=rt)
+        r = simulate_step(model, cluster, strategy, training, algo, mode, runtime=rt,
+                          parallel=point_parallel(point))
     except InputError as e:
         row.update(status="error", reason=str(e))
         return row

@@ -34,13 +34,13 @@ from typing import Any
 
 from .errors import InputError
 from .io.sweep import (
-    COLUMNS,
     ResultsLog,
     SweepSpec,
     check_out_dir,
     columns_markdown,
     load_sweep_spec,
     point_id,
+    sweep_columns,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
             seen.add(pid)
             points.append(p)
             ids.append(pid)
-    columns = list(COLUMNS[spec.kind])
+    columns = list(sweep_columns(spec.kind, {*spec.grid, *spec.fixed}))
     client = _connect(scheduler, scheduler_timeout_s) if scheduler is not None else None
     try:
         log = ResultsLog(out / "results.csv", columns)
@@ -285,7 +285,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
             client.close()
         raise
     try:
-        (out / "columns.md").write_text(columns_markdown(spec.kind))
+        (out / "columns.md").write_text(columns_markdown(spec.kind,
+                                                         {*spec.grid, *spec.fixed}))
     except OSError as e:
         log.release()
         if client is not None:

@@ -10,8 +10,11 @@ What each table is checked on (docs/compute.md, "Every published MFU table"):
   a miss, so a silent improvement or regression shows); a one-factor cluster calibration on
   the even rows (``parosim calibrate --steps``' scale) brings the held-out odd rows within
   10 % median (asserted).
-* torchtitan Llama 3.1 405B (one row): calibrated on a separate benchmark of the same GPU
-  fleet; the check still misses 10 % (recorded: asserted only to improve on no calibration).
+* NeMo 24.07 / Megatron-Bridge 25.11 FP8 runs on DGX-H100: a miss uncalibrated; within 10 %
+  median on the held-out odd rows after a one-factor calibration on the even rows.
+* torchtitan Llama 3.1 405B (bf16, Float8, Float8 + async TP): calibrated on a separate
+  benchmark of the same GPU fleet; the check still misses 10 % (asserted: the documented
+  miss, and that calibration halves the error).
 """
 
 import statistics
@@ -61,8 +64,19 @@ def test_bigscience_misses_uncalibrated_and_meets_after_cluster_calibration(cali
     assert c["held_out_calibrated_median_pct"] <= 10.0
 
 
+def test_nemo_fp8_table_meets_after_cluster_calibration(calibrated):
+    # 12 FP8 runs on DGX-H100 (NeMo 24.07, Megatron-Bridge 25.11): the A100-fitted kernel
+    # parameters applied to H100 FP8 miss by ~20 %; one scale fitted on the even rows
+    # predicts the odd rows within 10 % median
+    c = calibrated[all_tables.NEMO]
+    assert c["fit_rows"] == 6 and c["held_out_rows"] == 6
+    assert c["held_out_zero_shot_median_pct"] > 15.0
+    assert c["held_out_calibrated_median_pct"] <= 10.0
+
+
 def test_torchtitan_calibrated_on_its_fleet_improves_but_misses(calibrated):
     c = calibrated[all_tables.TORCHTITAN]
+    assert c["fit_rows"] == 1 and c["held_out_rows"] == 3
     print(f"torchtitan 405B: {c['held_out_zero_shot_median_pct']:.1f} % uncalibrated, "
           f"{c['held_out_calibrated_median_pct']:.1f} % calibrated (k = {c['scale']:.3f})")
     assert c["held_out_calibrated_median_pct"] < c["held_out_zero_shot_median_pct"] / 2
@@ -91,5 +105,8 @@ def test_superbench_step_times_are_the_documented_host_bound_miss():
 def test_excluded_tables_name_their_reason():
     assert all(why for _, why in all_tables.EXCLUDED)
     names = " ".join(w for w, _ in all_tables.EXCLUDED)
-    for t in ("NeMo", "Megatron-Bridge", "Offload", "FSDP blog", "Float8"):
+    for t in ("NeMo", "Megatron-Bridge", "Offload", "FSDP blog"):
         assert t in names
+    # FP8 is expressible now (--precision fp8): only context parallelism keeps NeMo rows out
+    assert all("context parallel" in why for w, why in all_tables.EXCLUDED
+               if "NeMo" in w or "Megatron-Bridge" in w)

@@ -85,6 +85,15 @@ _STEP_INPUTS: dict[str, str] = {
     "precision": "training precision: bf16 or fp8 (decoder-layer weight GEMMs at the GPU's "
                  "FP8 peak; docs/compute.md); empty = bf16",
 }
+# Optional step inputs (3D parallelism, docs/parallelism.md): a column of results.csv only
+# when the spec gives the key, so sweeps without them keep their columns.
+_STEP_PARALLEL_INPUTS: dict[str, str] = {
+    "tp": "tensor-parallel degree (count; empty = 1)",
+    "pp": "pipeline stages (count; empty = 1; accum is then the micro-batches per step)",
+    "sequence_parallel": "Megatron sequence parallelism: True or False (needs tp >= 2)",
+    "tp_comm_overlap": "Megatron-Core / Transformer Engine TP communication overlap: True or "
+                       "False (needs sequence_parallel)",
+}
 _COMMON_OUTPUTS: dict[str, str] = {
     "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
     "reason": "why a point is not ok (empty when ok)",
@@ -146,17 +155,31 @@ COLUMNS: dict[str, dict[str, str]] = {
     "collective": {**_ID_COLUMNS, **_COLL_INPUTS, **_COMMON_OUTPUTS, **_COLL_OUTPUTS},
 }
 INPUT_KEYS: dict[str, tuple[str, ...]] = {
-    "step": tuple(k for k in _STEP_INPUTS if k != "kind"),
+    "step": tuple(k for k in _STEP_INPUTS if k != "kind") + tuple(_STEP_PARALLEL_INPUTS),
     "collective": tuple(k for k in _COLL_INPUTS if k != "kind"),
 }
 
 
-def columns_markdown(kind: str) -> str:
+def sweep_columns(kind: str, keys=()) -> dict[str, str]:
+    """The columns of ``results.csv`` (name -> meaning): :data:`COLUMNS` of the kind, with
+    the optional parallelism inputs among ``keys`` (the spec's grid and fixed keys) after
+    the other inputs."""
+    cols = COLUMNS[kind]
+    extra = {k: v for k, v in _STEP_PARALLEL_INPUTS.items() if k in keys} \
+        if kind == "step" else {}
+    if not extra:
+        return dict(cols)
+    names = list(cols)
+    i = names.index("status")
+    return {**{k: cols[k] for k in names[:i]}, **extra, **{k: cols[k] for k in names[i:]}}
+
+
+def columns_markdown(kind: str, keys=()) -> str:
     """The column documentation of ``results.csv`` as a Markdown table (``columns.md``)."""
     lines = [f"# results.csv columns ({kind} sweep)", "",
              "One row per grid point, in grid order (first grid key slowest). Empty cell = not "
              "applicable or not given.", "", "| column | meaning (unit) |", "|---|---|"]
-    lines += [f"| `{k}` | {v} |" for k, v in COLUMNS[kind].items()]
+    lines += [f"| `{k}` | {v} |" for k, v in sweep_columns(kind, keys).items()]
     return "\n".join(lines) + "\n"
 
 
@@ -251,7 +274,16 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "seq_len": lambda v: positive_int(v, "seq_len"),
             "gpu_memory": lambda v: parse_size(v, "gpu_memory"),
             "recompute": _parse_bool, "runtime": _parse_runtime,
-            "overlap_slowdown": _parse_slowdown, "precision": _parse_precision}
+            "overlap_slowdown": _parse_slowdown, "precision": _parse_precision,
+            "tp": lambda v: positive_int(v, "tp"), "pp": lambda v: positive_int(v, "pp"),
+            "sequence_parallel": lambda v: _parse_flag(v, "sequence_parallel"),
+            "tp_comm_overlap": lambda v: _parse_flag(v, "tp_comm_overlap")}
+
+
+def _parse_flag(v: Any, key: str) -> bool:
+    if not isinstance(v, bool):
+        raise InputError(f"{key} = {v!r} must be true or false")
+    return v
 
 
 def _parse_precision(v: Any) -> str:
