@@ -36,10 +36,10 @@ from parosim.plan3d import stage_memory_3d  # noqa: E402
 from parosim.training import TrainingSpec  # noqa: E402
 
 
-def run_settings(config: str) -> dict:
-    """The memory settings of a published run (module docstring)."""
-    dropout = 0.1 if config.startswith("GPT3") else 0.0
-    return dict(hidden_dropout=dropout, fp8_params="Bridge 25.11" in config)
+def run_settings(r: dict) -> dict:
+    """The memory settings of a published run, as ``nemo_rows`` records them (module
+    docstring)."""
+    return dict(hidden_dropout=r["hidden_dropout"], fp8_params=r["fp8_params"])
 
 
 def worst(r: dict, training: TrainingSpec):
@@ -61,7 +61,7 @@ def table(settings: bool) -> list[tuple[str, object]]:
                           seq_len=r["seq"], recompute=False, attention="flash",
                           precision="fp8")
         if settings:
-            tr = replace(tr, **run_settings(r["config"]))
+            tr = replace(tr, **run_settings(r))
         out.append((r["config"], worst(r, tr)))
     return out
 
