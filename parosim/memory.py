@@ -217,8 +217,16 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     d_p, d_g, d_os = strategy.divisors(n, m)
     states = model_states_bytes(strategy, psi, psi_t, n, m)
     shaped = nominal_shape(model)
-    acts = activation_bytes(shaped, training.micro_batch, training.seq_len, recompute,
-                            training.attention, training.memory_model, training.logit_bytes)
+    if training.precision == "fp8" and training.memory_model == "korthikanti":
+        from .fp8mem import fp8_activation_bytes   # TE keeps fp8 GEMM inputs (docs/memory.md)
+
+        acts = fp8_activation_bytes(shaped, training, recompute)
+    else:
+        acts = activation_bytes(shaped, training.micro_batch, training.seq_len, recompute,
+                                training.attention, training.memory_model,
+                                training.logit_bytes)
+        if training.hidden_dropout is not None:   # explicit dropout: masks as told
+            acts += _dropout_adjust(shaped, training, recompute)
     bufs = buffer_bytes(shaped, strategy, training.trainable_ratio)
     extra_params = 0.0
     if not runtime.is_ideal:  # parosim.runtime_plan: the framework's
@@ -228,6 +236,10 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         states += extra_params
     cache = fp8_weight_cache_bytes(shaped, training)
     states += cache
+    if training.fp8_params:   # fp8 primary weights: 1 byte instead of 2, sharded as params
+        fp8_w = shaped.layers * _layer_fp8_params(shaped)
+        states -= fp8_w / d_p
+        extra_params -= fp8_w / d_p
     frac = (FRAGMENTATION_FRACTION if training.memory_model == "runtime" else MARGIN_FRACTION)
     margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
     total = states + acts + bufs + margin
@@ -244,6 +256,25 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         logit_bytes=training.logit_bytes or (LOGIT_BYTES if training.memory_model == "runtime"
                                              else 4),
         fp8_weight_cache_bytes=cache)
+
+
+def _layer_fp8_params(model: ModelSpec) -> float:
+    from .compute import layer_fp8_params
+
+    return layer_fp8_params(model)
+
+
+def _dropout_adjust(model: ModelSpec, training: TrainingSpec, recompute: bool) -> float:
+    """An explicit ``hidden_dropout`` on a bf16 (or runtime-model) estimate: the Korthikanti
+    estimate drops its two per-layer masks when it is 0; the runtime model (no masks) adds
+    them when it is > 0 (``2·s·b·h`` bytes per layer, :mod:`parosim.fp8mem`)."""
+    from .fp8mem import korthikanti_mask_bytes
+
+    sbh = training.seq_len * training.micro_batch * model.hidden
+    if training.memory_model == "runtime":
+        per = 2.0 * sbh if training.hidden_dropout else 0.0
+        return per * (1 if recompute else model.layers)
+    return -korthikanti_mask_bytes(model, training) * (1 if recompute else model.layers)
 
 
 def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
@@ -268,6 +299,10 @@ def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
 
     if fp8_params is None:
         fp8_params = model.layers * layer_fp8_params(model)
+    if training.fp8_params:   # the weight is fp8 itself; only its transpose is cached
+        from .fp8mem import FP8_PARAMS_CACHE_BYTES_PER_PARAM
+
+        return FP8_PARAMS_CACHE_BYTES_PER_PARAM * fp8_params
     return FP8_WEIGHT_CACHE_BYTES_PER_PARAM * fp8_params
 
 

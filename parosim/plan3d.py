@@ -1060,6 +1060,16 @@ def layer_activation_bytes_3d(model: ModelSpec, training: TrainingSpec, tp: int,
     >>> layer_activation_bytes_3d(m, tr, 1, False, False) == layer_activation_bytes(m, 1, 2048)
     True
     """
+    if training.precision == "fp8":   # Transformer Engine keeps fp8 GEMM inputs
+        from .fp8mem import fp8_layer_activation_bytes
+
+        return fp8_layer_activation_bytes(model, training, tp, sp, selective)
+    if training.hidden_dropout is not None:   # bf16, explicit dropout: masks only if > 0
+        from .fp8mem import korthikanti_mask_bytes
+
+        return (layer_activation_bytes_3d(model, replace(training, hidden_dropout=None), tp,
+                                          sp, selective)
+                - korthikanti_mask_bytes(model, training, tp, sp))
     s, b, h, a = training.seq_len, training.micro_batch, model.hidden, model.heads
     # selective recomputation and FlashAttention both keep no s x s attention matrices;
     # FlashAttention keeps its fp32 log-sum-exp, 4·b·a·s (split over the heads of the group)
@@ -1104,6 +1114,9 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
         cache = fp8_weight_cache_bytes(model, training, fp8p[k])
         states += cache
+        d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)
+        fp8_w = fp8p[k] / d_p if training.fp8_params else 0.0   # 1 byte, not 2 (fp8mem)
+        states -= fp8_w
         chunks = in_flight(k, par, training.accum_steps)
         acts = chunks * per_chunk * kept + (no_rc_layer if recompute else 0.0)
         if k == par.pp - 1:   # final norm + LM-head input and fp32 logits (vocab split by t)
@@ -1119,11 +1132,11 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             bufs += userbuffer_bytes(training, h)
         margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
         total = states + acts + bufs + margin
-        d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)
         out.append(MemoryBreakdown(
             model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
             margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
-            shortfall_bytes=max(0.0, total - cap), params_bytes=BYTES_PER_PARAM * psi / d_p,
+            shortfall_bytes=max(0.0, total - cap),
+            params_bytes=BYTES_PER_PARAM * psi / d_p - fp8_w,
             grads_bytes=BYTES_PER_GRAD * psi * r / d_g,
             optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute,
             fp8_weight_cache_bytes=cache))

@@ -144,6 +144,15 @@ class TrainingSpec:
     memory_model: str | None = None
     logit_bytes: int | None = None
     precision: str = "bf16"
+    # Memory only (parosim.fp8mem, docs/memory.md "FP8"): Megatron's ``hidden_dropout`` (the
+    # residual-branch dropout after the o-projection and after the MLP; its 1-byte masks are
+    # kept for backward when > 0). None: counted as Korthikanti et al. 2022 count it (two
+    # masks per layer in the Korthikanti estimate, none in the runtime model).
+    hidden_dropout: float | None = None
+    # precision fp8 only: decoder-layer GEMM weights stored in fp8 (Megatron
+    # ``--fp8-param-gather``, Transformer Engine ``fp8_model_init``): 1 byte per weight and no
+    # bf16 copy; Transformer Engine caches the fp8 transpose (1 byte) beside it.
+    fp8_params: bool = False
 
     def __post_init__(self) -> None:
         _pos_int(self.micro_batch, "micro_batch")
@@ -180,6 +189,16 @@ class TrainingSpec:
         if self.precision not in PRECISIONS:
             raise InputError(f"precision = {self.precision!r} is not known; expected "
                              f"{' or '.join(PRECISIONS)}")
+        d = self.hidden_dropout
+        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))
+                              or not 0 <= d < 1):
+            raise InputError(f"hidden_dropout = {d!r} must be a probability in [0, 1) (or None:"
+                             " as Korthikanti et al. count it)")
+        if not isinstance(self.fp8_params, bool):
+            raise InputError(f"fp8_params = {self.fp8_params!r} must be true or false")
+        if self.fp8_params and self.precision != "fp8":
+            raise InputError("fp8_params = True stores the GEMM weights in fp8; expected "
+                             "precision = 'fp8' with it")
         if self.memory_model not in (None, "runtime", "korthikanti"):
             raise InputError(f"memory_model = {self.memory_model!r} is not known; expected "
                              "runtime or korthikanti (or None: the runtime profile's)")

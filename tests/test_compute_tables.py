@@ -86,8 +86,21 @@ def test_torchtitan_calibrated_on_its_fleet_improves_but_misses(calibrated):
 def test_every_published_3d_run_fits_in_memory():
     # Megatron-LM, Megatron-DeepSpeed and torchtitan runs that trained: all must fit
     res = all_tables.memory_check()
-    assert len(res) == 29
-    assert [r["config"] for r in res if not r["fits"]] == []
+    assert len(res) == 43
+    bf16 = [r for r in res if "Float8" not in r["config"] and "NeMo" not in r["table"]]
+    assert len(bf16) == 29 and all(r["fits"] for r in bf16)
+    # FP8 rows with their documented memory settings (nemo_rows: dropout, fp8 primary
+    # weights): 9 of the 12 NeMo / Megatron-Bridge runs fit; the misses docs/memory.md
+    # ("FP8") explains. torchtitan's Float8 (torchao) rows are counted with Transformer
+    # Engine's fp8 weight cache, which torchao does not keep: an upper bound, and a miss.
+    assert [r["config"] for r in res if not r["fits"]] == [
+        "Llama 3.1 405B, FSDP2 16 x TP 8, Float8, local batch 2",
+        "Llama 3.1 405B, FSDP2 16 x TP 8, Float8 + async TP, local batch 2",
+        "GPT3-20B TP2 PP1", "GPT3-175B TP4 PP8 VP6, 512 GPUs", "Nemotron-340B TP8 PP8 VP12"]
+    # with the 64 data-parallel runs of experiments/08_memory (all fit, tests/test_kernels.py
+    # and tests/test_runtime_memory.py): 102 of 107 published runs, >= 95 %
+    fit = 64 + sum(r["fits"] for r in res)
+    assert (fit, 64 + len(res)) == (102, 107) and fit / 107 >= 0.95
 
 
 def test_calibration_never_sees_its_check_rows():

@@ -64,13 +64,14 @@ def _gpt(name, layers, hidden, heads, vocab, seq, pos=True):
 def _row(table, config, model, cluster, nodes, tp, pp, dp, micro_batch, accum, seq,
          recompute, metric, published, *, strategy="NNN", sp=False, selective=False,
          virtual=1, attention="eager", gpu_memory=None, kernel_overhead_s=None,
-         precision="bf16", tp_overlap=False):
+         precision="bf16", tp_overlap=False, hidden_dropout=None, fp8_params=False):
     return dict(table=table, config=config, model=model, cluster=cluster, nodes=nodes, tp=tp,
                 pp=pp, dp=dp, micro_batch=micro_batch, accum=accum, seq=seq,
                 recompute=recompute, metric=metric, published=published, strategy=strategy,
                 sp=sp, selective=selective, virtual=virtual, attention=attention,
                 gpu_memory=gpu_memory, kernel_overhead_s=kernel_overhead_s,
-                precision=precision, tp_overlap=tp_overlap)
+                precision=precision, tp_overlap=tp_overlap, hidden_dropout=hidden_dropout,
+                fp8_params=fp8_params)
 
 
 def narayanan_rows() -> list[dict]:
@@ -197,7 +198,10 @@ def nemo_rows() -> list[dict]:
     recipe sets it (GPT-3 20B / 175B, Nemotron, Llama 3 70B); the distributed optimizer
     (optimizer states sharded over data parallelism: NNG); Megatron FSDP for Llama 3 8B (GGG);
     recomputation: GPT-3 "selective" (attention core), none elsewhere; Transformer Engine
-    attention = flash; FP8 GEMMs (``precision="fp8"``)."""
+    attention = flash; FP8 GEMMs (``precision="fp8"``). Memory settings (docs/memory.md,
+    "FP8"): ``hidden_dropout`` 0.1 for GPT-3 (launcher gpt3/*.yaml), 0.0 for Llama and
+    Nemotron; fp8 primary weights (``fp8_params``) for the two Megatron-Bridge FP8-CS runs
+    (``fp8_param_gather = True``); they change memory only."""
     from parosim.models import ModelSpec, preset
 
     def gpt(name, layers, h, heads, vocab):
@@ -243,7 +247,9 @@ def nemo_rows() -> list[dict]:
         out.append(_row(NEMO, cfg, m, "dgx-h100-ib", nodes, tp, pp, dp, mbs,
                         gbs // (dp * mbs), seq, False, "tokens/s per GPU", pub,
                         strategy=strat, sp=tp > 1, selective=sel, virtual=vp,
-                        attention="flash", precision="fp8", tp_overlap=ovl))
+                        attention="flash", precision="fp8", tp_overlap=ovl,
+                        hidden_dropout=0.1 if cfg.startswith("GPT3") else 0.0,
+                        fp8_params="Bridge 25.11" in cfg))
     return out
 
 
@@ -324,6 +330,10 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
     extra_par = {"tp_comm_overlap": True} if row.get("tp_overlap") else {}
     extra_tr = ({"precision": row["precision"]} if row.get("precision", "bf16") != "bf16"
                 else {})
+    if row.get("hidden_dropout") is not None:
+        extra_tr["hidden_dropout"] = row["hidden_dropout"]
+    if row.get("fp8_params"):
+        extra_tr["fp8_params"] = True
     par = ParallelSpec(tp=row["tp"], pp=row["pp"], sequence_parallel=row["sp"],
                        selective_recompute=row["selective"],
                        schedule="interleaved" if row["virtual"] > 1 else "1f1b",
