@@ -97,10 +97,11 @@ def test_every_published_3d_run_fits_in_memory():
         "Llama 3.1 405B, FSDP2 16 x TP 8, Float8, local batch 2",
         "Llama 3.1 405B, FSDP2 16 x TP 8, Float8 + async TP, local batch 2",
         "GPT3-20B TP2 PP1", "GPT3-175B TP4 PP8 VP6, 512 GPUs", "Nemotron-340B TP8 PP8 VP12"]
-    # with the 64 data-parallel runs of experiments/08_memory (all fit, tests/test_kernels.py
-    # and tests/test_runtime_memory.py): 102 of 107 published runs, >= 95 %
-    fit = 64 + sum(r["fits"] for r in res)
-    assert (fit, 64 + len(res)) == (102, 107) and fit / 107 >= 0.95
+    # with the data-parallel runs of experiments/08_memory (all fit, tests/test_kernels.py
+    # and tests/test_runtime_memory.py): 61 llm-foundry + 2 SuperBench (its Megatron-Bridge
+    # Llama-3-8B run is the one in nemo_rows, counted once): 101 of 106 published runs
+    fit = 63 + sum(r["fits"] for r in res)
+    assert (fit, 63 + len(res)) == (101, 106) and fit / 106 >= 0.95
 
 
 def test_calibration_never_sees_its_check_rows():
