@@ -283,6 +283,23 @@ def test_calibrate_steps_column(tmp_path):
         read_steps(f)
 
 
+def test_calibrate_steps_row_is_simulated_with_overlap(tmp_path):
+    from parosim.calibrate_steps import read_steps, simulate_run
+
+    f = tmp_path / "steps.csv"
+    head = "model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,tp,dp_comm_overlap\n"
+    f.write_text(head + "llama-13b,NNG,2,1,2,2048,0.5,8,on\n"
+                 "llama-13b,NNG,2,1,2,2048,0.5,8,off\n"
+                 "llama-13b,NNG,2,1,2,2048,0.5,1,on\n")
+    on, off, dp_only = read_steps(f)
+    base = load_cluster("dgx-a100-ib")
+    prof = replace(base.compute, model="kernel")
+    assert simulate_run(on, base, prof) < simulate_run(off, base, prof)
+    # no tp / pp: the row is refused with its line, never simulated without the overlap
+    with pytest.raises(InputError, match="line 4: --dp-comm-overlap needs --tp >= 2"):
+        simulate_run(dp_only, base, prof)
+
+
 def test_advise_fixed_setting():
     from parosim.advise import advise
 
