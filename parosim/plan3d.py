@@ -727,20 +727,15 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
 
     def forward_buckets(k: int, vs: int, mb: int, dep0) -> None:
         """First micro-batch with DP communication overlap: bucket by bucket, each waiting
-        for its parameter all-gather, which the previous bucket's start dispatched."""
+        for its parameter all-gather; the stage's gathers all start at the step's start,
+        back to back in the order of use (Megatron's aligned launch)."""
         cs = f"compute/s{k}"
-        order = use_order[k]
+        if not any(key in gathers for key in use_order[k]):
+            for key in use_order[k]:
+                gathers[key] = bucket_sync(k, key, psync, "param-bucket", "comm-param", [])
         for bi in range(len(buckets[vs]) - 1, -1, -1):
             us = [units[vs][i] for i in reversed(buckets[vs][bi])]
-            pos = order.index((vs, bi))
             first = dep0 if bi == len(buckets[vs]) - 1 else None
-            if pos == 0:
-                ids = bucket_sync(k, (vs, bi), psync, "param-bucket", "comm-param", [])
-                gathers[(vs, bi)] = ids
-            if pos + 1 < len(order):
-                ids = bucket_sync(k, order[pos + 1], psync, "param-bucket", "comm-param",
-                                  [b.last.get(cs), first])
-                gathers[order[pos + 1]] = ids
             g = gathers[(vs, bi)]
             n0 = len(b.ops)
             kinds = [u.kind for u in us]
@@ -954,44 +949,40 @@ def param_fill_exposed(chains, p: int, v: int, f: float = 1.0) -> float:
     """Delay the bucketed parameter all-gathers add to the pipeline: the first micro-batch's
     forward through the virtual stages 0..p·v-1 (the path every stage's work waits on),
     with and without the gathers. ``chains[vs]``: [(gather s, busy s)] of virtual stage vs's
-    buckets in forward order. Per stage k the gathers run on one stream: its first at the
-    step's start, each next one dispatched when the previous bucket's forward starts
-    (Megatron's forward pre-hook: prefetch one bucket ahead, across the stage's chunks); a
-    bucket's forward starts when the previous one has ended, its input has arrived and its
-    gather has ended, at 1/f while the next gather is in flight. With the interleaved schedule
-    stage k runs p - 1 more forwards of chunk c (micro-batches 1..p-1) before chunk c+1's
-    first.
+    buckets in forward order. Every stage starts its gathers at the step's start, back to
+    back on one stream in the order of use (Megatron-LM's default aligned launch, "all PP
+    stages will launch param all-gathers simultaneously"); a bucket's forward starts when the
+    previous one has ended, its input has arrived and its gather has ended, at 1/f while the
+    stage's gathers are in flight. With the interleaved schedule stage k runs p - 1 more
+    forwards of chunk c (micro-batches 1..p-1) before chunk c + 1's first.
 
-    >>> param_fill_exposed([[(0.5, 1.0), (0.5, 1.0)]], 1, 1)          # the first gather
+    >>> param_fill_exposed([[(0.5, 1.0), (0.5, 1.0)]], 1, 1)   # the first gather shows
     0.5
-    >>> param_fill_exposed([[(0.5, 1.0)], [(0.5, 1.0)]], 2, 1)        # stage 1's hidden
+    >>> param_fill_exposed([[(1.5, 1.0)] * 3], 1, 1)           # gathers end at 1.5, 3, 4.5
+    2.5
+    >>> param_fill_exposed([[(0.5, 1.0)], [(0.5, 1.0)]], 2, 1)  # stage 1's hides in the fill
     0.5
     """
     def run(gathers: bool) -> float:
-        free = [0.0] * p       # when stage k's compute stream is free
-        gend = [0.0] * p       # end of stage k's latest gather
-        prev = [None] * p      # start of stage k's previous bucket forward (None: none yet)
-        nxt_g = {}             # the next gather of each (vs, i) in stage order
-        order = [[(vs, i) for vs in range(k, len(chains), p) for i in range(len(chains[vs]))]
-                 for k in range(p)]
+        ends: dict[tuple[int, int], float] = {}
+        total = [0.0] * p
         for k in range(p):
-            for j, (vs, i) in enumerate(order[k]):
-                nv, ni = order[k][j + 1] if j + 1 < len(order[k]) else (None, None)
-                nxt_g[(vs, i)] = chains[nv][ni][0] if nv is not None and gathers else 0.0
+            acc = 0.0
+            for vs in range(k, len(chains), p):
+                for i, (g, _) in enumerate(chains[vs]):
+                    acc += g if gathers else 0.0
+                    ends[(vs, i)] = acc
+            total[k] = acc
+        free = [0.0] * p       # when stage k's compute stream is free
         arr = 0.0
         for vs, chain in enumerate(chains):
             k = vs % p
             t = max(arr, free[k])
-            for i, (g, w) in enumerate(chain):
-                g = g if gathers else 0.0
-                if prev[k] is None:
-                    gend[k] = g
-                start = max(t, gend[k])
-                nx = nxt_g[(vs, i)]
-                gend[k] = start + nx          # the next gather, dispatched now
-                prev[k] = start
-                if f != 1.0 and nx > 0:
-                    t = start + (nx + (w - nx / f) if w > nx / f else w * f)
+            for i, (_, w) in enumerate(chain):
+                start = max(t, ends[(vs, i)])
+                busy = total[k] - start         # the stage's gathers still in flight
+                if f != 1.0 and busy > 0:
+                    t = start + (busy + (w - busy / f) if w > busy / f else w * f)
                 else:
                     t = start + w
             arr = t

@@ -98,6 +98,8 @@ CASES = [  # nodes, tp, pp, schedule, strategy, nic
     (8, 2, 4, "1f1b", "NNI", None),
     (4, 8, 1, "1f1b", "NNG", "25Gbps"),
     (4, 4, 2, "interleaved", "NNN", "10Gbps"),
+    (8, 4, 2, "1f1b", "NNG", "25Gbps"),
+    (8, 4, 2, "interleaved", "NNG", "25Gbps"),
 ]
 
 
@@ -196,6 +198,38 @@ def test_hand_case_slow_network_excess_exposed():
     # the first reduction starts after bucket 1's backward, then they run back to back:
     # exposed = w_1 + Σ r - Σ w
     assert off - on == pytest.approx(whole - (w[0] + sum(r) - sum(w)), rel=1e-9)
+
+
+def test_hand_case_distributed_optimizer_first_gather_exposed():
+    """NNG (reduce-scatter + all-gather per bucket), fast network: the last bucket's
+    reduce-scatter shows; the gathers all start at the step's start, back to back, so bucket
+    i's forward waits until max(G_i, W_{i-1}) (G_i: the first i gathers, W_{i-1}: the first
+    i - 1 forwards after the first gather): exposed max_i (G_i - W_{i-1})."""
+    c = load_cluster("dgx-a100-ib", 2)
+    tr = _tr(b=2)
+    on = ParallelSpec(tp=8, dp_comm_overlap=True)
+    t_on, t_off = (simulate_3d(M13, c, "NNG", tr, x, "ring", "analytic").step_time_s
+                   for x in (on, replace(on, dp_comm_overlap=False)))
+    gs = layout_for(c, 8, 1).dp_scopes(0)
+
+    def t(op, params):
+        return program_time(c, lower_group(c, op, Scope.GLOBAL, BYTES_PER_GRAD * params / 8,
+                                           Algo.RING, gs))
+
+    units = [M13.embedding_params] + [M13.layer_params] * 40 + [M13.head_params]
+    fwd = [sorted(b) for b in reversed(dp_buckets(M13, on, 2)[0])]   # forward order
+    assert fwd[0] == [0, 1] and fwd[-1] == [40, 41]
+    g = [t(Op.ALL_GATHER, sum(units[i] for i in b)) for b in fwd]
+    plan = build_plan_3d(M13, "NNG", c, replace(tr, accum_steps=1), on)
+    w = [sum(plan.ops[i].duration_s if isinstance(plan.ops[i], ComputeOp) else
+             program_time(c, plan.ops[i].lower(c, Algo.RING)) * plan.ops[i].count
+             for i in ids) for ids, _ in plan.dp_param_chains[0]]
+    gathers = max(sum(g[:i + 1]) - sum(w[:i]) for i in range(len(g)))
+    whole = sum(units)
+    r_last = t(Op.REDUCE_SCATTER, units[0] + units[1])
+    hidden = t(Op.REDUCE_SCATTER, whole) + t(Op.ALL_GATHER, whole) - r_last - gathers
+    assert gathers > g[0]             # here a later gather shows a little too
+    assert t_off - t_on == pytest.approx(hidden, rel=1e-9)
 
 
 # -- engine vs closed form -----------------------------------------------------------------
