@@ -12,9 +12,9 @@ What each table is checked on (docs/compute.md, "Every published MFU table"):
   10 % median (asserted).
 * NeMo 24.07 / Megatron-Bridge 25.11 FP8 runs on DGX-H100: a miss uncalibrated; within 10 %
   median on the held-out odd rows after a one-factor calibration on the even rows.
-* torchtitan Llama 3.1 405B (bf16, Float8, Float8 + async TP): calibrated on a separate
-  benchmark of the same GPU fleet; the check still misses 10 % (asserted: the documented
-  miss, and that calibration halves the error).
+* torchtitan Llama 3.1 405B (bf16, Float8, Float8 + async TP): a miss uncalibrated; within
+  10 % median after a one-factor calibration on a separate benchmark of the same GPU fleet
+  (its four Llama 3 70B rows parosim can express).
 """
 
 import statistics
@@ -74,24 +74,26 @@ def test_nemo_fp8_table_meets_after_cluster_calibration(calibrated):
     assert c["held_out_calibrated_median_pct"] <= 10.0
 
 
-def test_torchtitan_calibrated_on_its_fleet_improves_but_misses(calibrated):
+def test_torchtitan_meets_after_calibration_on_its_fleet(calibrated):
+    # k fitted on the four expressible Llama 3 70B rows of a later benchmark on the same
+    # 500 W H100 fleet; checked on the three Llama 3.1 405B rows of docs/performance.md
     c = calibrated[all_tables.TORCHTITAN]
-    assert c["fit_rows"] == 1 and c["held_out_rows"] == 3
+    assert c["fit_rows"] == 4 and c["held_out_rows"] == 3
     print(f"torchtitan 405B: {c['held_out_zero_shot_median_pct']:.1f} % uncalibrated, "
           f"{c['held_out_calibrated_median_pct']:.1f} % calibrated (k = {c['scale']:.3f})")
-    assert c["held_out_calibrated_median_pct"] < c["held_out_zero_shot_median_pct"] / 2
-    assert c["held_out_calibrated_median_pct"] > 10.0     # the documented miss
+    assert c["held_out_zero_shot_median_pct"] > 40.0       # the fleet is not an SXM H100
+    assert c["held_out_calibrated_median_pct"] <= 10.0
 
 
 def test_every_published_3d_run_fits_in_memory():
-    # Megatron-LM, Megatron-DeepSpeed and torchtitan runs that trained: all must fit
+    # Megatron-LM, Megatron-DeepSpeed, torchtitan and NeMo runs that trained
     res = all_tables.memory_check()
-    assert len(res) == 43
-    bf16 = [r for r in res if "Float8" not in r["config"] and "NeMo" not in r["table"]]
-    assert len(bf16) == 29 and all(r["fits"] for r in bf16)
+    assert len(res) == 46
+    bf16 = [r for r in res if r["precision"] == "bf16"]
+    assert len(bf16) == 30 and all(r["fits"] for r in bf16)
     # FP8 rows with their documented memory settings (nemo_rows: dropout, fp8 primary
     # weights): 9 of the 12 NeMo / Megatron-Bridge runs fit; the misses docs/memory.md
-    # ("FP8") explains. torchtitan's Float8 (torchao) rows are counted with Transformer
+    # ("FP8") explains. torchtitan's Float8 (torchao) 405B rows are counted with Transformer
     # Engine's fp8 weight cache, which torchao does not keep: an upper bound, and a miss.
     assert [r["config"] for r in res if not r["fits"]] == [
         "Llama 3.1 405B, FSDP2 16 x TP 8, Float8, local batch 2",
@@ -99,9 +101,9 @@ def test_every_published_3d_run_fits_in_memory():
         "GPT3-20B TP2 PP1", "GPT3-175B TP4 PP8 VP6, 512 GPUs", "Nemotron-340B TP8 PP8 VP12"]
     # with the data-parallel runs of experiments/08_memory (all fit, tests/test_kernels.py
     # and tests/test_runtime_memory.py): 61 llm-foundry + 2 SuperBench (its Megatron-Bridge
-    # Llama-3-8B run is the one in nemo_rows, counted once): 101 of 106 published runs
+    # Llama-3-8B run is the one in nemo_rows, counted once): 104 of 109 published runs
     fit = 63 + sum(r["fits"] for r in res)
-    assert (fit, 63 + len(res)) == (101, 106) and fit / 106 >= 0.95
+    assert (fit, 63 + len(res)) == (104, 109) and fit / 109 >= 0.95
 
 
 def test_calibration_never_sees_its_check_rows():

@@ -162,20 +162,31 @@ TORCHTITAN_CAL = ("pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_tor
 
 
 def torchtitan_calibration_rows() -> list[dict]:
-    """The same lower-TDP H100 fleet in a later torchtitan benchmark: the bf16 vanilla-TP
-    Llama 3 70B row (FSDP 32 x TP 8, 256 GPUs, local batch 16, full activation
-    checkpointing, torch.compile; 597.3 tokens/s per GPU). Used only to calibrate that
-    cluster's compute scale, never as a check. Sequence length 8192: torchtitan's
-    ``train_configs/llama3_70b.toml`` (the row does not state it). torch.compile fuses the
-    memory-bound kernels we cost one by one: the fitted scale absorbs it. The 8B row of the
-    same table (per-op selective activation checkpointing) is not used: parosim's selective
-    recomputation is Megatron's (attention only), not torchtitan's per-op policy."""
+    """The same lower-TDP H100 fleet in a later torchtitan benchmark: every Llama 3 70B row
+    of its async-TP table (FSDP 32 x TP 8, 256 GPUs, local batch 16, full activation
+    checkpointing, torch.compile; tokens/s per GPU) whose settings parosim models: bf16 and
+    float8 *tensorwise*, each with vanilla and async TP (async TP = TP communication
+    overlapped with the GEMMs, ``--tp-comm-overlap``). Used only to calibrate that cluster's
+    compute scale, never as a check. Sequence length 8192: torchtitan's
+    ``train_configs/llama3_70b.toml`` (the rows do not state it). torch.compile fuses the
+    memory-bound kernels we cost one by one: the fitted scale absorbs it. Not used: the
+    float8 *rowwise* rows (per-row scaling runs other, slower GEMM kernels — 599.6 tokens/s
+    against tensorwise's 809.8 — which ``--precision fp8``, per-tensor scaling, does not
+    model) and the Llama 3 8B rows (per-op selective activation checkpointing, not parosim's
+    attention-only selective recomputation)."""
     from parosim.models import preset
 
-    return [_row(TORCHTITAN_CAL, "Llama 3 70B, FSDP 32 x TP 8, bf16, local batch 16",
-                 preset("llama-3-70b"), "dgx-h100-ib", 32, 8, 1, 32, 16, 1, 8192, True,
-                 "tokens/s per GPU", 597.3, strategy="GGG", sp=True, attention="flash",
-                 gpu_memory="95GB")]
+    out = []
+    for quant, vanilla, asynctp in (("bf16", 597.3, 652.4), ("float8 tensorwise", 809.8, 942.4)):
+        for tp_overlap, pub in ((False, vanilla), (True, asynctp)):
+            out.append(_row(TORCHTITAN_CAL, f"Llama 3 70B, FSDP 32 x TP 8, {quant}, "
+                            f"{'async' if tp_overlap else 'vanilla'} TP, local batch 16",
+                            preset("llama-3-70b"), "dgx-h100-ib", 32, 8, 1, 32, 16, 1, 8192,
+                            True, "tokens/s per GPU", pub, strategy="GGG", sp=True,
+                            attention="flash", gpu_memory="95GB",
+                            precision="bf16" if quant == "bf16" else "fp8",
+                            tp_overlap=tp_overlap))
+    return out
 
 
 NEMO = ("NVIDIA/NeMo docs/source/performance/performance_summary.md @070a0bb1 (24.07) and "
@@ -444,7 +455,7 @@ def memory_check() -> list[dict]:
     out = []
     for row in rows:
         out.append({"table": row["table"].split(" — ")[0], "config": row["config"],
-                    "fits": predict(row)["fits"]})
+                    "precision": row.get("precision", "bf16"), "fits": predict(row)["fits"]})
     return out
 
 
