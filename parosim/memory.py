@@ -218,7 +218,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     states = model_states_bytes(strategy, psi, psi_t, n, m)
     shaped = nominal_shape(model)
     if training.precision == "fp8" and training.memory_model == "korthikanti":
-        from .fp8mem import fp8_activation_bytes   # TE keeps fp8 GEMM inputs (docs/memory.md)
+        from .fp8mem import fp8_activation_bytes  # TE keeps fp8 GEMM inputs (docs/memory.md)
 
         acts = fp8_activation_bytes(shaped, training, recompute)
     else:
