@@ -64,14 +64,15 @@ def _gpt(name, layers, hidden, heads, vocab, seq, pos=True):
 def _row(table, config, model, cluster, nodes, tp, pp, dp, micro_batch, accum, seq,
          recompute, metric, published, *, strategy="NNN", sp=False, selective=False,
          virtual=1, attention="eager", gpu_memory=None, kernel_overhead_s=None,
-         precision="bf16", tp_overlap=False, hidden_dropout=None, fp8_params=False):
+         precision="bf16", tp_overlap=False, hidden_dropout=None, fp8_params=False,
+         dp_overlap=False):
     return dict(table=table, config=config, model=model, cluster=cluster, nodes=nodes, tp=tp,
                 pp=pp, dp=dp, micro_batch=micro_batch, accum=accum, seq=seq,
                 recompute=recompute, metric=metric, published=published, strategy=strategy,
                 sp=sp, selective=selective, virtual=virtual, attention=attention,
                 gpu_memory=gpu_memory, kernel_overhead_s=kernel_overhead_s,
                 precision=precision, tp_overlap=tp_overlap, hidden_dropout=hidden_dropout,
-                fp8_params=fp8_params)
+                fp8_params=fp8_params, dp_overlap=dp_overlap)
 
 
 def narayanan_rows() -> list[dict]:
@@ -207,7 +208,10 @@ def nemo_rows() -> list[dict]:
     GELU), LayerNorm, no biases, rotary, untied, vocabulary 256000; Llama = the Meta configs.
     Sequence parallelism whenever TP > 1; TP communication overlap (userbuffers) where the
     recipe sets it (GPT-3 20B / 175B, Nemotron, Llama 3 70B); the distributed optimizer
-    (optimizer states sharded over data parallelism: NNG); Megatron FSDP for Llama 3 8B (GGG);
+    (optimizer states sharded over data parallelism: NNG) with its gradient reduce-scatter and
+    parameter all-gather overlapped (``overlap_grad_sync`` / ``overlap_param_sync`` true in
+    every recipe; ``--dp-comm-overlap`` on the 3D path; the TP 1 x PP 1 rows take the
+    data-parallel path, where it is not a flag); Megatron FSDP for Llama 3 8B (GGG);
     recomputation: GPT-3 "selective" (attention core), none elsewhere; Transformer Engine
     attention = flash; FP8 GEMMs (``precision="fp8"``). Memory settings (docs/memory.md,
     "FP8"): ``hidden_dropout`` 0.1 for GPT-3 (launcher gpt3/*.yaml), 0.0 for Llama and
@@ -260,7 +264,8 @@ def nemo_rows() -> list[dict]:
                         strategy=strat, sp=tp > 1, selective=sel, virtual=vp,
                         attention="flash", precision="fp8", tp_overlap=ovl,
                         hidden_dropout=0.1 if cfg.startswith("GPT3") else 0.0,
-                        fp8_params="Bridge 25.11" in cfg))
+                        fp8_params="Bridge 25.11" in cfg,
+                        dp_overlap=strat == "NNG" and tp * pp > 1))
     return out
 
 
@@ -339,6 +344,8 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
         cluster = replace(cluster, compute=_scaled(cluster.compute, scale))
     assert cluster.gpus == row["tp"] * row["pp"] * row["dp"], row["config"]
     extra_par = {"tp_comm_overlap": True} if row.get("tp_overlap") else {}
+    if row.get("dp_overlap"):
+        extra_par["dp_comm_overlap"] = True
     extra_tr = ({"precision": row["precision"]} if row.get("precision", "bf16") != "bf16"
                 else {})
     if row.get("hidden_dropout") is not None:
