@@ -154,6 +154,25 @@ class Plan3D(Plan):
     def groups(self) -> int:
         return self.dp // self.group_size
 
+    def overlap_gates(self) -> tuple[tuple[int, ...], ...]:
+        """Per op, the pipeline stages whose GPUs run it: the engine's overlap-interference
+        gates (:func:`parosim.replay.replay`). A compute op on ``compute/s{k}`` runs on
+        every GPU of stage k; a collective involves the stages of its participating ranks
+        (a TP or DP collective: its own stage; a point-to-point transfer: both ends). Ranks
+        are ``tp + t·(dp + d·stage)`` (:class:`parosim.parallel.Layout`), so a rank's stage
+        is ``rank // (t·d)``. Compute slows only while a collective of its own stage is in
+        flight: collectives of other stages run on other GPUs."""
+        per = self.tp * self.dp
+        out = []
+        for op in self.ops:
+            if isinstance(op, GroupOp):
+                sc = op.scopes
+                rings = sc.rings if isinstance(sc, PairSet) else sc.glob.rings
+                out.append(tuple(sorted({r // per for ring in rings for r in ring})))
+            else:
+                out.append((int(op.stream.rsplit("/s", 1)[1]),))
+        return tuple(out)
+
 
 @dataclass(frozen=True)
 class _Unit:

@@ -98,15 +98,31 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     records: list[Record] = []
     busy = [0]
     gate = OverlapGate(env, overlap_slowdown)
+    # per-stream gates (3D plans: one per pipeline stage, Plan3D.overlap_gates): an op's
+    # gates are those of the GPUs it runs on; None: one gate for the whole step (data
+    # parallel: every collective involves every rank's compute stream)
+    keys = plan.overlap_gates() if (overlap_slowdown != 1.0
+                                    and hasattr(plan, "overlap_gates")) else None
+    gates = ({k: OverlapGate(env, overlap_slowdown) for ks in keys for k in ks}
+             if keys is not None else {})
 
     def compute(op: ComputeOp):
         work = to_ps(op.duration_s)          # picoseconds at full speed
         start = env.now
         if overlap_slowdown == 1.0:
             yield env.timeout(work)
+        elif keys is not None:
+            yield from gates[keys[op.id][0]].compute(work)
         else:
             yield from gate.compute(work)
         busy[0] += env.now - start
+
+    def flip(i: int, delta: int) -> None:
+        if keys is None:
+            gate.flip(delta)
+        else:
+            for k in keys[i]:
+                gates[k].flip(delta)
 
     last = [0]           # when the last op ended (a superseded rate timer may fire later)
 
@@ -115,13 +131,13 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
         if isinstance(op, ComputeOp):
             yield from compute(op)
         else:
-            gate.flip(+1)
+            flip(i, +1)
             count = getattr(op, "count", 1)   # 3D plans coalesce a chunk's TP collectives
             if count == 1:
                 yield from run_program(env, net, cache.get(op), spec.collective)
             else:
                 yield from run_repeated(env, net, cache.get(op), spec.collective, count)
-            gate.flip(-1)
+            flip(i, -1)
         last[0] = max(last[0], env.now)
 
     def kind(i: int) -> str:
