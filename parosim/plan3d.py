@@ -539,6 +539,25 @@ def grad_chain_exposed(chain, f: float = 1.0) -> float:
     >>> grad_chain_exposed([(1.0, 3.0), (1.0, 0.5)])    # ends at 1 + 3 + 0.5, busy 2
     2.5
     """
+    t, end = _grad_chain(chain, f)
+    return end - sum(w for w, _ in chain)
+
+
+def grad_chain_slowed(chain, f: float = 1.0) -> float:
+    """How much later the chain's busy time ends than Σ w_i (its slowdown beside the
+    reductions; 0 with f = 1): on a later stage it delays the last backwards of the
+    stages before it (:func:`evaluate_3d`).
+
+    >>> grad_chain_slowed([(1.0, 0.5), (1.0, 0.5)], 2.0)   # w_2 half beside r_1
+    0.25
+    """
+    if f == 1.0:
+        return 0.0
+    return _grad_chain(chain, f)[0] - sum(w for w, _ in chain)
+
+
+def _grad_chain(chain, f: float) -> tuple[float, float]:
+    """(end of the busy time, end of the last reduction or busy time) of a chain."""
     t = 0.0          # now
     comm_end = 0.0   # end of the last reduction issued
     for w, r in chain:
@@ -550,7 +569,7 @@ def grad_chain_exposed(chain, f: float = 1.0) -> float:
             t += w
         if r > 0:
             comm_end = max(t, comm_end) + r
-    return max(t, comm_end) - sum(w for w, _ in chain)
+    return t, max(t, comm_end)
 
 
 def schedule_order(stage: int, par: ParallelSpec, m: int) -> list[tuple[str, int, int]]:
@@ -1016,6 +1035,29 @@ def dp_overlap_exposed(grad, f: float = 1.0) -> float:
     """Exposed gradient time of one stage from its chain of (busy seconds, collective
     seconds, has a collective) entries (:func:`_dp_chains`): an entry with no collective is
     busy time that joins the next bucket's backward; then :func:`grad_chain_exposed`."""
+    return grad_chain_exposed(_grad_list(grad), f)
+
+
+def dp_overlap_bound(grads, f: float = 1.0) -> list[float]:
+    """Per stage, the gradient side of the boundary with DP communication overlap: its
+    exposed reductions (:func:`dp_overlap_exposed`) plus, with f > 1, the slowdown of the
+    last backwards of the later stages (:func:`grad_chain_slowed`): in the cool-down stage
+    k's last backward waits for stage k + 1's, which ran at 1/f beside its own reductions.
+    With f = 1 exactly the exposed reductions."""
+    ex = [dp_overlap_exposed(g, f) for g in grads]
+    if f == 1.0:
+        return ex
+    sl = [grad_chain_slowed(_grad_list(_last_chunk(g)), f) for g in grads]
+    return [ex[k] + sum(sl[k + 1:]) for k in range(len(grads))]
+
+
+def _last_chunk(grad):
+    """The entries after the last one without a collective (the last chunk's buckets)."""
+    i = max((j for j, e in enumerate(grad) if not e[2]), default=-1)
+    return grad[i + 1:]
+
+
+def _grad_list(grad) -> list[tuple[float, float]]:
     gl, pend = [], 0.0
     for w, c, has in grad:
         if not has:
@@ -1025,7 +1067,7 @@ def dp_overlap_exposed(grad, f: float = 1.0) -> float:
         pend = 0.0
     if pend:
         gl.append((pend, 0.0))
-    return grad_chain_exposed(gl, f)
+    return gl
 
 
 def _boundary(b: _Builder, k: int, strategy: Strategy, lay: Layout, trainable: float,
@@ -1309,8 +1351,10 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
             return [(sc * sum(own[i] for i in ids), sum(own[i] for i in cs), bool(cs))
                     for ids, cs, sc in chain]
 
+        gb = dp_overlap_bound([ent(plan.dp_grad_chains[k]) for k in range(p)],
+                              overlap_slowdown)
         for k in range(p):
-            bound[k] += dp_overlap_exposed(ent(plan.dp_grad_chains[k]), overlap_slowdown)
+            bound[k] += gb[k]
         pre = param_fill_exposed([[(sum(own[i] for i in cs), sum(own[i] for i in ids))
                                    for ids, cs in ch] for ch in plan.dp_param_chains],
                                  p, v, overlap_slowdown) if plan.dp_param_chains else 0.0
@@ -1476,6 +1520,7 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             pchains.append([(sync(k, [us[i] for i in buckets[vs][bi]], psync),
                              sum(unit_busy(k, us[i].kind, "fwd") for i in buckets[vs][bi]))
                             for bi in range(len(buckets[vs]) - 1, -1, -1)])
+    chains = []
     for k in range(p):
         chain = []
         for ci, c in enumerate(reversed(range(v))):
@@ -1484,7 +1529,9 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             if ci > 0:
                 chain.append(((p - 1) * sum(w for w, _ in ents), 0.0, False))
             chain += [(w, x, True) for w, x in ents]
-        bound[k] += dp_overlap_exposed(chain, overlap_slowdown)
+        chains.append(chain)
+    for k, x in enumerate(dp_overlap_bound(chains, overlap_slowdown)):
+        bound[k] += x
     pre = param_fill_exposed(pchains, p, v, overlap_slowdown) if pchains else 0.0
     return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v, pre)
 
