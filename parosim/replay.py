@@ -4,8 +4,10 @@ Streams are lanes (:func:`parosim.engine.run_lanes`): the ``compute`` stream run
 ``comm-param`` and ``comm-grad`` run collectives, each lowered by the chosen algorithm and
 executed phase by phase on the shared network, so concurrent collectives contend for links.
 
-Overlap slowdown (fluid, exact): while at least one collective is in flight, compute
-advances at 1/f of its speed (f = ``overlap_slowdown``: NCCL kernels take SMs and memory
+Overlap slowdown (fluid, exact): while at least one collective is in flight that involves
+the compute op's GPUs (any collective on data-parallel plans; on 3D plans one of the same
+pipeline stage, :meth:`parosim.plan3d.Plan3D.overlap_gates`), compute advances at 1/f of
+its speed (f = ``overlap_slowdown``: NCCL kernels take SMs and memory
 bandwidth from the matmuls). The rate changes at the instant a collective starts or ends
 during a compute op, so a compute op of work W that overlaps collectives for a share x of
 its work takes ``W (1 - x) + W x f``. With f = 1 the compute path is the plain timeout.

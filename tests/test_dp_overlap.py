@@ -241,6 +241,8 @@ ENGINE = [  # nodes, tp, pp, schedule, strategy, m, extra ParallelSpec / Trainin
     (8, 2, 4, "1f1b", "NNI", 8, {}),
     (8, 4, 2, "1f1b", "NNG", 4, {"sequence_parallel": True, "tp_comm_overlap": True}),
     (8, 8, 1, "1f1b", "NNG", 2, {"overlap_slowdown": 1.3}),
+    (8, 4, 2, "1f1b", "NNG", 4, {"overlap_slowdown": 1.3}),    # was +3.7 % (global gate)
+    (8, 4, 2, "interleaved", "NNG", 4, {"overlap_slowdown": 1.3}),
 ]
 
 

@@ -150,6 +150,8 @@ def test_overlap_shorter_never_below_compute(tp, pp, acc, strategy, rc):
     (4, 2, 4, "NNN", None, False),     # TP 4 PP 2 DP 1
     (2, 4, 8, "NNN", None, False),     # PP 4
     (8, 1, 2, "NNN", 1.3, False),      # overlap interference: the GEMMs slowed beside comm
+    (4, 2, 4, "NNN", 1.3, False),      # ... with PP 2: per-stage gates (was +1.0 %)
+    (2, 2, 4, "NNN", 1.3, False),      # TP 2 PP 2 DP 2 (was +0.7 %)
     (4, 2, 4, "NNN", None, True),      # kernel compute model
     (4, 1, 2, "IIG", None, False),     # per-layer ops, PaRO DP traffic beside
 ])
