@@ -1358,9 +1358,11 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
         pre = param_fill_exposed([[(sum(own[i] for i in cs), sum(own[i] for i in ids))
                                    for ids, cs in ch] for ch in plan.dp_param_chains],
                                  p, v, overlap_slowdown) if plan.dp_param_chains else 0.0
-        return _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre)
+        return _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre,
+                        f=overlap_slowdown)
     # one activation + one gradient transfer per (virtual) boundary, per micro-batch
-    return _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v)
+    return _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v,
+                    f=overlap_slowdown)
 
 
 def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
@@ -1482,7 +1484,8 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         for op, scope, size in () if dpo else SYNC_PARAM.get((strategy.os, strategy.p), ()):
             bound[k] += coll("dp", op, scope, sizes[size], gs)
     if not dpo:
-        return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v)
+        return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v,
+                        f=overlap_slowdown)
     # DP communication overlap: the same bucket chains as build_plan_3d / evaluate_3d
     check_dp_overlap(strategy, par)
     buckets = dp_buckets(model, par, lay.d)
@@ -1533,15 +1536,20 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     for k, x in enumerate(dp_overlap_bound(chains, overlap_slowdown)):
         bound[k] += x
     pre = param_fill_exposed(pchains, p, v, overlap_slowdown) if pchains else 0.0
-    return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v, pre)
+    return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v, pre,
+                    f=overlap_slowdown)
 
 
-def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre=None) -> Analytic3D:
+def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre=None,
+             f: float = 1.0) -> Analytic3D:
     """The pipeline formula of :func:`evaluate_3d` on per-stage sums over m_plan
     micro-batches. ``compute_s`` is the busiest stage's compute ops over the step, its
     optimizer step included (as the engine's busiest compute stream and the
     data-parallel path count it)."""
-    per = [max(busy[k], dp[k]) / m_plan for k in range(p)]
+    from .analytic import overlapped_time
+
+    # PaRO micro-step collectives beside the stage's busy time, which runs at 1/f meanwhile
+    per = [overlapped_time(busy[k], dp[k], f) / m_plan for k in range(p)]
     t_max, t_mean = max(per), sum(per) / p
     hop = sum(p2p) / m_plan / (p * v - 1) if p * v > 1 else 0.0
     bubble = (p - 1) * t_mean / v
