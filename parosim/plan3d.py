@@ -1281,7 +1281,11 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     built with the recomputation decision of the m-micro-batch step: auto recomputation
     depends on m through the activations in flight; :func:`simulate_3d` passes it).
 
-    With p = 1 and no DP traffic this is m x (compute + TP) exactly.
+    With p = 1 and no DP traffic this is m x (compute + TP) exactly. With
+    ``overlap_slowdown`` f > 1 the micro-step collectives slow the stage's busy time
+    (T_k = ``overlapped_time(busy, dp, f)``), and with DP communication overlap the later
+    stages' slowed last backwards delay the cool-down (:func:`dp_overlap_bound`): the
+    engine's per-stage gates (:meth:`Plan3D.overlap_gates`).
 
     TP communication overlap (ops on ``tp-ovl/s{k}``): a collective of x seconds beside its
     GEMM of g seconds adds ``overlapped_time(g, x, f) - g`` to its stage (``max(0, x - g)``
