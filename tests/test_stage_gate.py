@@ -72,7 +72,7 @@ def test_gates_name_the_stages_of_the_ranks():
     gates = plan.overlap_gates()
     assert len(gates) == len(plan.ops)
     seen = set()
-    for op, g in zip(plan.ops, gates):
+    for op, g in zip(plan.ops, gates, strict=True):
         if isinstance(op, GroupOp) and op.group == "p2p":
             assert g == (0, 1)
         elif isinstance(op, GroupOp):
