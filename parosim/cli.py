@@ -191,6 +191,10 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     g.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1); --accum "
                    "is then the micro-batches per step")
+    g.add_argument("--cp", type=int, default=1,
+                   help="context-parallel degree (Megatron-Core context_parallel_size, ring "
+                   "attention; default 1; needs --seq-len divisible by 2 x cp; "
+                   "docs/parallelism.md)")
     g.add_argument("--pp-schedule", default="1f1b", help="1f1b | interleaved")
     g.add_argument("--virtual-stages", type=int, default=None,
                    help="model chunks per stage of the interleaved schedule (default 2)")
@@ -229,7 +233,8 @@ def _setup(a: argparse.Namespace):
     if getattr(a, "global_batch", None) is not None:
         from .training import accum_for_global_batch
 
-        dp = cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+        dp = (cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+              // (getattr(a, "cp", None) or 1))
         accum = accum_for_global_batch(a.global_batch, a.micro_batch, dp, a.seq_len)
         if getattr(a, "_given_accum", False) and a.accum != accum:
             raise InputError(f"--accum {a.accum} disagrees with --global-batch "
@@ -291,7 +296,8 @@ def _parallel(a: argparse.Namespace):
                         virtual=a.virtual_stages, sequence_parallel=a.sequence_parallel,
                         selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo,
                         tp_comm_overlap=bool(getattr(a, "tp_comm_overlap", False)),
-                        dp_comm_overlap=bool(getattr(a, "dp_comm_overlap", False)))
+                        dp_comm_overlap=bool(getattr(a, "dp_comm_overlap", False)),
+                        cp=getattr(a, "cp", 1) or 1)
 
 
 def _dp_keys(d: dict) -> dict:
@@ -406,8 +412,8 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
                          "timeline)")
     par = _parallel(a)
     if not par.trivial and (a.runtime or getattr(a, "deepspeed_config", None)):
-        raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
-                         "the ideal runtime; expected no --runtime or --deepspeed-config")
+        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
+                         "model the ideal runtime; expected no --runtime or --deepspeed-config")
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode,
                       trace=bool(a.trace), runtime=rt if par.trivial else None,
                       repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv,
@@ -479,7 +485,8 @@ def _name(r: dict) -> str:
 
 def _settings(a: argparse.Namespace, cluster, training, rt=None) -> dict:
     """Every input that shaped the result (echoed in the JSON and the text header)."""
-    dp = cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+    dp = (cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+          // (getattr(a, "cp", None) or 1))
     out = {"nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
            "group_nodes": cluster.group_nodes, "micro_batch": training.micro_batch,
            "accum_steps": training.accum_steps, "seq_len": training.seq_len,
@@ -504,6 +511,8 @@ def _settings(a: argparse.Namespace, cluster, training, rt=None) -> dict:
         out["tp_comm_overlap"] = bool(a.tp_comm_overlap)
     if hasattr(a, "dp_comm_overlap"):
         out["dp_comm_overlap"] = bool(a.dp_comm_overlap)
+    if (getattr(a, "cp", None) or 1) > 1:   # the key appears only with context parallelism
+        out["context_parallel"] = a.cp
     if rt is not None:
         out["runtime"] = rt.name
     return out
@@ -523,6 +532,8 @@ def _settings_text(s: dict) -> str:
         parts.append("TP comm overlap on")
     if s.get("dp_comm_overlap"):
         parts.append("DP comm overlap on")
+    if s.get("context_parallel", 1) > 1:
+        parts.append(f"context parallel {s['context_parallel']} (ring attention)")
     if s.get("precision", "bf16") != "bf16":
         parts.append(f"precision {s['precision']}")
     if s.get("attention"):
@@ -557,7 +568,9 @@ def _print_simulate(r: dict) -> None:
     print(_FOOTER)
     if r.get("pp_schedule") and r.get("fits"):   # tensor / pipeline parallelism
         print(f"TP {r['tp']} x PP {r['pp']} ({r['pp_schedule']}, {r['virtual_stages']} "
-              f"chunk(s) per stage) x DP {r['dp']}, {r['micro_batches']} micro-batches, "
+              f"chunk(s) per stage) x DP {r['dp']}"
+              f"{' x CP ' + str(r['cp']) if r.get('cp') else ''}, {r['micro_batches']} "
+              "micro-batches, "
               f"bubble {100 * (r['bubble_fraction'] or 0):.1f} %, recompute "
               f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}"
               f"{', TP comm overlap' if r.get('tp_comm_overlap') else ''}"
@@ -589,8 +602,8 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
                              workers=a.workers, runtime=rt if par.trivial else a.runtime,
                              parallel=par)]
     if not par.trivial and getattr(a, "deepspeed_config", None):
-        raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
-                         "the ideal runtime; expected no --deepspeed-config")
+        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
+                         "model the ideal runtime; expected no --deepspeed-config")
     out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
            "mode": a.mode, "runtime": rt.name,
            "settings": _settings(a, cluster, training, rt), "results": rows}
@@ -631,8 +644,8 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
     rows = []
     par = _parallel(a)
     if not par.trivial and (a.runtime or getattr(a, "deepspeed_config", None)):
-        raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
-                         "the ideal runtime; expected no --runtime or --deepspeed-config")
+        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
+                         "model the ideal runtime; expected no --runtime or --deepspeed-config")
     for s in strategies:
         if not par.trivial:
             from .parallel import layout_for
@@ -640,7 +653,10 @@ def _cmd_memory(a: argparse.Namespace) -> dict:
 
             d = memory_dict(s, cluster.gpus, memory_3d(model, s, cluster, training, par))
             d["max_micro_batch"] = max_micro_batch_3d(model, s, cluster, training, par)
-            d.update(tp=par.tp, pp=par.pp, dp=layout_for(cluster, par.tp, par.pp).d)
+            d.update(tp=par.tp, pp=par.pp,
+                     dp=layout_for(cluster, par.tp, par.pp).d // par.cp)
+            if par.cp > 1:
+                d["cp"] = par.cp
             rows.append(d)
             continue
         rt.require(s.short)

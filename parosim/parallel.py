@@ -64,7 +64,9 @@ class ParallelSpec:
     ``dp_comm_overlap``: Megatron-Core's ``overlap_grad_reduce`` + ``overlap_param_gather``:
     the data-parallel gradient reduction and parameter all-gather run bucket by bucket beside
     the last micro-batch's backward and the first micro-batch's forward (needs t or p > 1;
-    docs/parallelism.md, "DP communication overlap").
+    docs/parallelism.md, "DP communication overlap"); ``cp``: Megatron-Core's
+    ``context_parallel_size`` (ring attention, Transformer Engine's ``p2p`` CP: the sequence
+    split over cp ranks; docs/parallelism.md, "Context parallelism").
 
     >>> ParallelSpec(tp=8, pp=4).trivial, ParallelSpec().trivial
     (False, True)
@@ -81,10 +83,12 @@ class ParallelSpec:
     tp_algo: Algo | None = None
     tp_comm_overlap: bool = False
     dp_comm_overlap: bool = False
+    cp: int = 1
 
     def __post_init__(self) -> None:
         _pos_int(self.tp, "--tp")
         _pos_int(self.pp, "--pp")
+        _pos_int(self.cp, "--cp")
         if self.schedule not in SCHEDULES:
             raise InputError(f"--pp-schedule {self.schedule!r} is not known; expected one of "
                              f"{', '.join(SCHEDULES)}")
@@ -125,7 +129,7 @@ class ParallelSpec:
     def trivial(self) -> bool:
         """True when this is plain data parallelism (today's Plan, unchanged)."""
         return (self.tp == 1 and self.pp == 1 and not self.sequence_parallel
-                and not self.selective_recompute)
+                and not self.selective_recompute and self.cp == 1)
 
     @property
     def chunks(self) -> int:
@@ -220,7 +224,7 @@ class Layout:
         self.cluster, self.par = cluster, par
         self.t, self.p, self.d, self.n = t, p, n // (t * p), n
         self.m_dp = self._paro_group_size()
-        self._pairs: dict[tuple[int, int], PairSet] = {}
+        self._pairs: dict[tuple, PairSet] = {}
 
     def rank(self, tp: int, dp: int, pp: int) -> int:
         return tp + self.t * (dp + self.d * pp)
@@ -243,6 +247,23 @@ class Layout:
         got = self._pairs.get(key)
         if got is None:
             got = self._pairs[key] = self._make_pairs(src_stage, dst_stage)
+        return got
+
+    def cp_ring(self, stage: int, cp: int) -> PairSet:
+        """Context parallelism (cp > 1): every rank of a stage to the next rank of its CP
+        ring. With cp folded into the DP index (``dp' = cp_rank + cp·dp``, Megatron's order
+        tp-cp-dp-pp) a CP group is cp consecutive DP indices; the ring sends cp_rank ->
+        cp_rank + 1 (mod cp), all rings at once (Transformer Engine's p2p KV exchange)."""
+        key = ("cp", stage, cp)
+        got = self._pairs.get(key)
+        if got is None:
+            if self.d % cp:
+                raise InputError(f"--cp {cp} does not divide the {self.d} ranks left for "
+                                 "context x data parallelism; expected --tp x --cp x --pp to "
+                                 f"divide the {self.n} GPUs")
+            got = self._pairs[key] = PairSet(tuple(
+                (self.rank(i, j, stage), self.rank(i, j - j % cp + (j + 1) % cp, stage))
+                for j in range(self.d) for i in range(self.t)), f"cp ring s{stage}")
         return got
 
     def _make_pairs(self, src_stage: int, dst_stage: int) -> PairSet:

@@ -142,6 +142,7 @@ class Plan3D(Plan):
     sequence_parallel: bool = False
     selective_recompute: bool = False
     tp_comm_overlap: bool = False
+    cp: int = 1          # context parallelism (``dp`` then counts DP x CP ranks)
     hardware_flops_per_gpu: float = 0.0
     stage_params: tuple[float, ...] = field(default=())
     # DP communication overlap (:func:`_dp_chains`): per stage, the bucket chain of the last
@@ -401,6 +402,7 @@ def unit_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         ls = flat_layer_seconds(model, cluster, training, t)
         rc = (ls["fwd"] if full else ls["attention_fwd"] if par.selective_recompute else 0.0)
         return {("layer", "fwd"): ls["fwd"], ("layer", "bwd"): ls["bwd"],
+                ("attn", "fwd"): ls["attention_fwd"], ("attn", "bwd"): 2 * ls["attention_fwd"],
                 ("head", "fwd"): compute_seconds(head_forward_flops(model, training) / t,
                                                  cluster, training),
                 ("head", "bwd"): compute_seconds(head_backward_flops(model, training) / t,
@@ -421,7 +423,92 @@ def unit_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     rc = (lt.forward_s if full else lt.attention_fwd_s if par.selective_recompute else 0.0)
     return {("layer", "fwd"): lt.forward_s, ("layer", "bwd"): lt.backward_s,
             ("head", "fwd"): hf, ("head", "bwd"): hb, ("embed", "fwd"): ef,
-            ("embed", "bwd"): eb, ("layer", "recompute"): rc}
+            ("embed", "bwd"): eb, ("layer", "recompute"): rc,
+            ("attn", "fwd"): lt.attention_fwd_s, ("attn", "bwd"): lt.attention_bwd_s}
+
+
+# -- context parallelism -----------------------------------------------------------------
+# Megatron-Core ``context_parallel_size`` with Transformer Engine's "p2p" CP
+# (NVIDIA/Megatron-LM docs/source/api-guide/context_parallel.rst, commit
+# 1df56dcbb858728d89292f0dae5ef4d035a95e97; NVIDIA/TransformerEngine
+# transformer_engine/pytorch/attention.py, AttnFuncWithCP / FlashAttnUnpaddedFuncWithCP,
+# commit 6792ecaa4131544b100ac4a552df3a85c560f085): the sequence is cut into 2·cp chunks,
+# rank i holds chunks i and 2cp-1-i, so every rank runs s/cp tokens through every
+# non-attention op; attention runs cp steps, each of local queries against one rank's K/V
+# (causal, load balanced: every step the same work as causal attention on s/cp tokens), the
+# K/V going round the CP ring. Docs: docs/parallelism.md, "Context parallelism".
+
+
+def check_cp(cluster: ClusterSpec, training: TrainingSpec, par: ParallelSpec) -> None:
+    """Refuse, with one line, a CP degree the model cannot honour."""
+    cp = par.cp
+    if cp == 1:
+        return
+    n, t, p = cluster.gpus, par.tp, par.pp
+    if n % (t * cp * p):
+        raise InputError(f"--tp {t} x --cp {cp} x --pp {p} = {t * cp * p} does not divide the "
+                         f"{n} GPUs of cluster {cluster.name!r}; expected a divisor of {n}")
+    s = training.seq_len
+    if s % (2 * cp):
+        raise InputError(f"--cp {cp} needs --seq-len divisible by 2 x cp = {2 * cp} (the "
+                         f"load-balanced split into 2·cp chunks); got --seq-len {s}")
+
+
+def cp_local(training: TrainingSpec, par: ParallelSpec) -> TrainingSpec:
+    """The training one CP rank runs: s/cp tokens per sequence (cp = 1: unchanged)."""
+    if par.cp == 1:
+        return training
+    if training.seq_len % (2 * par.cp):
+        raise InputError(f"--cp {par.cp} needs --seq-len divisible by 2 x cp = {2 * par.cp}; "
+                         f"got --seq-len {training.seq_len}")
+    return replace(training, seq_len=training.seq_len // par.cp)
+
+
+def cp_kv_bytes(model: ModelSpec, local: TrainingSpec, par: ParallelSpec) -> float:
+    """Bytes of one K/V ring message per rank: K and V of the local s/cp tokens on this TP
+    rank, bf16: ``2 · b · (s/cp) · kv_dim/t · 2`` (kv_dim = kv_heads·head_dim; a TP degree
+    above kv_heads keeps one replicated K/V head per rank, as Megatron)."""
+    kv = model.kv_dim / par.tp if model.kv_dim >= par.tp * model.head_dim else model.head_dim
+    return 2.0 * local.micro_batch * local.seq_len * kv * BYTES_PER_ACTIVATION
+
+
+def cp_attention_step(model: ModelSpec, cluster: ClusterSpec, local: TrainingSpec,
+                      par: ParallelSpec, ks) -> tuple[float, float, float, float]:
+    """(forward s, backward s, forward FLOPs, backward FLOPs) of one CP attention step on one
+    rank: the attention core of s/cp local tokens (the layer model's attention of the
+    local training; ``ks``: :func:`unit_seconds`, None for the flat model)."""
+    from .compute import compute_seconds, layer_attention_flops_per_token
+
+    ff = local.tokens_per_micro_step * layer_attention_flops_per_token(
+        model, local.seq_len) / par.tp
+    if ks is None:
+        return (compute_seconds(ff, cluster, local), compute_seconds(2 * ff, cluster, local),
+                ff, 2 * ff)
+    return ks[("attn", "fwd")], ks[("attn", "bwd")], ff, 2 * ff
+
+
+def cp_pairs(model: ModelSpec, cluster: ClusterSpec, local: TrainingSpec, par: ParallelSpec,
+             ks, phase: str) -> list[tuple[float, float, float, int]]:
+    """The ring steps of one layer pass as (compute s, compute FLOPs, message bytes, count):
+    each step's message overlaps that step's attention compute.
+
+    Forward (and a recomputed forward): steps 0..cp-2 each send the held K/V (B bytes) beside
+    that step's attention; the last step's attention is alone (it is the layer's own
+    attention, kept in the layer op), so the extra work is (cp-1) steps. Backward (TE sends a
+    [kv, dkv] buffer): step 0 sends K/V (B), steps 1..cp-2 K/V and the accumulated dK/dV (2B),
+    step cp-1 dK/dV (B), each beside one attention-backward step; the layer op keeps none of
+    its attention backward (:func:`build_plan_3d` splits it off)."""
+    cp = par.cp
+    if cp == 1:
+        return []
+    af, ab, ff, fb = cp_attention_step(model, cluster, local, par, ks)
+    kvb = cp_kv_bytes(model, local, par)
+    if phase in ("fwd", "recompute"):
+        return [(af, ff, kvb, cp - 1)]
+    out = [(ab, fb, kvb, 2)]
+    if cp > 2:
+        out.append((ab, fb, 2 * kvb, cp - 2))
+    return out
 
 
 def optimizer_seconds_3d(trainable_params: float, d_os: int, cluster: ClusterSpec,
@@ -648,6 +735,8 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     from .compute import compute_seconds
 
     strategy = parse_strategy(strategy)
+    check_cp(cluster, training, par)
+    orig, training = training, cp_local(training, par)   # one CP rank: s/cp tokens
     lay = layout_for(cluster, par.tp, par.pp)
     p, t, v = par.pp, par.tp, par.virtual
     m = training.accum_steps
@@ -699,13 +788,36 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                    None, mb, f"compute/s{k}", [], stage=k, group="tp",
                    scopes=lay.tp_scopes(k), count=c, algo=tp_algo)
 
+    cpp = {ph: cp_pairs(model, cluster, training, par, ks, ph)
+           for ph in ("fwd", "bwd", "recompute")}
+    cp_bwd = cp_attention_step(model, cluster, training, par, ks) if par.cp > 1 else None
+
     def rest(phase: str, n: int, f: float, sec: float) -> tuple[float, float]:
         """FLOPs and seconds of a compute op once its n layers' overlapped GEMMs are split
-        off (TP communication overlap; unchanged without it)."""
+        off (TP communication overlap; unchanged without it), and with context parallelism
+        the layers' attention backward (its cp steps are ops of their own: cp_ops)."""
+        if cp_bwd is not None and phase == "bwd" and n:
+            f, sec = f - n * cp_bwd[3], sec - n * cp_bwd[1]
         if not ovl or n == 0:
             return f, sec
         return (max(0.0, f - n * sum(pr.gemm_flops for pr in pairs[phase])),
                 max(0.0, sec - n * sum(pr.gemm_s for pr in pairs[phase])))
+
+    def cp_ops(k: int, phase: str, mb: int, label: str, n: int, kind: str) -> None:
+        """Context parallelism: per ring step type of n layers, the attention steps on the
+        compute stream beside the K/V (dK/dV) ring transfers on ``tp-ovl/s{k}`` (both start
+        together, as the TP overlap pairs), then a zero-length wait for the transfers."""
+        if par.cp == 1 or n == 0 or (phase == "recompute" and not rc_flops):
+            return
+        cs = f"compute/s{k}"
+        for i, (sec, fl, size, c) in enumerate(cpp[phase]):
+            pre = b.last[cs]
+            gid = b.compute(f"{kind} cp-attn{i} {label} mb{mb}", kind, None, mb, n * c * fl,
+                            n * c * sec, cs, [])
+            cid = b.coll(f"cp ring{i} {phase} {label} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL,
+                         size, "cp-ring", None, mb, f"tp-ovl/s{k}", [pre], stage=k,
+                         group="p2p", scopes=lay.cp_ring(k, par.cp), count=n * c, pair=gid)
+            b.compute(f"cp wait{i} {label} mb{mb}", "cp-wait", None, mb, 0.0, 0.0, cs, [cid])
 
     def overlap_ops(k: int, phase: str, mb: int, label: str, n: int, kind: str) -> None:
         """TP communication overlap: per overlapped collective of n layers, its GEMM on the
@@ -783,6 +895,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             b.compute(f"fwd c{vs} b{bi} mb{mb}", "fwd", None, mb, f_r, s_r, cs,
                       [first, g[-1] if g else None])
             overlap_ops(k, "fwd", mb, f"c{vs}b{bi}", nl, "fwd")
+            cp_ops(k, "fwd", mb, f"c{vs}b{bi}", nl, "fwd")
             done[k].append(b.last[cs])
             tp_ops(k, kinds, "fwd", mb, f"c{vs}b{bi}")
             pchain[(vs, bi)] = (window(k, n0), tuple(g))
@@ -808,12 +921,14 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 if recompute:
                     overlap_ops(k, "recompute", mb, f"c{vs}b{bi}", nl, "recompute")
                     tp_ops(k, kinds, "recompute", mb, f"c{vs}b{bi}")
+                cp_ops(k, "recompute", mb, f"c{vs}b{bi}", nl, "recompute")
                 first = []
             f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
             f_r, s_r = rest("bwd", nl, f, secs(f, kinds, "bwd"))
             b.compute(f"bwd c{vs} b{bi} mb{mb}", "bwd", None, mb, f_r, s_r, cs, first)
             first = []
             overlap_ops(k, "bwd", mb, f"c{vs}b{bi}", nl, "bwd")
+            cp_ops(k, "bwd", mb, f"c{vs}b{bi}", nl, "bwd")
             done[k].append(b.last[cs])
             tp_ops(k, kinds, "bwd", mb, f"c{vs}b{bi}")
             ids = window(k, n0)
@@ -832,6 +947,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind for u in us]))
             b.compute(f"fwd c{vs} mb{mb}", "fwd", None, mb, f_r, s_r, cs, [dep0])
             overlap_ops(k, "fwd", mb, f"c{vs}", nl, "fwd")
+            cp_ops(k, "fwd", mb, f"c{vs}", nl, "fwd")
             done[k].append(b.last[cs])
             tp_ops(k, [u.kind for u in us], "fwd", mb, f"c{vs}")
         else:
@@ -844,6 +960,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 b.compute(f"fwd {u.label} mb{mb}", kind, None, mb, f_r, s_r, cs,
                           [g, dep0 if j == 0 else None])
                 overlap_ops(k, "fwd", mb, u.label, nl, kind)
+                cp_ops(k, "fwd", mb, u.label, nl, kind)
                 done[k].append(b.last[cs])
                 tp_ops(k, [u.kind], "fwd", mb, u.label)
         if vs < last_vs:
@@ -876,11 +993,13 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 if recompute:
                     overlap_ops(k, "recompute", mb, f"c{vs}", nl, "recompute")
                     tp_ops(k, [u.kind for u in us], "recompute", mb, f"c{vs}")
+                cp_ops(k, "recompute", mb, f"c{vs}", nl, "recompute")
                 first = []
             f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
             f_r, s_r = rest("bwd", nl, f, secs(f, [u.kind for u in us], "bwd"))
             b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f_r, s_r, cs, first)
             overlap_ops(k, "bwd", mb, f"c{vs}", nl, "bwd")
+            cp_ops(k, "bwd", mb, f"c{vs}", nl, "bwd")
             done[k].append(b.last[cs])
             tp_ops(k, [u.kind for u in us], "bwd", mb, f"c{vs}")
         else:
@@ -898,12 +1017,14 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                     if recompute:
                         overlap_ops(k, "recompute", mb, u.label, nl, "recompute")
                         tp_ops(k, ["layer"], "recompute", mb, u.label)
+                    cp_ops(k, "recompute", mb, u.label, nl, "recompute")
                     first = []
                 f = unit_flops(model, training, u.kind, "bwd") / t
                 kind = {"layer": "bwd", "head": "head-bwd", "embed": "embed-bwd"}[u.kind]
                 f_r, s_r = rest("bwd", nl, f, secs(f, [u.kind], "bwd"))
                 b.compute(f"bwd {u.label} mb{mb}", kind, None, mb, f_r, s_r, cs, [g, *first])
                 overlap_ops(k, "bwd", mb, u.label, nl, kind)
+                cp_ops(k, "bwd", mb, u.label, nl, kind)
                 cid = b.last[cs]
                 done[k].append(cid)
                 tp_ops(k, [u.kind], "bwd", mb, u.label)
@@ -949,12 +1070,13 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     n = cluster.gpus
     tokens = training.micro_batch * training.seq_len * m * lay.d
     hw = sum(o.flops for o in b.ops if isinstance(o, ComputeOp)) / p
+    training = orig   # MFU counts the model's FLOPs of the whole sequence
     return Plan3D(ops=tuple(b.ops), strategy=strategy, gpus=n, group_size=lay.m_dp,
                   model=model.name, micro_batch=training.micro_batch, accum_steps=m,
                   seq_len=training.seq_len, trainable_ratio=r, tokens_per_step=tokens,
                   model_flops_per_step=step_flops(model, training, tokens / n),
                   recompute=recompute, tp=t, pp=p, dp=lay.d, schedule=par.schedule,
-                  virtual=v, sequence_parallel=sp,
+                  virtual=v, sequence_parallel=sp, cp=par.cp,
                   selective_recompute=par.selective_recompute, tp_comm_overlap=ovl,
                   hardware_flops_per_gpu=hw,
                   stage_params=tuple(sparams), dp_grad_chains=gch, dp_param_chains=pch)
@@ -1182,6 +1304,8 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             bufs += 2 * BYTES_PER_GRAD * biggest * r
         if par.tp_comm_overlap:   # TE's userbuffers (docs/parallelism.md)
             bufs += userbuffer_bytes(training, h)
+        if par.cp > 1:   # TE's CP backward: two [K/V, dK/dV] receive buffers (4 messages)
+            bufs += 4 * cp_kv_bytes(model, training, par)
         margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
         total = states + acts + bufs + margin
         out.append(MemoryBreakdown(
@@ -1214,6 +1338,8 @@ def memory_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
         from .compute import fp8_peak_flops
 
         fp8_peak_flops(cluster, training)
+    check_cp(cluster, training, par)
+    training = cp_local(training, par)   # one CP rank: s/cp tokens (Korthikanti, s -> s/cp)
     rc = resolve_recompute_3d(model, strategy, cluster, training, par)
     return _memory(model, strategy, cluster, training, par, rc)
 
@@ -1221,6 +1347,8 @@ def memory_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
 def stage_memory_3d(model, strategy, cluster, training, par) -> list[MemoryBreakdown]:
     """Per-stage breakdowns (stage 0 first)."""
     strategy = parse_strategy(strategy)
+    check_cp(cluster, training, par)
+    training = cp_local(training, par)
     rc = resolve_recompute_3d(model, strategy, cluster, training, par)
     return _stage_memory(model, strategy, cluster, training, par, rc,
                          layout_for(cluster, par.tp, par.pp))
@@ -1379,6 +1507,8 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     from .collectives.cost import program_time
     from .compute import compute_seconds
 
+    check_cp(cluster, training, par)
+    training = cp_local(training, par)   # one CP rank: s/cp tokens
     lay = layout_for(cluster, par.tp, par.pp)
     p, t, v, sp = par.pp, par.tp, par.virtual, par.sequence_parallel
     r = training.trainable_ratio
@@ -1435,6 +1565,23 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     flops = {(kind, ph): unit_flops(model, training, kind, ph)
              for kind in ("embed", "layer", "head") for ph in ("fwd", "bwd")}
     ks = unit_seconds(model, cluster, training, par, recompute)   # None: flat model
+
+    def cp_time(k: int, phase: str) -> tuple[float, float]:
+        """Context parallelism, one layer pass: (compute added, busy time added): the
+        attention steps beside their ring transfers (build_plan_3d's cp_ops), less the
+        attention backward they replace in the layer's backward."""
+        if par.cp == 1 or (phase == "recompute" and not rcf):
+            return 0.0, 0.0
+        c = x = 0.0
+        for sec, _, size, cnt in cp_pairs(model, cluster, training, par, ks, phase):
+            g = cnt * sec
+            c += g
+            x += overlapped_time(g, cnt * coll("p2p", Op.ALL_GATHER, Scope.GLOBAL, size,
+                                               lay.cp_ring(k, par.cp)), overlap_slowdown)
+        if phase == "bwd":
+            a = cp_attention_step(model, cluster, training, par, ks)[1]
+            c, x = c - a, x - a
+        return c, x
     for vs, us in enumerate(units):
         k = vs % p
         gs = lay.dp_scopes(k)
@@ -1455,6 +1602,11 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             busy[k] += n * (secs + tp_time(k, kind, "fwd") + tp_time(k, kind, "bwd"))
             if recompute and kind == "layer":
                 busy[k] += n * tp_time(k, kind, "recompute")
+            if kind == "layer" and par.cp > 1:
+                for ph in ("fwd", "bwd", "recompute"):
+                    c, x = cp_time(k, ph)
+                    comp[k] += n * c
+                    busy[k] += n * x
             if strategy.p is not Level.N:
                 dp[k] += n * 2 * coll("dp", Op.ALL_GATHER, _LEVEL_SCOPE[strategy.p],
                                       BYTES_PER_PARAM * params / t, gs)
@@ -1506,6 +1658,10 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         sec += tp_time(k, kind, phase)
         if phase == "bwd" and recompute and kind == "layer":
             sec += tp_time(k, kind, "recompute")
+        if kind == "layer" and par.cp > 1:
+            sec += cp_time(k, phase)[1]
+            if phase == "bwd":
+                sec += cp_time(k, "recompute")[1]
         return sec
 
     def sync(k: int, us: list, table) -> float:
@@ -1624,6 +1780,7 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
         raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
     model.require_shape("a step simulation with tensor or pipeline parallelism")
     check_supported(cluster, training, algo, mode)
+    check_cp(cluster, training, par)
     lay = layout_for(cluster, par.tp, par.pp)
     chunk_units(model, par)
     if par.schedule == "interleaved" and training.accum_steps % par.pp:
@@ -1632,7 +1789,7 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
                          f"{par.pp}")
     mem = memory_3d(model, strategy, cluster, training, par)
     res = StepResult(strategy, algo, mode, cluster.gpus, mem)
-    extra = {"tp": par.tp, "pp": par.pp, "dp": lay.d, "bubble_fraction": None,
+    extra = {"tp": par.tp, "pp": par.pp, "dp": lay.d // par.cp, "bubble_fraction": None,
              "pp_schedule": par.schedule, "virtual_stages": par.virtual,
              "sequence_parallel": par.sequence_parallel,
              "tp_comm_overlap": par.tp_comm_overlap,
@@ -1640,6 +1797,8 @@ def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str
              "recompute_mode": ("full" if mem.recompute else
                                 "selective" if par.selective_recompute else "none"),
              "micro_batches": training.accum_steps}
+    if par.cp > 1:   # the key appears only with context parallelism (cp = 1: as before)
+        extra["cp"] = par.cp
     res.parallel = extra
     if not mem.fits:
         return res

@@ -192,8 +192,8 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
 
         if (_runtime(runtime).name != "ideal" or repeats != 1 or jitter_cv
                 or record_links):
-            raise InputError("--tp / --pp / --sequence-parallel / --recompute selective model "
-                             "the ideal runtime's single step; expected no --runtime, "
+            raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
+                             "model the ideal runtime's single step; expected no --runtime, "
                              "--repeats, --jitter-cv or --link-timeline with them")
         return simulate_3d(model, cluster, strategy, training, parallel, algo, mode, trace)
     strategy = parse_strategy(strategy)
@@ -313,7 +313,7 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     jobs = [(model, cluster, s, training, a, mode, False, rt) for s in pool for a in algos]
     if parallel is not None and not parallel.trivial:   # 3D: the ideal runtime only
         if runtime is not None:
-            raise InputError("--tp / --pp / --sequence-parallel / --recompute selective "
+            raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
                              "model the ideal runtime; expected no --runtime with them")
         if getattr(parallel, "dp_comm_overlap", False):
             from .strategies import Level
@@ -414,14 +414,15 @@ def point_setup(point: dict):
 
 def point_parallel(point: dict):
     """The :class:`~parosim.parallel.ParallelSpec` of a sweep point's optional ``tp``,
-    ``pp``, ``sequence_parallel``, ``tp_comm_overlap`` and ``dp_comm_overlap`` keys
+    ``pp``, ``cp``, ``sequence_parallel``, ``tp_comm_overlap`` and ``dp_comm_overlap`` keys
     (absent: plain data parallelism)."""
     from .parallel import ParallelSpec
 
     return ParallelSpec(tp=point.get("tp") or 1, pp=point.get("pp") or 1,
                         sequence_parallel=bool(point.get("sequence_parallel")),
                         tp_comm_overlap=bool(point.get("tp_comm_overlap")),
-                        dp_comm_overlap=bool(point.get("dp_comm_overlap")))
+                        dp_comm_overlap=bool(point.get("dp_comm_overlap")),
+                        cp=point.get("cp") or 1)
 
 
 def run_point(point: dict) -> dict:

@@ -90,6 +90,8 @@ _STEP_INPUTS: dict[str, str] = {
 _STEP_PARALLEL_INPUTS: dict[str, str] = {
     "tp": "tensor-parallel degree (count; empty = 1)",
     "pp": "pipeline stages (count; empty = 1; accum is then the micro-batches per step)",
+    "cp": "context-parallel degree, ring attention (count; empty = 1; seq_len divisible by "
+          "2 x cp)",
     "sequence_parallel": "Megatron sequence parallelism: True or False (needs tp >= 2)",
     "tp_comm_overlap": "Megatron-Core / Transformer Engine TP communication overlap: True or "
                        "False (needs sequence_parallel)",
@@ -279,6 +281,7 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "recompute": _parse_bool, "runtime": _parse_runtime,
             "overlap_slowdown": _parse_slowdown, "precision": _parse_precision,
             "tp": lambda v: positive_int(v, "tp"), "pp": lambda v: positive_int(v, "pp"),
+            "cp": lambda v: positive_int(v, "cp"),
             "sequence_parallel": lambda v: _parse_flag(v, "sequence_parallel"),
             "tp_comm_overlap": lambda v: _parse_flag(v, "tp_comm_overlap"),
             "dp_comm_overlap": lambda v: _parse_flag(v, "dp_comm_overlap")}
