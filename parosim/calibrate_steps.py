@@ -21,6 +21,8 @@ column              required  meaning
 ``tp``              no        tensor-parallel degree (default 1; Megatron TP, :mod:`.plan3d`)
 ``pp``              no        pipeline-parallel stages (default 1)
 ``virtual``         no        model chunks per stage, interleaved 1F1B when > 1 (default 1)
+``cp``              no        context-parallel degree (default 1; Megatron-Core
+                              context_parallel_size, ring attention, docs/parallelism.md)
 ``sequence_parallel`` no      on | off (default off; needs tp > 1)
 ``tp_comm_overlap`` no        on | off (default off; needs sequence_parallel on: Megatron-Core
                               / TE TP communication overlap, docs/parallelism.md)
@@ -65,7 +67,7 @@ from .errors import InputError
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
 OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
             "tp", "pp", "virtual", "sequence_parallel", "tp_comm_overlap", "precision",
-            "dp_comm_overlap")
+            "dp_comm_overlap", "cp")
 HOLDOUTS = ("none", "every-other")
 
 
@@ -94,11 +96,12 @@ class StepRun:
     tp_comm_overlap: bool = False
     precision: str = "bf16"
     dp_comm_overlap: bool = False
+    cp: int = 1
 
     @property
     def is_3d(self) -> bool:
         return (self.tp > 1 or self.pp > 1 or self.recompute == "selective"
-                or self.dp_comm_overlap)
+                or self.dp_comm_overlap or self.cp > 1)
 
 
 def _int(text: str, col: str, where: str) -> int:
@@ -145,7 +148,7 @@ def read_steps(path: str | Path) -> list[StepRun]:
                              "positive number of seconds")
         kw = {c: row[c] for c in ("trainable_ratio", "recompute", "attention", "algo",
                                   "runtime", "precision") if row.get(c)}
-        for c in ("group_nodes", "tp", "pp", "virtual"):
+        for c in ("group_nodes", "tp", "pp", "virtual", "cp"):
             if row.get(c):
                 kw[c] = _int(row[c], c, where)
         for c in ("sequence_parallel", "tp_comm_overlap", "dp_comm_overlap"):
@@ -254,7 +257,7 @@ def _simulate_3d(run: StepRun, model, cluster, training, mode: str,
                            dp_comm_overlap=run.dp_comm_overlap,
                            selective_recompute=run.recompute == "selective",
                            schedule="interleaved" if run.virtual > 1 else "1f1b",
-                           virtual=run.virtual)
+                           virtual=run.virtual, cp=run.cp)
         t = replace(training, memory_model=None,
                     recompute={"on": True, "off": False, "selective": False}.get(
                         run.recompute))

@@ -297,7 +297,7 @@ def _parallel(a: argparse.Namespace):
                         selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo,
                         tp_comm_overlap=bool(getattr(a, "tp_comm_overlap", False)),
                         dp_comm_overlap=bool(getattr(a, "dp_comm_overlap", False)),
-                        cp=getattr(a, "cp", 1) or 1)
+                        cp=getattr(a, "cp", 1))
 
 
 def _dp_keys(d: dict) -> dict:
@@ -862,6 +862,10 @@ def _cmd_advise(a: argparse.Namespace) -> dict:
     from .simulate import with_overrides
     from .units import parse_size
 
+    if a.cp != 1:
+        raise InputError(f"--cp {a.cp}: advise does not search context parallelism (its "
+                         "screen has no ring-attention term); expected --cp 1, and parosim "
+                         "simulate --cp N for a given configuration")
     model = load_model(a.model)
     cluster = load_cluster(a.cluster, a.nodes, None)
     if a.gpu_memory:
@@ -1062,6 +1066,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ad.add_argument("--efficiency", type=float, default=None,
                     help="fraction of peak FLOP/s compute achieves (default 0.5)")
     ad.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 40GB")
+    ad.add_argument("--cp", type=int, default=1,
+                    help="context parallelism is not searched: only 1 is accepted (use "
+                    "simulate --cp)")
     ad.add_argument("--tp-comm-overlap", action="store_true",
                     help="sequence-parallel configurations run with Megatron-Core's TP "
                     "communication overlap (a fixed setting, not searched)")
