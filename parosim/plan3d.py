@@ -448,6 +448,10 @@ def check_cp(cluster: ClusterSpec, training: TrainingSpec, par: ParallelSpec) ->
     if n % (t * cp * p):
         raise InputError(f"--tp {t} x --cp {cp} x --pp {p} = {t * cp * p} does not divide the "
                          f"{n} GPUs of cluster {cluster.name!r}; expected a divisor of {n}")
+    if training.attention == "eager":
+        raise InputError(f"--cp {cp} needs --attention flash (Transformer Engine runs context "
+                         "parallelism only with its flash / fused attention); got --attention "
+                         "eager")
     s = training.seq_len
     if s % (2 * cp):
         raise InputError(f"--cp {cp} needs --seq-len divisible by 2 x cp = {2 * cp} (the "
@@ -455,13 +459,17 @@ def check_cp(cluster: ClusterSpec, training: TrainingSpec, par: ParallelSpec) ->
 
 
 def cp_local(training: TrainingSpec, par: ParallelSpec) -> TrainingSpec:
-    """The training one CP rank runs: s/cp tokens per sequence (cp = 1: unchanged)."""
+    """The training one CP rank runs: s/cp tokens per sequence, flash attention (cp = 1:
+    unchanged)."""
     if par.cp == 1:
         return training
     if training.seq_len % (2 * par.cp):
         raise InputError(f"--cp {par.cp} needs --seq-len divisible by 2 x cp = {2 * par.cp}; "
                          f"got --seq-len {training.seq_len}")
-    return replace(training, seq_len=training.seq_len // par.cp)
+    # TE's CP runs only with flash / fused attention (no s x s scores kept): an unset
+    # attention is flash here (an explicit eager is refused by check_cp)
+    return replace(training, seq_len=training.seq_len // par.cp,
+                   attention=training.attention or "flash")
 
 
 def cp_kv_bytes(model: ModelSpec, local: TrainingSpec, par: ParallelSpec) -> float:

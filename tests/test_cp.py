@@ -45,6 +45,7 @@ def _tr(s=8192, m=1, rc=False):
     (["--cp", "3", "--seq-len", "8190"], "does not divide the 16 GPUs"),
     (["--cp", "4", "--seq-len", "8196"], "divisible by 2 x cp = 8"),
     (["--cp", "2", "--runtime", "deepspeed"], "--cp / --sequence-parallel"),
+    (["--cp", "2", "--attention", "eager"], "needs --attention flash"),
 ])
 def test_refusals_are_one_line(capsys, argv, msg):
     rc = main(["simulate", "--model", "llama-7b", "--nodes", "2", "--strategy", "NNN",
