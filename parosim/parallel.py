@@ -319,9 +319,10 @@ class Layout:
         node)."""
         return self._tp_scopes[stage]
 
-    def symmetric_period(self) -> int:
+    def symmetric_period(self, cp: int = 1) -> int:
         """Nodes by which the cluster and every group set of this layout translate onto
-        themselves (the engine's symmetry reduction); ``cluster.nodes`` = no reduction."""
+        themselves (the engine's symmetry reduction); ``cluster.nodes`` = no reduction.
+        ``cp`` > 1: the context-parallel rings must translate onto themselves too."""
         from .network import symmetry_period
 
         c = self.cluster
@@ -331,6 +332,8 @@ class Layout:
         shift, n = per * c.gpus_per_node, self.n
         sets = [self.dp_scopes(0).glob, self.dp_scopes(0).intra, self.dp_scopes(0).inter,
                 self.tp_scopes(0).glob, self.tp_scopes(0).intra, self.tp_scopes(0).inter]
+        if cp > 1:
+            sets.append(self.cp_ring(0, cp))
         for rs in sets:
             hops = set(rs.hops())
             if any(((a + shift) % n, (b + shift) % n) not in hops for a, b in hops):

@@ -1736,7 +1736,7 @@ def replay_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, overlap_slowdown: flo
     """Engine replay of a 3D plan; returns (ReplayResult, bubble_fraction, records)."""
     from .replay import replay
 
-    lay_period = layout_for(spec, plan.tp, plan.pp).symmetric_period()
+    lay_period = layout_for(spec, plan.tp, plan.pp).symmetric_period(plan.cp)
     rep = replay(plan, spec, algo, overlap_slowdown, trace=True, period_nodes=lay_period)
     lanes: dict[str, float] = {}
     lo, hi = math.inf, 0.0

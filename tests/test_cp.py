@@ -177,8 +177,54 @@ def test_settings_echo_and_json(capsys):
 
 
 def test_sweep_key_cp():
-    from parosim.simulate import point_parallel
+    from parosim.io.sweep import sweep_columns, sweep_from_dict
+    from parosim.simulate import point_parallel, run_point
 
     assert point_parallel({"cp": 4}).cp == 4 and point_parallel({}).cp == 1
+    base = {"cluster": "paper-a100-roce", "nodes": 2, "mode": "analytic", "strategy": "NNN",
+            "model": "llama-7b", "tp": 2, "micro_batch": 1, "accum": 2, "seq_len": 4096,
+            "recompute": True}
+    one, two = run_point(base), run_point({**base, "cp": 2})
+    assert one["status"] == two["status"] == "ok"
+    assert two["step_time_s"] < one["step_time_s"]     # half the data-parallel replicas
+    bad = run_point({**base, "cp": 3})
+    assert bad["status"] == "error" and "--cp 3" in bad["reason"]
+    spec = sweep_from_dict({"name": "c", "kind": "step", "mode": "analytic",
+                            "grid": {"cp": [1, 2, 4]}, "fixed": base})
+    assert [p["cp"] for p in spec.points()] == [1, 2, 4]
+    assert "cp" in sweep_columns("step", ["cp"])
+    with pytest.raises(InputError, match="cp"):
+        sweep_from_dict({"name": "c", "kind": "step", "mode": "analytic",
+                         "grid": {"cp": [0]}, "fixed": base})
     with pytest.raises(InputError):
         ParallelSpec(cp=0)
+
+
+def test_calibrate_steps_cp_column(tmp_path):
+    from dataclasses import replace
+
+    from parosim.calibrate_steps import read_steps, simulate_run
+    from parosim.io import load_cluster
+
+    p = tmp_path / "cp.csv"
+    p.write_text("model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,tp,cp,recompute\n"
+                 "llama-7b,NNN,2,1,2,16384,5.0,2,2,on\n"
+                 "llama-7b,NNN,2,1,2,16384,5.0,2,1,on\n")
+    r2, r1 = read_steps(p)
+    assert r2.cp == 2 and r2.is_3d and r1.cp == 1
+    base = load_cluster("dgx-a100-ib")
+    prof = replace(base.compute, model="kernel")
+    assert simulate_run(r2, base, prof) < simulate_run(r1, base, prof)
+
+
+def test_engine_symmetry_reduction_keeps_the_cp_rings():
+    """t = 8, cp = 2 on 4 nodes: the DP/TP groups translate by one node, the CP rings
+    (0<->8, 16<->24, ...) do not, so the engine simulates every node, and agrees."""
+    cl = ClusterSpec(nodes=4, gpus_per_node=8)
+    lay = layout_for(cl, 8, 1)
+    assert lay.symmetric_period() == 1 and lay.symmetric_period(2) == 4
+    par = ParallelSpec(tp=8, cp=2, sequence_parallel=True)
+    tr = _tr(s=16384, m=2, rc=True)
+    a = simulate_3d(M, cl, "NNG", tr, par, mode="analytic")
+    e = simulate_3d(M, cl, "NNG", tr, par, mode="engine")
+    assert abs(e.step_time_s / a.step_time_s - 1) < 1e-6
