@@ -65,14 +65,14 @@ def _row(table, config, model, cluster, nodes, tp, pp, dp, micro_batch, accum, s
          recompute, metric, published, *, strategy="NNN", sp=False, selective=False,
          virtual=1, attention="eager", gpu_memory=None, kernel_overhead_s=None,
          precision="bf16", tp_overlap=False, hidden_dropout=None, fp8_params=False,
-         dp_overlap=False):
+         dp_overlap=False, cp=1):
     return dict(table=table, config=config, model=model, cluster=cluster, nodes=nodes, tp=tp,
                 pp=pp, dp=dp, micro_batch=micro_batch, accum=accum, seq=seq,
                 recompute=recompute, metric=metric, published=published, strategy=strategy,
                 sp=sp, selective=selective, virtual=virtual, attention=attention,
                 gpu_memory=gpu_memory, kernel_overhead_s=kernel_overhead_s,
                 precision=precision, tp_overlap=tp_overlap, hidden_dropout=hidden_dropout,
-                fp8_params=fp8_params, dp_overlap=dp_overlap)
+                fp8_params=fp8_params, dp_overlap=dp_overlap, cp=cp)
 
 
 def narayanan_rows() -> list[dict]:
@@ -133,6 +133,15 @@ def bigscience_rows() -> list[dict]:
     return out
 
 
+def llama31_405b():
+    """Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json): 126 layers, 16384 hidden,
+    ffn 53248, 128 heads, 8 kv heads, vocab 128256."""
+    from parosim.models import ModelSpec
+
+    return ModelSpec("llama-3.1-405b", layers=126, hidden=16384, ffn_hidden=53248, heads=128,
+                     vocab=128256, kv_heads=8)
+
+
 def torchtitan_rows() -> list[dict]:
     from parosim.models import ModelSpec
 
@@ -141,8 +150,7 @@ def torchtitan_rows() -> list[dict]:
     # llama3_405b.toml: seq 8192, full activation checkpointing. torchtitan's TP plan
     # (parallelize_llama.py: SequenceParallel norms, sequence-sharded activations between
     # blocks) is Megatron's sequence parallelism.
-    model = ModelSpec("llama-3.1-405b", layers=126, hidden=16384, ffn_hidden=53248, heads=128,
-                      vocab=128256, kv_heads=8)
+    model = llama31_405b()
     # The Float8 rows (torchao float8 GEMMs) are compared on tokens/s per GPU (WPS 177 and
     # 185, the same source's sharding rows): their published MFU is against the FP8 peak
     # (23.46 % at 1.62x the bf16 row's WPS), parosim's against the bf16 peak. Async TP is
@@ -255,17 +263,24 @@ def nemo_rows() -> list[dict]:
          8192, False, False, "GGG", 14451),
         ("LLAMA3-70B TP4 PP8 VP5 (Bridge 25.11)", preset("llama-3-70b"), 8, 4, 8, 5, 1, 128,
          8192, False, True, "NNG", 1602),
+        # context parallel 2 (--cp: Megatron-Core ring attention); TP overlap as the NeMo 2.0
+        # / Megatron-Bridge Llama 3 performance recipes set it for TP > 1
+        ("LLAMA3-8B TP1 PP1 CP2", preset("llama-3-8b"), 1, 1, 1, 1, 1, 128, 8192, False,
+         False, "NNG", 12036, 2),
+        ("LLAMA3-70B TP4 PP4 CP2 VP5", preset("llama-3-70b"), 8, 4, 4, 5, 1, 128, 8192,
+         False, True, "NNG", 1533, 2),
     ]
     out = []
-    for cfg, m, nodes, tp, pp, vp, mbs, gbs, seq, sel, ovl, strat, pub in cfgs:
-        dp = nodes * 8 // (tp * pp)
+    for cfg, m, nodes, tp, pp, vp, mbs, gbs, seq, sel, ovl, strat, pub, *rest in cfgs:
+        cp = rest[0] if rest else 1
+        dp = nodes * 8 // (tp * pp * cp)
         out.append(_row(NEMO, cfg, m, "dgx-h100-ib", nodes, tp, pp, dp, mbs,
                         gbs // (dp * mbs), seq, False, "tokens/s per GPU", pub,
                         strategy=strat, sp=tp > 1, selective=sel, virtual=vp,
                         attention="flash", precision="fp8", tp_overlap=ovl,
                         hidden_dropout=0.1 if cfg.startswith("GPT3") else 0.0,
                         fp8_params="Bridge 25.11" in cfg,
-                        dp_overlap=strat == "NNG" and tp * pp > 1))
+                        dp_overlap=strat == "NNG" and tp * pp > 1, cp=cp))
     return out
 
 
@@ -294,10 +309,10 @@ def superbench_rows(kernel_overhead_s: float | None = None) -> list[dict]:
 
 # Tables (or rows) of the calibration set that parosim cannot express, and why.
 EXCLUDED = [
-    ("NeMo performance summary (NVIDIA/NeMo performance_summary.md @070a0bb1), LLAMA3-8B "
-     "and LLAMA3-70B (2 configurations)", "context parallelism (CP 2)"),
-    ("Megatron-Bridge performance summary (@00b7660b), LLAMA3.1_405B",
-     "context parallelism (CP 2)"),
+    ("Megatron-Bridge performance summary (@00b7660b), LLAMA3.1_405B TP8 PP8 CP2 VP8",
+     "126 layers in 64 pipeline chunks: Megatron-Bridge counts the embedding and the loss as "
+     "pipeline layers (126 + 2 = 128); parosim's pipeline needs equal chunks of decoder "
+     "layers"),
     ("DeepSpeed ZeRO-3 Offload blog, 1T on 512 V100", "CPU/NVMe offload"),
     ("DeepSpeed ZeRO-3 Offload blog, PyTorch DDP 1.2B on V100",
      "model shape, GPU count and batch not stated"),
@@ -342,7 +357,7 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
         from parosim.calibrate_steps import _scaled
 
         cluster = replace(cluster, compute=_scaled(cluster.compute, scale))
-    assert cluster.gpus == row["tp"] * row["pp"] * row["dp"], row["config"]
+    assert cluster.gpus == row["tp"] * row["pp"] * row["dp"] * row.get("cp", 1), row["config"]
     extra_par = {"tp_comm_overlap": True} if row.get("tp_overlap") else {}
     if row.get("dp_overlap"):
         extra_par["dp_comm_overlap"] = True
@@ -352,6 +367,8 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
         extra_tr["hidden_dropout"] = row["hidden_dropout"]
     if row.get("fp8_params"):
         extra_tr["fp8_params"] = True
+    if row.get("cp", 1) > 1:
+        extra_par["cp"] = row["cp"]
     par = ParallelSpec(tp=row["tp"], pp=row["pp"], sequence_parallel=row["sp"],
                        selective_recompute=row["selective"],
                        schedule="interleaved" if row["virtual"] > 1 else "1f1b",
