@@ -54,7 +54,8 @@ class GPUSpec:
     has no FP8 tensor cores (``TrainingSpec(precision="fp8")`` is then refused)."""
 
     model: str = "A100-SXM4-80GB"
-    memory_bytes: int = 80 * 10**9
+    # A100-SXM4-80GB nvidia-smi total: 81920MiB (github.com/allenai/PeerRead/issues/40)
+    memory_bytes: int = 81920 * 2**20
     peak_flops: float = 312e12
     hbm_bandwidth_Bps: float = 2.0e12
     peak_fp8_flops: float = 0.0

@@ -88,22 +88,24 @@ def test_torchtitan_meets_after_calibration_on_its_fleet(calibrated):
 def test_every_published_3d_run_fits_in_memory():
     # Megatron-LM, Megatron-DeepSpeed, torchtitan and NeMo runs that trained
     res = all_tables.memory_check()
-    assert len(res) == 46
+    assert len(res) == 48
     bf16 = [r for r in res if r["precision"] == "bf16"]
     assert len(bf16) == 30 and all(r["fits"] for r in bf16)
     # FP8 rows with their documented memory settings (nemo_rows: dropout, fp8 primary
-    # weights): 9 of the 12 NeMo / Megatron-Bridge runs fit; the misses docs/memory.md
-    # ("FP8") explains. torchtitan's Float8 (torchao) 405B rows are counted with Transformer
-    # Engine's fp8 weight cache, which torchao does not keep: an upper bound, and a miss.
+    # weights): 12 of the 14 NeMo / Megatron-Bridge runs fit on the H100's nvidia-smi total
+    # (81559MiB; 10 of 14 on the former 80e9 bytes, which also missed GPT3-175B on 512 GPUs
+    # and LLAMA3-8B CP2); the misses docs/memory.md ("FP8") explains. torchtitan's Float8
+    # (torchao) 405B rows are counted with Transformer Engine's fp8 weight cache, which
+    # torchao does not keep: an upper bound, and a miss.
     assert [r["config"] for r in res if not r["fits"]] == [
         "Llama 3.1 405B, FSDP2 16 x TP 8, Float8, local batch 2",
         "Llama 3.1 405B, FSDP2 16 x TP 8, Float8 + async TP, local batch 2",
-        "GPT3-20B TP2 PP1", "GPT3-175B TP4 PP8 VP6, 512 GPUs", "Nemotron-340B TP8 PP8 VP12"]
+        "GPT3-20B TP2 PP1", "Nemotron-340B TP8 PP8 VP12"]
     # with the data-parallel runs of experiments/08_memory (all fit, tests/test_kernels.py
     # and tests/test_runtime_memory.py): 61 llm-foundry + 2 SuperBench (its Megatron-Bridge
-    # Llama-3-8B run is the one in nemo_rows, counted once): 104 of 109 published runs
+    # Llama-3-8B run is the one in nemo_rows, counted once): 107 of 111 published runs
     fit = 63 + sum(r["fits"] for r in res)
-    assert (fit, 63 + len(res)) == (104, 109) and fit / 109 >= 0.95
+    assert (fit, 63 + len(res)) == (107, 111) and fit / 111 >= 0.95
 
 
 def test_calibration_never_sees_its_check_rows():
