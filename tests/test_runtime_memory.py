@@ -52,25 +52,18 @@ def test_fsdp_runtime_by_default_fits_the_published_llm_foundry_runs():
     fit, within = _fit_and_within(ROWS, "fsdp")
     fit_h, within_h = _fit_and_within(split(ROWS, "held-out"), "fsdp")
     assert fit == 1.0 and fit_h == 1.0, (fit, fit_h)
-    # Documented miss (docs/memory.md): since GPU capacities are nvidia-smi totals (A100-SXM4-
-    # 80GB: 81920MiB, not 80e9 bytes) the committed FRAGMENTATION_FRACTION = 0, fitted against
-    # 80e9 bytes, allows more than twice the published micro-batch for 11 of 61 runs (4 of the
-    # held-out 30): 82.0 % / 86.7 % within 2x, below the 95 % target (96.7 % / 100 % before).
-    assert (round(within * 61), round(within_h * 30)) == (50, 26), (within, within_h)
+    assert within >= 0.95 and within_h >= 0.95, (within, within_h)
     # the ideal runtime keeps the earlier estimate, which said "does not fit" for most
     assert _fit_and_within(ROWS, None)[0] < 0.2
 
 
-def test_refit_fragmentation_on_the_corrected_capacity_meets_the_target(monkeypatch):
-    """check_memory.py's one-sided fit on the fit half, rerun on the nvidia-smi capacity, gives
-    7.5 % (not committed: docs/memory.md); with it the >= 95 % target holds again, held-out
-    half included. Guards the claim docs/memory.md makes."""
+def test_committed_fragmentation_is_the_one_sided_fit(monkeypatch):
+    """check_memory.py's one-sided fit on the fit half (the largest fraction, in 0.5 % steps,
+    under which every fit-half run still fits) on the nvidia-smi capacity gives 7.5 %, the
+    committed value; one step more and a fit-half run no longer fits."""
     import parosim.memory as memory
-    monkeypatch.setattr(memory, "FRAGMENTATION_FRACTION", 0.075)
-    fit, within = _fit_and_within(ROWS, "fsdp")
-    fit_h, within_h = _fit_and_within(split(ROWS, "held-out"), "fsdp")
-    assert fit == 1.0 and within >= 0.95 and fit_h == 1.0 and within_h >= 0.95
-    # one 0.5 % step more and a fit-half run no longer fits: 7.5 % is the fit
+    assert memory.FRAGMENTATION_FRACTION == 0.075
+    assert _fit_and_within(split(ROWS, "fit"), "fsdp")[0] == 1.0
     monkeypatch.setattr(memory, "FRAGMENTATION_FRACTION", 0.08)
     assert _fit_and_within(split(ROWS, "fit"), "fsdp")[0] < 1.0
 
@@ -126,8 +119,8 @@ def _memory_json(capsys, *flags) -> dict:
 
 def test_cli_profile_defaults_and_flags_override(capsys):
     d = _memory_json(capsys, "--runtime", "fsdp")
-    # published: 6; ours 7 on the A100's nvidia-smi total 81920MiB (6 on the former 80e9 bytes)
-    assert d["fits"] and d["max_micro_batch"] == 7
+    # published: 6 (A100 81920MiB, 7.5 % fragmentation)
+    assert d["fits"] and d["max_micro_batch"] == 6
     assert (d["memory_model"], d["attention"], d["logit_bytes"]) == ("runtime", "flash", 6)
     e = _memory_json(capsys, "--runtime", "fsdp", "--attention", "eager", "--memory-model",
                      "korthikanti", "--logit-bytes", "4")

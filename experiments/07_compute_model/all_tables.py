@@ -143,7 +143,6 @@ def llama31_405b():
 
 
 def torchtitan_rows() -> list[dict]:
-    from parosim.models import ModelSpec
 
     # Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json): 126 layers, 16384 hidden,
     # ffn 53248, 128 heads, 8 kv heads, vocab 128256; torchtitan train_configs/

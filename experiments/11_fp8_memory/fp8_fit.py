@@ -44,11 +44,13 @@ def run_settings(r: dict) -> dict:
 
 def worst(r: dict, training: TrainingSpec):
     c = load_cluster(r["cluster"], r["nodes"])
-    if r["tp"] * r["pp"] > 1 or r["selective"]:
+    if r["tp"] * r["pp"] * r.get("cp", 1) > 1 or r["selective"]:
         par = ParallelSpec(tp=r["tp"], pp=r["pp"], sequence_parallel=r["sp"],
                            selective_recompute=r["selective"],
                            schedule="interleaved" if r["virtual"] > 1 else "1f1b",
-                           virtual=r["virtual"])
+                           virtual=r["virtual"], cp=r.get("cp", 1),
+                           tp_comm_overlap=r.get("tp_overlap", False),
+                           dp_comm_overlap=r.get("dp_overlap", False))
         return max(stage_memory_3d(r["model"], r["strategy"], c, training, par),
                    key=lambda m: m.total_bytes)
     return memory_breakdown(r["model"], r["strategy"], c, training)
