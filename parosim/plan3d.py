@@ -972,15 +972,21 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 done[k].append(b.last[cs])
                 tp_ops(k, [u.kind], "fwd", mb, u.label)
         if vs < last_vs:
-            nxt = (vs + 1) % p
-            sid = b.coll(f"send act c{vs} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL, msg,
-                         "p2p-act", None, mb, f"p2p-fwd/s{k}", [b.last[cs]], stage=k,
-                         group="p2p", scopes=lay.pairs(k, nxt))
-            if not sp and t > 1:
-                sid = b.coll(f"tp all-gather act c{vs + 1} mb{mb}", Op.ALL_GATHER,
-                             Scope.GLOBAL, tp_size, "tp", None, mb, f"p2p-fwd/s{k}", [sid],
-                             stage=nxt, group="tp", scopes=lay.tp_scopes(nxt), algo=tp_algo)
-            sent[("F", vs, mb)] = sid if sid is not None else b.last[cs]
+            send(k, vs, vs + 1, mb, "F", "act", "fwd", b.last[cs])
+
+    def send(k: int, vs: int, to_vs: int, mb: int, key: str, what: str, way: str,
+             after) -> None:
+        """Chunk ``vs``'s activation (forward) or gradient (backward) to the stage of chunk
+        ``to_vs``: a pipeline send, then (TP without SP) the receivers' all-gather."""
+        peer = to_vs % p
+        sid = b.coll(f"send {what} c{vs} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL, msg,
+                     f"p2p-{what}", None, mb, f"p2p-{way}/s{k}", [after], stage=k,
+                     group="p2p", scopes=lay.pairs(k, peer))
+        if not sp and t > 1:
+            sid = b.coll(f"tp all-gather {what} c{to_vs} mb{mb}", Op.ALL_GATHER,
+                         Scope.GLOBAL, tp_size, "tp", None, mb, f"p2p-{way}/s{k}", [sid],
+                         stage=peer, group="tp", scopes=lay.tp_scopes(peer), algo=tp_algo)
+        sent[(key, vs, mb)] = sid if sid is not None else after
 
     def backward(k: int, vs: int, mb: int) -> None:
         us = units[vs]
@@ -1042,15 +1048,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                            "grad-reduce", None, mb, f"comm-grad/s{k}", [cid], stage=k,
                            group="dp", scopes=lay.dp_scopes(k))
         if vs > 0:
-            prv = (vs - 1) % p
-            sid = b.coll(f"send grad c{vs} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL, msg,
-                         "p2p-grad", None, mb, f"p2p-bwd/s{k}", [b.last[cs]], stage=k,
-                         group="p2p", scopes=lay.pairs(k, prv))
-            if not sp and t > 1:
-                sid = b.coll(f"tp all-gather grad c{vs - 1} mb{mb}", Op.ALL_GATHER,
-                             Scope.GLOBAL, tp_size, "tp", None, mb, f"p2p-bwd/s{k}", [sid],
-                             stage=prv, group="tp", scopes=lay.tp_scopes(prv), algo=tp_algo)
-            sent[("B", vs, mb)] = sid if sid is not None else b.last[cs]
+            send(k, vs, vs - 1, mb, "B", "grad", "bwd", b.last[cs])
 
     orders = [schedule_order(k, par, m) for k in range(p)]
     ptr = [0] * p
