@@ -331,6 +331,17 @@ def all_rows() -> list[dict]:
             + nemo_rows() + superbench_rows() + superbench_rows(SUPERBENCH_LAUNCH_WALL_S))
 
 
+def parallel_spec(row: dict):
+    """The row's parallelism as parosim expresses it."""
+    from parosim.parallel import ParallelSpec
+
+    return ParallelSpec(tp=row["tp"], pp=row["pp"], sequence_parallel=row["sp"],
+                        selective_recompute=row["selective"],
+                        schedule="interleaved" if row["virtual"] > 1 else "1f1b",
+                        virtual=row["virtual"], cp=row["cp"],
+                        tp_comm_overlap=row["tp_overlap"], dp_comm_overlap=row["dp_overlap"])
+
+
 def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
             profile: dict | None = None) -> dict:
     """Simulate one configuration with the kernel model; the published metric's prediction
@@ -338,7 +349,6 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
     calibration of ``parosim calibrate --steps`` (efficiencies x scale, capped at 1);
     ``profile``: kernel-parameter overrides (the fit scripts)."""
     from parosim.io import load_cluster
-    from parosim.parallel import ParallelSpec
     from parosim.simulate import simulate_step
     from parosim.training import TrainingSpec
     from parosim.units import parse_size
@@ -356,25 +366,13 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
         from parosim.calibrate_steps import _scaled
 
         cluster = replace(cluster, compute=_scaled(cluster.compute, scale))
-    assert cluster.gpus == row["tp"] * row["pp"] * row["dp"] * row.get("cp", 1), row["config"]
-    extra_par = {"tp_comm_overlap": True} if row.get("tp_overlap") else {}
-    if row.get("dp_overlap"):
-        extra_par["dp_comm_overlap"] = True
-    extra_tr = ({"precision": row["precision"]} if row.get("precision", "bf16") != "bf16"
-                else {})
-    if row.get("hidden_dropout") is not None:
-        extra_tr["hidden_dropout"] = row["hidden_dropout"]
-    if row.get("fp8_params"):
-        extra_tr["fp8_params"] = True
-    if row.get("cp", 1) > 1:
-        extra_par["cp"] = row["cp"]
-    par = ParallelSpec(tp=row["tp"], pp=row["pp"], sequence_parallel=row["sp"],
-                       selective_recompute=row["selective"],
-                       schedule="interleaved" if row["virtual"] > 1 else "1f1b",
-                       virtual=row["virtual"], **extra_par)
+    assert cluster.gpus == row["tp"] * row["pp"] * row["dp"] * row["cp"], row["config"]
+    par = parallel_spec(row)
     tr = TrainingSpec(micro_batch=row["micro_batch"], accum_steps=row["accum"],
                       seq_len=row["seq"], recompute=row["recompute"],
-                      compute_model="kernel", attention=row["attention"], **extra_tr)
+                      compute_model="kernel", attention=row["attention"],
+                      precision=row["precision"], hidden_dropout=row["hidden_dropout"],
+                      fp8_params=row["fp8_params"])
     r = simulate_step(row["model"], cluster, row["strategy"], tr, "ring", mode, parallel=par)
     fits = r.fits
     if not fits:

@@ -31,7 +31,6 @@ import all_tables as at  # noqa: E402
 
 from parosim.io import load_cluster  # noqa: E402
 from parosim.memory import memory_breakdown  # noqa: E402
-from parosim.parallel import ParallelSpec  # noqa: E402
 from parosim.plan3d import stage_memory_3d  # noqa: E402
 from parosim.training import TrainingSpec  # noqa: E402
 
@@ -44,13 +43,8 @@ def run_settings(r: dict) -> dict:
 
 def worst(r: dict, training: TrainingSpec):
     c = load_cluster(r["cluster"], r["nodes"])
-    if r["tp"] * r["pp"] * r.get("cp", 1) > 1 or r["selective"]:
-        par = ParallelSpec(tp=r["tp"], pp=r["pp"], sequence_parallel=r["sp"],
-                           selective_recompute=r["selective"],
-                           schedule="interleaved" if r["virtual"] > 1 else "1f1b",
-                           virtual=r["virtual"], cp=r.get("cp", 1),
-                           tp_comm_overlap=r.get("tp_overlap", False),
-                           dp_comm_overlap=r.get("dp_overlap", False))
+    if r["tp"] * r["pp"] * r["cp"] > 1 or r["selective"]:
+        par = at.parallel_spec(r)
         return max(stage_memory_3d(r["model"], r["strategy"], c, training, par),
                    key=lambda m: m.total_bytes)
     return memory_breakdown(r["model"], r["strategy"], c, training)
