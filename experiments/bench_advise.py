@@ -28,9 +28,9 @@ def main() -> int:
     print(f"\nparosim {' '.join(CMD)}\nwall {wall:.1f} s (target < 60 s), peak RSS "
           f"{rss:.0f} MiB")
     # the engine part alone: events per second of the best configuration's replay
-    from parosim.advise import advise
     from parosim.io import load_cluster
-    from parosim.models import preset
+    from parosim.spec.model import preset
+    from parosim.studies.advise import advise
 
     t1 = time.perf_counter()
     res = advise(preset("llama-65b"), load_cluster("dgx-a100-ib", 128), 2048, engine_top=0)

@@ -19,10 +19,10 @@ import time
 from dataclasses import replace
 
 from parosim.io import load_cluster
-from parosim.models import preset
-from parosim.simulate import simulate_step
-from parosim.specs import Override
-from parosim.training import TrainingSpec
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import preset
+from parosim.spec.system import Override
+from parosim.spec.training import TrainingSpec
 
 
 def rss_MiB() -> float:

@@ -19,12 +19,12 @@ import sys
 CHILD = r"""
 import json, resource, sys, time
 from parosim.io import load_cluster
-from parosim.models import preset
-from parosim.plan import build_plan
-from parosim.analytic import evaluate
-from parosim.replay import replay
+from parosim.spec.model import preset
+from parosim.plan.dataparallel import build_plan
+from parosim.evaluate.analytic import evaluate
+from parosim.evaluate.replay import replay
 from parosim.collectives import Algo
-from parosim.training import TrainingSpec
+from parosim.spec.training import TrainingSpec
 nodes, strategy, algo, mode = int(sys.argv[1]), sys.argv[2], Algo(sys.argv[3]), sys.argv[4]
 spec = load_cluster("paper-a100-roce", nodes=nodes)
 model, train = preset("llama-65b"), TrainingSpec(accum_steps=10)
@@ -38,7 +38,7 @@ if mode == "engine":
 else:
     # what a sweep point in analytic mode costs: memory check, plan of one micro-step,
     # closed-form evaluation (micro-steps counted s times); mean of repeated runs
-    from parosim.simulate import simulate_step
+    from parosim.simulate.step import simulate_step
     reps = 20
     t2 = time.perf_counter()
     for _ in range(reps):

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from parosim.io.sweep import SweepSpec
-from parosim.strategies import ALL_STRATEGIES
-from parosim.sweep import run_sweep
+from parosim.spec.strategy import ALL_STRATEGIES
+from parosim.sweep.runner import run_sweep
 
 TARGETS_S = {"engine": 60.0, "analytic": 5.0}
 

@@ -33,12 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parosim.calibrate import fit, measurements_from_log, split_holdout  # noqa: E402
-from parosim.cli_calibrate import _stats, calibrated_yaml  # noqa: E402
+from parosim.calibrate.links import fit, measurements_from_log, split_holdout  # noqa: E402
+from parosim.cli.calibrate import _stats, calibrated_yaml  # noqa: E402
 from parosim.collectives import Algo  # noqa: E402
+from parosim.collectives.bench import SMALL_BYTES, cluster_for_log, compare_log, error_summary  # noqa: E402
 from parosim.io import load_cluster  # noqa: E402
 from parosim.io.nccltests import read_nccl_tests  # noqa: E402
-from parosim.ncclbench import SMALL_BYTES, cluster_for_log, compare_log, error_summary  # noqa: E402
 
 LOGS = ROOT / "tests" / "data" / "nccl-tests"
 HERE = ROOT / "experiments" / "calibrate_presets"

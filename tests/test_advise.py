@@ -5,17 +5,17 @@ import json
 
 import pytest
 
-from parosim.advise import parse_global_batch
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.collectives.types import Algo
 from parosim.errors import InputError
 from parosim.io import load_cluster
-from parosim.models import ModelSpec, preset
-from parosim.parallel import ParallelSpec
-from parosim.plan3d import build_plan_3d, evaluate_3d, summary_3d
-from parosim.simulate import simulate_step
-from parosim.strategies import parse_strategy
-from parosim.training import TrainingSpec
+from parosim.plan.layout import ParallelSpec
+from parosim.plan.threed import build_plan_3d, evaluate_3d, summary_3d
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import ModelSpec, preset
+from parosim.spec.strategy import parse_strategy
+from parosim.spec.training import TrainingSpec
+from parosim.studies.advise import parse_global_batch
 
 ARGS = ["advise", "--model", "llama-13b", "--nodes", "2", "--global-batch", "64",
         "--strategies", "NNN,NNG,IIG,GGG", "--top", "4", "--engine-top", "1"]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from parosim.calibrate import Measurement, fit, make_param, split_holdout
-from parosim.cli import main
+from parosim.calibrate.links import Measurement, fit, make_param, split_holdout
+from parosim.cli.commands import main
 from parosim.collectives import Algo, Op, Scope, closed_form_time
 from parosim.errors import InputError
 from parosim.io import load_cluster

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from parosim.calibrate_steps import StepRun, _scaled, read_steps, simulate_run
-from parosim.cli import main
+from parosim.calibrate.steps import StepRun, _scaled, read_steps, simulate_run
+from parosim.cli.commands import main
 from parosim.io import load_cluster
 
 ROWS = [("mpt-1b", "GGG", 1, 8, 4, 2048), ("mpt-7b", "GGG", 1, 4, 2, 2048),

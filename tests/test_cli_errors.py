@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
 
 
 def run(argv, capsys):

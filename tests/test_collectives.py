@@ -19,7 +19,7 @@ from parosim.collectives import (
 )
 from parosim.collectives.cost import lane_schedule, phase_time, ring_alpha_beta
 from parosim.io import load_cluster
-from parosim.specs import ClusterSpec, LinkSpec, NetworkFabric, NetworkSpec, NICSpec
+from parosim.spec.system import ClusterSpec, LinkSpec, NetworkFabric, NetworkSpec, NICSpec
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 
@@ -209,7 +209,7 @@ def test_never_faster_than_the_bandwidth_bound_and_monotone(size, nodes, algo, o
 def test_phase_overhead_is_paid_per_phase_and_limits_ho_ring_chunks():
     from dataclasses import replace
 
-    from parosim.specs import CollectiveTuning
+    from parosim.spec.system import CollectiveTuning
 
     base = _tuned(load_cluster("paper-a100-roce", nodes=4), model="ideal")
     slow = replace(base, collective=CollectiveTuning(phase_overhead_s=2e-3))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from parosim.compute import (
+from parosim.cost.compute import (
     ADAM_BYTES_PER_PARAM,
     compute_seconds,
     head_backward_flops,
@@ -12,11 +12,11 @@ from parosim.compute import (
     optimizer_step_seconds,
     step_flops,
 )
-from parosim.models import ModelSpec, preset
-from parosim.plan import ComputeOp, build_plan
-from parosim.specs import ClusterSpec
-from parosim.strategies import ALL_STRATEGIES
-from parosim.training import TrainingSpec
+from parosim.plan.dataparallel import ComputeOp, build_plan
+from parosim.spec.model import ModelSpec, preset
+from parosim.spec.strategy import ALL_STRATEGIES
+from parosim.spec.system import ClusterSpec
+from parosim.spec.training import TrainingSpec
 
 PAPER = ClusterSpec(nodes=4)
 M7 = preset("llama-7b")

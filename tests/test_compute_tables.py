@@ -50,7 +50,7 @@ def test_megatron_tables_held_out_rows_within_10pct(table):
 def test_committed_eager_attention_efficiency_is_the_fit():
     import fit_eager_attention
 
-    from parosim.kernels import FITTED_EAGER_ATTENTION_EFFICIENCY
+    from parosim.cost.kernels import FITTED_EAGER_ATTENTION_EFFICIENCY
 
     e = fit_eager_attention.fit()["eager_attention_efficiency"]
     assert FITTED_EAGER_ATTENTION_EFFICIENCY == pytest.approx(round(e, 2), abs=0.011)

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.collectives.cost import program_time
 from parosim.collectives.types import Algo
-from parosim.compute import (
+from parosim.cost.compute import (
     compute_seconds,
     head_backward_flops,
     head_forward_flops,
@@ -18,9 +18,8 @@ from parosim.compute import (
     layer_forward_flops,
 )
 from parosim.errors import InputError
-from parosim.models import preset
-from parosim.parallel import ParallelSpec, layout_for, lower_p2p
-from parosim.plan3d import (
+from parosim.plan.layout import ParallelSpec, layout_for, lower_p2p
+from parosim.plan.threed import (
     build_plan_3d,
     cp_kv_bytes,
     cp_local,
@@ -29,9 +28,10 @@ from parosim.plan3d import (
     simulate_3d,
     summary_3d,
 )
-from parosim.simulate import with_overrides
-from parosim.specs import ClusterSpec
-from parosim.training import TrainingSpec
+from parosim.simulate.step import with_overrides
+from parosim.spec.model import preset
+from parosim.spec.system import ClusterSpec
+from parosim.spec.training import TrainingSpec
 
 M = preset("llama-7b")
 
@@ -178,7 +178,7 @@ def test_settings_echo_and_json(capsys):
 
 def test_sweep_key_cp():
     from parosim.io.sweep import sweep_columns, sweep_from_dict
-    from parosim.simulate import point_parallel, run_point
+    from parosim.simulate.step import point_parallel, run_point
 
     assert point_parallel({"cp": 4}).cp == 4 and point_parallel({}).cp == 1
     base = {"cluster": "paper-a100-roce", "nodes": 2, "mode": "analytic", "strategy": "NNN",
@@ -203,7 +203,7 @@ def test_sweep_key_cp():
 def test_calibrate_steps_cp_column(tmp_path):
     from dataclasses import replace
 
-    from parosim.calibrate_steps import read_steps, simulate_run
+    from parosim.calibrate.steps import read_steps, simulate_run
     from parosim.io import load_cluster
 
     p = tmp_path / "cp.csv"

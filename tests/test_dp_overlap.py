@@ -9,15 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.collectives.cost import program_time
 from parosim.collectives.types import Algo, Op, Scope
 from parosim.errors import InputError
 from parosim.io import load_cluster
-from parosim.models import preset
-from parosim.parallel import ParallelSpec, layout_for, lower_group
-from parosim.plan import ComputeOp
-from parosim.plan3d import (
+from parosim.plan.dataparallel import ComputeOp
+from parosim.plan.layout import ParallelSpec, layout_for, lower_group
+from parosim.plan.threed import (
     GroupOp,
     build_plan_3d,
     dp_buckets,
@@ -27,9 +26,10 @@ from parosim.plan3d import (
     simulate_3d,
     summary_3d,
 )
-from parosim.simulate import with_overrides
-from parosim.strategies import parse_strategy
-from parosim.training import BYTES_PER_GRAD, TrainingSpec
+from parosim.simulate.step import with_overrides
+from parosim.spec.model import preset
+from parosim.spec.strategy import parse_strategy
+from parosim.spec.training import BYTES_PER_GRAD, TrainingSpec
 
 M13 = preset("llama-13b")     # 40 layers, 314.6M parameters per layer
 M7 = preset("llama-7b")
@@ -307,7 +307,7 @@ def test_sweep_key(tmp_path, capsys):
 
 
 def test_calibrate_steps_column(tmp_path):
-    from parosim.calibrate_steps import read_steps
+    from parosim.calibrate.steps import read_steps
 
     f = tmp_path / "steps.csv"
     head = "model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,tp,dp_comm_overlap\n"
@@ -320,7 +320,7 @@ def test_calibrate_steps_column(tmp_path):
 
 
 def test_calibrate_steps_row_is_simulated_with_overlap(tmp_path):
-    from parosim.calibrate_steps import read_steps, simulate_run
+    from parosim.calibrate.steps import read_steps, simulate_run
 
     f = tmp_path / "steps.csv"
     head = "model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,tp,dp_comm_overlap\n"
@@ -337,7 +337,7 @@ def test_calibrate_steps_row_is_simulated_with_overlap(tmp_path):
 
 
 def test_advise_fixed_setting():
-    from parosim.advise import advise
+    from parosim.studies.advise import advise
 
     c = load_cluster("dgx-a100-ib", 2)
     kw = dict(top=40, engine_top=0, max_micro_batch=1, strategies=["NNN", "NGG"])

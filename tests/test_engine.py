@@ -2,8 +2,8 @@
 
 import pytest
 
-from parosim.engine import CountingEnvironment, DeadlockError, check_finished, run_lanes
-from parosim.network import PS
+from parosim.fabric.engine import CountingEnvironment, DeadlockError, check_finished, run_lanes
+from parosim.fabric.network import PS
 
 
 def test_lanes_run_in_order_and_respect_deps():

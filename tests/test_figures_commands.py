@@ -21,8 +21,8 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.layout_engine import ConstrainedLayoutEngine, TightLayoutEngine
 
-import parosim.plots
-from parosim.cli import main
+import parosim.plots.figures
+from parosim.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 NCCL = ROOT / "tests/data/nccl-tests"
@@ -80,22 +80,22 @@ def check_figure(fig, must: list[str], categorical: tuple[str, ...] = ()) -> str
 
 @pytest.fixture
 def saved(monkeypatch):
-    """Every figure a command saves through parosim.plots.save_as, with its path."""
+    """Every figure a command saves through parosim.plots.figures.save_as, with its path."""
     got: list = []
-    real = parosim.plots.save_as
+    real = parosim.plots.figures.save_as
 
     def spy(fig, path, dpi=120):
         got.append((fig, Path(path)))
         return real(fig, path, dpi)
 
-    monkeypatch.setattr(parosim.plots, "save_as", spy)
+    monkeypatch.setattr(parosim.plots.figures, "save_as", spy)
     return got
 
 
 def _same_svg(make, tmp_path) -> None:
     """Two figures made alike save to the same SVG bytes (no date, no random ids)."""
-    a = parosim.plots.save_as(make(), tmp_path / "a.svg").read_bytes()
-    b = parosim.plots.save_as(make(), tmp_path / "b.svg").read_bytes()
+    a = parosim.plots.figures.save_as(make(), tmp_path / "a.svg").read_bytes()
+    b = parosim.plots.figures.save_as(make(), tmp_path / "b.svg").read_bytes()
     assert a == b and b"<svg" in a
 
 
@@ -182,14 +182,14 @@ def test_validate_report_plot(saved, tmp_path):
 
 def test_notebook_timeline(tmp_path):
     from parosim.io import load_cluster
-    from parosim.models import preset
-    from parosim.simulate import simulate_step
-    from parosim.training import TrainingSpec
+    from parosim.simulate.step import simulate_step
+    from parosim.spec.model import preset
+    from parosim.spec.training import TrainingSpec
 
     r = simulate_step(preset("llama-7b"), load_cluster("paper-a100-roce", 2), "IIG",
                       TrainingSpec(accum_steps=2), "ho-ring", trace=True)
     def make():
-        return parosim.plots.timeline(r.records, title="PaRO-IIG, LLaMA-7B on paper-a100-roce")
+        return parosim.plots.figures.timeline(r.records, title="PaRO-IIG, LLaMA-7B on paper-a100-roce")
 
     title = check_figure(make(), ["LLaMA-7B", "paper-a100-roce"], categorical=("stream",))
     assert re.search(r"time \((s|ms)\) per stream", title)

@@ -15,8 +15,8 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.text import Text
 
 from parosim.io.sweep import load_sweep_spec
-from parosim.plots import LABELS, save_figure, sweep_figures
-from parosim.sweep import read_results
+from parosim.plots.figures import LABELS, save_figure, sweep_figures
+from parosim.sweep.runner import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted(ROOT.glob("experiments/0*/sweep.yaml"))

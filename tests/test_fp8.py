@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from parosim.cli import main
-from parosim.compute import (
+from parosim.cli.commands import main
+from parosim.cost.compute import (
     ADAM_BYTES_PER_PARAM,
     compute_seconds,
     head_backward_flops,
@@ -23,19 +23,19 @@ from parosim.compute import (
     optimizer_step_seconds,
     step_flops,
 )
+from parosim.cost.kernels import ComputeProfile, gemm_seconds, layer_times
+from parosim.cost.memory import memory_breakdown
 from parosim.errors import InputError
-from parosim.gpus import known_gpu
 from parosim.io import load_cluster
 from parosim.io.cluster import cluster_from_dict, cluster_to_yaml
-from parosim.kernels import ComputeProfile, gemm_seconds, layer_times
-from parosim.memory import memory_breakdown
-from parosim.models import preset
-from parosim.parallel import ParallelSpec
-from parosim.plan3d import memory_3d, optimizer_seconds_3d, simulate_3d, unit_seconds
-from parosim.simulate import run_point, simulate_step
-from parosim.specs import ClusterSpec, Override
-from parosim.strategies import parse_strategy
-from parosim.training import TrainingSpec
+from parosim.plan.layout import ParallelSpec
+from parosim.plan.threed import memory_3d, optimizer_seconds_3d, simulate_3d, unit_seconds
+from parosim.simulate.step import run_point, simulate_step
+from parosim.spec.gpus import known_gpu
+from parosim.spec.model import preset
+from parosim.spec.strategy import parse_strategy
+from parosim.spec.system import ClusterSpec, Override
+from parosim.spec.training import TrainingSpec
 
 H100 = known_gpu("H100-SXM5-80GB")
 H100C = ClusterSpec(gpu=H100)                       # one node of 8 H100, flat model
@@ -173,8 +173,8 @@ def test_optimizer_weight_cast_and_memory():
     f8 = memory_breakdown(m, s, H100C, TrainingSpec(recompute=False, precision="fp8"))
     assert bf.fp8_weight_cache_bytes == 0.0 and f8.fp8_weight_cache_bytes == 2 * w
     assert f8.model_states_bytes - bf.model_states_bytes == pytest.approx(2 * w, rel=1e-12)
-    # activations: Transformer Engine keeps fp8 GEMM inputs (parosim.fp8mem), fewer bytes
-    from parosim.fp8mem import fp8_activation_bytes
+    # activations: Transformer Engine keeps fp8 GEMM inputs (parosim.cost.fp8mem), fewer bytes
+    from parosim.cost.fp8mem import fp8_activation_bytes
 
     assert f8.activations_bytes == fp8_activation_bytes(m, FP8.with_defaults(), False)
     assert f8.activations_bytes < bf.activations_bytes
@@ -324,7 +324,7 @@ def test_jobs_key(tmp_path, capsys):
 
 
 def test_calibrate_steps_precision_column(tmp_path):
-    from parosim.calibrate_steps import read_steps, simulate_run
+    from parosim.calibrate.steps import read_steps, simulate_run
 
     f = tmp_path / "runs.csv"
     f.write_text("model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,precision,tp\n"

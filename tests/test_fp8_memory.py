@@ -1,4 +1,4 @@
-"""FP8 memory as Transformer Engine + Megatron-Core keep it (parosim.fp8mem, docs/memory.md
+"""FP8 memory as Transformer Engine + Megatron-Core keep it (parosim.cost.fp8mem, docs/memory.md
 "FP8"): fp8 GEMM inputs, dropout masks only when dropout > 0, the fp8 weight cache, fp8
 primary weights, the bf16 grad buffer. Byte counts are computed by hand on small shapes."""
 
@@ -10,20 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from parosim.errors import InputError
-from parosim.fp8mem import (
+from parosim.cost.fp8mem import (
     fp8_activation_bytes,
     fp8_layer_activation_bytes,
     itemised_layer_activation_bytes,
 )
-from parosim.gpus import known_gpu
+from parosim.cost.memory import layer_activation_bytes, memory_breakdown, output_activation_bytes
+from parosim.errors import InputError
 from parosim.io import load_cluster
-from parosim.memory import layer_activation_bytes, memory_breakdown, output_activation_bytes
-from parosim.models import ModelSpec, preset
-from parosim.parallel import ParallelSpec
-from parosim.plan3d import layer_activation_bytes_3d, stage_memory_3d
-from parosim.specs import ClusterSpec
-from parosim.training import TrainingSpec
+from parosim.plan.layout import ParallelSpec
+from parosim.plan.threed import layer_activation_bytes_3d, stage_memory_3d
+from parosim.spec.gpus import known_gpu
+from parosim.spec.model import ModelSpec, preset
+from parosim.spec.system import ClusterSpec
+from parosim.spec.training import TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 # GPT layer: h 1024, ffn 4h GELU, 8 heads (MHA); Llama-like: ffn 2816 SwiGLU, 2 kv heads

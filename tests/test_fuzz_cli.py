@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.errors import InputError
 
 CASE_TIMEOUT_S = 30
@@ -579,7 +579,7 @@ def test_case(name, argv, expect, d, tmp_path, capsys):
 
 
 def test_run_point_refuses_a_misspelled_key_and_defaults_to_engine():
-    from parosim.simulate import POINT_DEFAULTS, run_point
+    from parosim.simulate.step import POINT_DEFAULTS, run_point
 
     row = run_point({"strategy": "IIG", "micro_bach": 2, "mode": "analytic"})
     assert row["status"] == "error" and "'micro_bach'" in row["reason"]
@@ -773,7 +773,7 @@ _FIELDS = {
 @given(st.fixed_dictionaries(_FIELDS))
 def test_cluster_fields_total(f):
     from parosim.io.cluster import cluster_from_dict
-    from parosim.specs import MAX_GPUS
+    from parosim.spec.system import MAX_GPUS
 
     net = {"fabric": f["fabric"], "oversubscription": f["oversub"]}
     if f["nodes_per_leaf"] is not None:

@@ -1,5 +1,5 @@
 """GPU memory capacities are the totals nvidia-smi reports, not the marketing "80GB" as 80e9
-bytes (sources in parosim/gpus.py); the unit "GB" itself stays decimal."""
+bytes (sources in parosim/spec/gpus.py); the unit "GB" itself stays decimal."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from parosim.gpus import known_gpu
 from parosim.io import load_cluster
-from parosim.specs import GPUSpec
+from parosim.spec.gpus import known_gpu
+from parosim.spec.system import GPUSpec
 from parosim.units import parse_size
 
 MiB = 2**20

@@ -7,18 +7,20 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.collectives import Algo, Op, Scope, lower, simulate_collective, simulate_program
 from parosim.errors import InputError
+from parosim.evaluate.ranks import replay_ranks, step_distribution
+from parosim.evaluate.replay import replay
+from parosim.fabric.network import Router
+from parosim.fabric.topology import cluster_graph
 from parosim.io import load_cluster
 from parosim.io.cluster import cluster_from_dict
-from parosim.models import preset
-from parosim.network import Router
-from parosim.plan import CollectiveOp, ComputeOp, Plan, build_plan
-from parosim.ranks import replay_ranks, step_distribution
-from parosim.replay import replay
-from parosim.simulate import simulate_step
-from parosim.specs import (
+from parosim.plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import preset
+from parosim.spec.strategy import parse_strategy
+from parosim.spec.system import (
     ClusterSpec,
     CollectiveTuning,
     GPUSpec,
@@ -27,9 +29,7 @@ from parosim.specs import (
     NICSpec,
     Override,
 )
-from parosim.strategies import parse_strategy
-from parosim.topology import cluster_graph
-from parosim.training import TrainingSpec
+from parosim.spec.training import TrainingSpec
 
 GiB = 2**30
 SLOW_NIC = 25e9 / 8  # 25 Gbps in bytes/s

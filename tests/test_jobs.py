@@ -1,19 +1,19 @@
-"""Several jobs on one fabric (parosim/jobs.py, ``parosim simulate --jobs``)."""
+"""Several jobs on one fabric (parosim/studies/jobs.py, ``parosim simulate --jobs``)."""
 
 import json
 
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.collectives.types import Algo, Op, Scope
 from parosim.io import load_cluster
-from parosim.jobs import Job, make_job, run_jobs
-from parosim.models import preset
-from parosim.plan import CollectiveOp, Plan
-from parosim.simulate import simulate_step
-from parosim.specs import ClusterSpec, LinkSpec, NetworkFabric, NetworkSpec, NICSpec
-from parosim.strategies import parse_strategy
-from parosim.training import TrainingSpec
+from parosim.plan.dataparallel import CollectiveOp, Plan
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import preset
+from parosim.spec.strategy import parse_strategy
+from parosim.spec.system import ClusterSpec, LinkSpec, NetworkFabric, NetworkSpec, NICSpec
+from parosim.spec.training import TrainingSpec
+from parosim.studies.jobs import Job, make_job, run_jobs
 
 TRAIN = TrainingSpec(accum_steps=2)
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parosim.compute import compute_seconds, layer_forward_flops, op_seconds
+from parosim.cost.compute import compute_seconds, layer_forward_flops, op_seconds
+from parosim.cost.kernels import ComputeProfile, gemm_efficiency, layer_times
+from parosim.cost.memory import max_micro_batch, memory_breakdown, resolve_recompute
 from parosim.errors import InputError
 from parosim.io import load_cluster
 from parosim.io.cluster import cluster_from_dict, cluster_to_yaml
-from parosim.kernels import ComputeProfile, gemm_efficiency, layer_times
-from parosim.memory import max_micro_batch, memory_breakdown, resolve_recompute
-from parosim.models import ModelSpec, mpt, preset
-from parosim.simulate import simulate_step
-from parosim.specs import ClusterSpec
-from parosim.training import TrainingSpec
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import ModelSpec, mpt, preset
+from parosim.spec.system import ClusterSpec
+from parosim.spec.training import TrainingSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "07_compute_model"))
 from published import foundry_rows, split  # noqa: E402

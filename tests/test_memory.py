@@ -4,8 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parosim.errors import InputError
-from parosim.memory import (
+from parosim.cost.memory import (
     FRAGMENTATION_FRACTION,
     MARGIN_FRACTION,
     RUNTIME_RESERVE_BYTES,
@@ -14,10 +13,11 @@ from parosim.memory import (
     memory_breakdown,
     resolve_recompute,
 )
-from parosim.models import preset
-from parosim.specs import ClusterSpec, GPUSpec
-from parosim.strategies import ALL_STRATEGIES, parse_strategy
-from parosim.training import TrainingSpec
+from parosim.errors import InputError
+from parosim.spec.model import preset
+from parosim.spec.strategy import ALL_STRATEGIES, parse_strategy
+from parosim.spec.system import ClusterSpec, GPUSpec
+from parosim.spec.training import TrainingSpec
 
 PAPER = ClusterSpec(name="paper", nodes=4, gpus_per_node=8)
 
@@ -63,7 +63,7 @@ def test_breakdown_sums_and_states_formula(strategy, memory_model):
     frac = MARGIN_FRACTION if memory_model == "korthikanti" else FRAGMENTATION_FRACTION
     assert mb.margin_bytes == pytest.approx(frac * rest + RUNTIME_RESERVE_BYTES)
     assert mb.total_bytes == pytest.approx(rest + mb.margin_bytes)
-    assert mb.capacity_bytes == 81920 * 2**20   # A100-SXM4-80GB nvidia-smi total (parosim/gpus.py)
+    assert mb.capacity_bytes == 81920 * 2**20   # A100-SXM4-80GB nvidia-smi total (parosim/spec/gpus.py)
     assert mb.fits == (mb.total_bytes <= mb.capacity_bytes)
     assert mb.shortfall_bytes == max(0.0, mb.total_bytes - mb.capacity_bytes)
     assert (mb.buffers_bytes == 0) == (p == "N" and gr == "N")

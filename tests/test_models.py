@@ -2,14 +2,14 @@
 
 import pytest
 
-from parosim.compute import layer_forward_flops, step_flops
+from parosim.cost.compute import layer_forward_flops, step_flops
+from parosim.cost.memory import memory_breakdown
 from parosim.errors import InputError
 from parosim.io.model import load_model
-from parosim.memory import memory_breakdown
-from parosim.models import ModelSpec, known_models, nominal_shape, preset
-from parosim.plan import build_plan
-from parosim.specs import ClusterSpec
-from parosim.training import TrainingSpec
+from parosim.plan.dataparallel import build_plan
+from parosim.spec.model import ModelSpec, known_models, nominal_shape, preset
+from parosim.spec.system import ClusterSpec
+from parosim.spec.training import TrainingSpec
 
 # Published parameter counts of the HuggingFace LLaMA checkpoints.
 PUBLISHED = {"llama-7b": 6_738_415_616, "llama-13b": 13_015_864_320,

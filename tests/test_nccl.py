@@ -12,7 +12,7 @@ from parosim.collectives import Algo, Op, Scope, lower, program_time, simulate_c
 from parosim.collectives.lowering import NCCL
 from parosim.collectives.nccl import channel_rings, channels, log2i
 from parosim.io.cluster import cluster_from_dict, cluster_to_yaml, load_cluster
-from parosim.specs import NCCL_RING_SIMPLE, NCCL_TREE_LL
+from parosim.spec.system import NCCL_RING_SIMPLE, NCCL_TREE_LL
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 
@@ -221,11 +221,11 @@ def test_net_overhead_floors_intra_steps_of_inter_node_rings():
 def test_training_step_with_nccl_trees_runs_without_symmetry_reduction():
     """A plan whose all-reduces the tuner lowers to trees runs on the whole network (a tree
     is not translation-invariant), in the stream engine and in the per-rank engine alike."""
-    from parosim.models import preset
-    from parosim.plan import build_plan
-    from parosim.ranks import replay_ranks
-    from parosim.replay import ProgramCache, plan_period, replay
-    from parosim.training import TrainingSpec
+    from parosim.evaluate.ranks import replay_ranks
+    from parosim.evaluate.replay import ProgramCache, plan_period, replay
+    from parosim.plan.dataparallel import build_plan
+    from parosim.spec.model import preset
+    from parosim.spec.training import TrainingSpec
 
     spec = load_cluster("dgx-a100-ib", nodes=4)
     plan = build_plan(preset("llama-7b"), "NNN", spec, TrainingSpec(accum_steps=1))

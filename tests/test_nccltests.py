@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.errors import InputError
 from parosim.io.nccltests import parse_nccl_tests, read_nccl_tests
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from parosim.analytic import evaluate
 from parosim.collectives.cost import program_time
 from parosim.collectives.lowering import lower
 from parosim.collectives.types import Algo, Op, Scope
+from parosim.evaluate.analytic import evaluate
+from parosim.evaluate.replay import replay
 from parosim.io import load_cluster
-from parosim.models import preset
-from parosim.plan import COMM_PARAM, COMPUTE, CollectiveOp, ComputeOp, Plan
-from parosim.replay import replay
-from parosim.simulate import run_point, simulate_step
-from parosim.strategies import parse_strategy
-from parosim.training import TrainingSpec
+from parosim.plan.dataparallel import COMM_PARAM, COMPUTE, CollectiveOp, ComputeOp, Plan
+from parosim.simulate.step import run_point, simulate_step
+from parosim.spec.model import preset
+from parosim.spec.strategy import parse_strategy
+from parosim.spec.training import TrainingSpec
 
 CLUSTER = load_cluster("paper-a100-roce")
 SIZE = 2e9

@@ -5,13 +5,12 @@ from dataclasses import replace
 
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.collectives.types import Op
 from parosim.io import load_cluster
-from parosim.models import ModelSpec, preset
-from parosim.parallel import Layout, ParallelSpec
-from parosim.plan import collective_bytes_per_gpu
-from parosim.plan3d import (
+from parosim.plan.dataparallel import collective_bytes_per_gpu
+from parosim.plan.layout import Layout, ParallelSpec
+from parosim.plan.threed import (
     GroupOp,
     build_plan_3d,
     memory_3d,
@@ -19,9 +18,10 @@ from parosim.plan3d import (
     simulate_3d,
     stage_memory_3d,
 )
-from parosim.simulate import simulate_step
-from parosim.specs import ClusterSpec, LinkSpec, NICSpec
-from parosim.training import TrainingSpec
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import ModelSpec, preset
+from parosim.spec.system import ClusterSpec, LinkSpec, NICSpec
+from parosim.spec.training import TrainingSpec
 
 
 def test_layout_megatron_order():
@@ -125,7 +125,7 @@ def test_pipeline_bubble_fraction_hand_derived(schedule, v, m):
     assert eng.parallel["bubble_fraction"] == pytest.approx(expect, rel=2e-3)
     assert ana.parallel["bubble_fraction"] == pytest.approx(expect, rel=2e-3)
     # step = (m + (p-1)/v) x (t_f + t_b) per stage
-    from parosim.compute import layer_backward_flops, layer_forward_flops
+    from parosim.cost.compute import layer_backward_flops, layer_forward_flops
     per_stage = (layer_forward_flops(model, tr) + layer_backward_flops(model, tr)) * 4 / 8
     t_stage = per_stage / (c.gpu.peak_flops * tr.compute_efficiency)
     pipe = (m + (p - 1) / v) * t_stage
@@ -236,7 +236,7 @@ def test_kernel_model_tp1_pp1_identical_to_data_parallel(strategy, mode):
 def test_kernel_model_with_tp_splits_the_layer():
     """Each TP rank runs 1/t of every GEMM (column/row split), heads/t of attention; norms and
     residuals are repeated on every rank unless sequence parallel."""
-    from parosim.kernels import ComputeProfile, layer_elementwise_bytes, layer_times
+    from parosim.cost.kernels import ComputeProfile, layer_elementwise_bytes, layer_times
 
     m, p = preset("llama-13b"), ComputeProfile(model="kernel")
     one = layer_times(m, 1, 2048, 1.0, "flash", 312e12, 2.039e12, p, 108)

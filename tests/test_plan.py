@@ -1,6 +1,6 @@
 """Plan: the schedule of one step for every strategy, and its traffic by scope.
 
-Closed forms here are written from docs/model.md independently of parosim/plan.py.
+Closed forms here are written from docs/model.md independently of parosim/plan/dataparallel.py.
 """
 
 from collections import Counter
@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from parosim.collectives.types import Op, Scope
 from parosim.errors import InputError
-from parosim.models import ModelSpec, preset
-from parosim.plan import (
+from parosim.plan.dataparallel import (
     COMPUTE_KINDS,
     PURPOSES,
     STREAMS,
@@ -23,9 +22,10 @@ from parosim.plan import (
     plan_summary,
     plan_traffic,
 )
-from parosim.specs import ClusterSpec
-from parosim.strategies import ALL_STRATEGIES, parse_strategy
-from parosim.training import TrainingSpec
+from parosim.spec.model import ModelSpec, preset
+from parosim.spec.strategy import ALL_STRATEGIES, parse_strategy
+from parosim.spec.system import ClusterSpec
+from parosim.spec.training import TrainingSpec
 
 TINY = ModelSpec("tiny", layers=3, hidden=64, ffn_hidden=172, heads=4, vocab=100)
 PAPER = ClusterSpec(nodes=4)        # n = 32, m = 8, ng = 4

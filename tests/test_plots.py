@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from matplotlib.container import BarContainer
 
-from parosim.engine import Record
-from parosim.plots import (
+from parosim.fabric.engine import Record
+from parosim.plots.figures import (
     SWEEP_PLOTS,
     best_strategy,
     collectives,

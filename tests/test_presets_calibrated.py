@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from parosim.calibrate import fit, measurements_from_log, split_holdout
+from parosim.calibrate.links import fit, measurements_from_log, split_holdout
 from parosim.collectives import Algo
+from parosim.collectives.bench import SMALL_BYTES, cluster_for_log, compare_log, error_summary
 from parosim.io import load_cluster
 from parosim.io.nccltests import read_nccl_tests
-from parosim.ncclbench import SMALL_BYTES, cluster_for_log, compare_log, error_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "nccl-tests"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parosim.cli import main
+from parosim.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

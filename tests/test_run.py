@@ -1,4 +1,4 @@
-"""A whole run with failures (parosim/run.py) against Young (1974) and Daly (2006).
+"""A whole run with failures (parosim/studies/run.py) against Young (1974) and Daly (2006).
 
 Where their assumptions hold (exponential failures, checkpoint time << MTBF) the simulated
 goodput and the searched best interval must lie within 5 % of the closed forms; beyond them
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.errors import InputError
-from parosim.run import (
+from parosim.studies.run import (
     RunSpec,
     best_interval,
     daly_interval,

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.collectives.types import Algo, Op, Scope
 from parosim.errors import InputError
 from parosim.io import load_cluster
 from parosim.io.runtime import deepspeed_config_runtime, load_runtime
-from parosim.models import preset
-from parosim.plan import CollectiveOp, ComputeOp, build_plan
-from parosim.simulate import compare, simulate_step
-from parosim.training import TrainingSpec, parse_trainable_ratio
+from parosim.plan.dataparallel import CollectiveOp, ComputeOp, build_plan
+from parosim.simulate.step import compare, simulate_step
+from parosim.spec.model import preset
+from parosim.spec.training import TrainingSpec, parse_trainable_ratio
 
 GOLDEN = Path(__file__).parent / "data" / "ideal_runtime_golden.json"
 CLUSTER = load_cluster("paper-a100-roce")
@@ -50,8 +50,8 @@ def test_ideal_runtime_reproduces_pre_runtime_numbers_exactly(runtime):
 def test_generic_runtime_builder_reduces_to_the_ideal_plan(strategy, ratio, recompute):
     """The runtime Plan builder, given the ideal profile's settings, emits exactly the ops
     of the ideal builder: every runtime is a change from the ideal schedule, nothing else."""
-    from parosim.runtime import IDEAL
-    from parosim.runtime_plan import build_runtime_plan
+    from parosim.plan.runtime import build_runtime_plan
+    from parosim.spec.runtime import IDEAL
 
     t = TrainingSpec(accum_steps=2, trainable_ratio=parse_trainable_ratio(ratio),
                      recompute=recompute)
@@ -102,7 +102,7 @@ def test_persistence_threshold_keeps_norms_replicated():
     plan0 = build_plan(M7, "zero3", CLUSTER, t, none)
     assert {o.size_bytes for o in _colls(plan0, "param-gather")
             if o.layer is not None} == {2.0 * M7.layer_params}
-    from parosim.memory import memory_breakdown
+    from parosim.cost.memory import memory_breakdown
 
     n = CLUSTER.gpus
     norms = 2 * M7.hidden * M7.layers + M7.hidden

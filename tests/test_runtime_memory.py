@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
+from parosim.cost.memory import max_micro_batch, memory_breakdown
 from parosim.errors import InputError
 from parosim.io import load_cluster
-from parosim.io.runtime import load_runtime, runtime_from_dict
-from parosim.memory import max_micro_batch, memory_breakdown
-from parosim.models import mpt, preset
-from parosim.runtime import IDEAL, RuntimeSpec, training_for_runtime
-from parosim.simulate import simulate_step
-from parosim.training import TrainingSpec
+from parosim.io.runtime import load_runtime, runtime_from_dict, training_for_runtime
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import mpt, preset
+from parosim.spec.runtime import IDEAL, RuntimeSpec
+from parosim.spec.training import TrainingSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "07_compute_model"))
 from published import foundry_rows, split  # noqa: E402
@@ -61,7 +61,7 @@ def test_committed_fragmentation_is_the_one_sided_fit(monkeypatch):
     """check_memory.py's one-sided fit on the fit half (the largest fraction, in 0.5 % steps,
     under which every fit-half run still fits) on the nvidia-smi capacity gives 7.5 %, the
     committed value; one step more and a fit-half run no longer fits."""
-    import parosim.memory as memory
+    import parosim.cost.memory as memory
     assert memory.FRAGMENTATION_FRACTION == 0.075
     assert _fit_and_within(split(ROWS, "fit"), "fsdp")[0] == 1.0
     monkeypatch.setattr(memory, "FRAGMENTATION_FRACTION", 0.08)

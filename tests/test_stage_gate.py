@@ -8,11 +8,11 @@ import pytest
 
 from parosim.collectives.cost import program_time
 from parosim.collectives.types import Algo, Op, Scope
+from parosim.evaluate.replay import replay
 from parosim.io import load_cluster
-from parosim.models import preset
-from parosim.parallel import ParallelSpec, layout_for
-from parosim.plan import ComputeOp
-from parosim.plan3d import (
+from parosim.plan.dataparallel import ComputeOp
+from parosim.plan.layout import ParallelSpec, layout_for
+from parosim.plan.threed import (
     GroupOp,
     build_plan_3d,
     dp_overlap_bound,
@@ -20,8 +20,8 @@ from parosim.plan3d import (
     grad_chain_slowed,
     simulate_3d,
 )
-from parosim.replay import replay
-from parosim.training import TrainingSpec
+from parosim.spec.model import preset
+from parosim.spec.training import TrainingSpec
 
 M13 = preset("llama-13b")
 

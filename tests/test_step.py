@@ -4,17 +4,17 @@ import json
 
 import pytest
 
-from parosim.analytic import evaluate
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.collectives import Algo, Op, Scope, closed_form_time
+from parosim.evaluate.analytic import evaluate
+from parosim.evaluate.replay import replay
 from parosim.io import load_cluster
-from parosim.models import ModelSpec, preset
-from parosim.plan import build_plan
-from parosim.replay import replay
-from parosim.simulate import compare, simulate_step, with_overrides
-from parosim.specs import ClusterSpec
-from parosim.strategies import ALL_STRATEGIES
-from parosim.training import TrainingSpec
+from parosim.plan.dataparallel import build_plan
+from parosim.simulate.step import compare, simulate_step, with_overrides
+from parosim.spec.model import ModelSpec, preset
+from parosim.spec.strategy import ALL_STRATEGIES
+from parosim.spec.system import ClusterSpec
+from parosim.spec.training import TrainingSpec
 
 TINY = ModelSpec(name="tiny", layers=2, hidden=64, ffn_hidden=128, heads=2, vocab=100)
 
@@ -210,7 +210,7 @@ def test_bytes_split_on_a_node_without_nvlink():
     """PCIe-switch nodes: intra and inter bytes are told apart by where the GPU's link goes."""
     from dataclasses import replace
 
-    from parosim.specs import IntraFabric, LinkSpec
+    from parosim.spec.system import IntraFabric, LinkSpec
 
     c = replace(load_cluster("paper-a100-roce"), intra_fabric=IntraFabric.PCIE_SWITCH,
                 intra=LinkSpec(32e9, 1e-6))

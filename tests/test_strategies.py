@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parosim.errors import InputError
-from parosim.strategies import (
+from parosim.spec.strategy import (
     ALL_STRATEGIES,
     INVALID_COMBINATIONS,
     KNOWN_SYSTEMS,

@@ -19,7 +19,7 @@ import yaml
 
 from parosim.errors import InputError
 from parosim.io.sweep import COLUMNS, ResultsLog, load_sweep_spec, point_id, sweep_from_dict
-from parosim.sweep import evaluate, run_sweep
+from parosim.sweep.runner import evaluate, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 

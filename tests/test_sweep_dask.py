@@ -6,7 +6,7 @@ import pytest
 
 from parosim.errors import InputError
 from parosim.io.sweep import sweep_from_dict
-from parosim.sweep import run_sweep
+from parosim.sweep.runner import run_sweep
 
 distributed = pytest.importorskip("distributed")
 

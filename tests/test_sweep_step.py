@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from parosim.io.sweep import COLUMNS, load_sweep_spec, sweep_from_dict
-from parosim.sweep import read_results, run_sweep
+from parosim.sweep.runner import read_results, run_sweep
 
 pytest.importorskip("parosim.simulate")
 

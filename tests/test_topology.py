@@ -4,10 +4,10 @@ import networkx as nx
 import pytest
 
 from parosim.errors import InputError
+from parosim.fabric.network import Router
+from parosim.fabric.topology import LINK_CLASSES, check_graph, cluster_graph
 from parosim.io import available_presets, load_cluster
-from parosim.network import Router
-from parosim.specs import ClusterSpec, NetworkFabric, NetworkSpec, NICSpec
-from parosim.topology import LINK_CLASSES, check_graph, cluster_graph
+from parosim.spec.system import ClusterSpec, NetworkFabric, NetworkSpec, NICSpec
 
 
 def kinds(g):

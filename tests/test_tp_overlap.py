@@ -8,14 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from parosim.cli import main
+from parosim.cli.commands import main
 from parosim.collectives.cost import program_time
 from parosim.collectives.types import Algo, Op
 from parosim.errors import InputError
 from parosim.io import load_cluster
-from parosim.models import preset
-from parosim.parallel import ParallelSpec
-from parosim.plan3d import (
+from parosim.plan.layout import ParallelSpec
+from parosim.plan.threed import (
     UB_PIPELINE_SPLITS,
     GroupOp,
     build_plan_3d,
@@ -25,9 +24,10 @@ from parosim.plan3d import (
     summary_3d,
     tp_overlap_pairs,
 )
-from parosim.simulate import simulate_step, with_overrides
-from parosim.strategies import parse_strategy
-from parosim.training import TrainingSpec
+from parosim.simulate.step import simulate_step, with_overrides
+from parosim.spec.model import preset
+from parosim.spec.strategy import parse_strategy
+from parosim.spec.training import TrainingSpec
 
 M13 = preset("llama-13b")     # h 5120, ffn 13824 (SwiGLU), 40 layers, 40 heads
 
@@ -235,7 +235,7 @@ def test_sweep_key(tmp_path, capsys):
 
 
 def test_advise_accepts_the_fixed_setting():
-    from parosim.advise import advise
+    from parosim.studies.advise import advise
 
     c = load_cluster("dgx-a100-ib", 1)
     kw = dict(top=2, engine_top=1, max_micro_batch=1, strategies=["NNN"])
@@ -280,7 +280,7 @@ def test_fp8_overlap_gemms_at_fp8_peak_and_fp8_all_gathers():
 
 
 def test_calibrate_steps_column(tmp_path):
-    from parosim.calibrate_steps import read_steps
+    from parosim.calibrate.steps import read_steps
 
     f = tmp_path / "steps.csv"
     head = ("model,strategy,nodes,micro_batch,accum,seq_len,step_time_s,tp,"

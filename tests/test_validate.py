@@ -12,7 +12,7 @@ import pytest
 
 from parosim.collectives import Algo, Op, Scope, lower, program_time
 from parosim.errors import InputError
-from parosim.specs import ClusterSpec
+from parosim.spec.system import ClusterSpec
 from parosim.validate import emulate
 from parosim.validate.calibrate import (
     PARAMS,

@@ -7,8 +7,8 @@ import pytest
 
 from parosim.collectives import Algo
 from parosim.errors import InputError
-from parosim.parallel import ParallelSpec
-from parosim.plan3d import build_plan_3d
+from parosim.plan.layout import ParallelSpec
+from parosim.plan.threed import build_plan_3d
 from parosim.validate.calibrate import emulated_spec
 from parosim.validate.emulate import Shaping
 from parosim.validate.harness import parse_parallel, plan3d_task, small_model, small_training

@@ -1,6 +1,6 @@
 """The kernel compute model against every published MFU table it can express, per table.
 
-The kernel model's parameters are the ones committed in :mod:`parosim.kernels` (fitted by
+The kernel model's parameters are the ones committed in :mod:`parosim.cost.kernels` (fitted by
 ``fit_compute.py`` on half of llm-foundry's MPT table, A100 80GB, FSDP, and, for eager
 attention's batched GEMMs, by ``fit_eager_attention.py`` on the even-numbered rows of the
 Narayanan and Korthikanti tables). :func:`calibrated` adds the one-factor cluster calibration
@@ -54,7 +54,7 @@ SUPERBENCH = ("microsoft/superbench-results v0.4.0/Azure-NDmv4-A100/baseline.jso
 
 
 def _gpt(name, layers, hidden, heads, vocab, seq, pos=True):
-    from parosim.models import ModelSpec
+    from parosim.spec.model import ModelSpec
 
     return ModelSpec(name, layers=layers, hidden=hidden, ffn_hidden=4 * hidden, heads=heads,
                      vocab=vocab, mlp="gelu", norm="layernorm", bias=True,
@@ -136,7 +136,7 @@ def bigscience_rows() -> list[dict]:
 def llama31_405b():
     """Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json): 126 layers, 16384 hidden,
     ffn 53248, 128 heads, 8 kv heads, vocab 128256."""
-    from parosim.models import ModelSpec
+    from parosim.spec.model import ModelSpec
 
     return ModelSpec("llama-3.1-405b", layers=126, hidden=16384, ffn_hidden=53248, heads=128,
                      vocab=128256, kv_heads=8)
@@ -182,7 +182,7 @@ def torchtitan_calibration_rows() -> list[dict]:
     against tensorwise's 809.8 — which ``--precision fp8``, per-tensor scaling, does not
     model) and the Llama 3 8B rows (per-op selective activation checkpointing, not parosim's
     attention-only selective recomputation)."""
-    from parosim.models import preset
+    from parosim.spec.model import preset
 
     out = []
     for quant, vanilla, asynctp in (("bf16", 597.3, 652.4), ("float8 tensorwise", 809.8, 942.4)):
@@ -224,7 +224,7 @@ def nemo_rows() -> list[dict]:
     "FP8"): ``hidden_dropout`` 0.1 for GPT-3 (launcher gpt3/*.yaml), 0.0 for Llama and
     Nemotron; fp8 primary weights (``fp8_params``) for the two Megatron-Bridge FP8-CS runs
     (``fp8_param_gather = True``); they change memory only."""
-    from parosim.models import ModelSpec, preset
+    from parosim.spec.model import ModelSpec, preset
 
     def gpt(name, layers, h, heads, vocab):
         return ModelSpec(name, layers=layers, hidden=h, ffn_hidden=4 * h, heads=heads,
@@ -333,7 +333,7 @@ def all_rows() -> list[dict]:
 
 def parallel_spec(row: dict):
     """The row's parallelism as parosim expresses it."""
-    from parosim.parallel import ParallelSpec
+    from parosim.plan.layout import ParallelSpec
 
     return ParallelSpec(tp=row["tp"], pp=row["pp"], sequence_parallel=row["sp"],
                         selective_recompute=row["selective"],
@@ -349,8 +349,8 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
     calibration of ``parosim calibrate --steps`` (efficiencies x scale, capped at 1);
     ``profile``: kernel-parameter overrides (the fit scripts)."""
     from parosim.io import load_cluster
-    from parosim.simulate import simulate_step
-    from parosim.training import TrainingSpec
+    from parosim.simulate.step import simulate_step
+    from parosim.spec.training import TrainingSpec
     from parosim.units import parse_size
 
     cluster = load_cluster(row["cluster"], row["nodes"])
@@ -363,7 +363,7 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
     if profile:
         cluster = replace(cluster, compute=replace(cluster.compute, **profile))
     if scale != 1.0:
-        from parosim.calibrate_steps import _scaled
+        from parosim.calibrate.steps import _scaled
 
         cluster = replace(cluster, compute=_scaled(cluster.compute, scale))
     assert cluster.gpus == row["tp"] * row["pp"] * row["dp"] * row["cp"], row["config"]

@@ -13,7 +13,7 @@ configurations (even positions of the sorted list), three parameters: ``gemm_k_h
 cutlass measurement). Errors are reported on the other half (held out) and per table.
 
 Run: PYTHONPATH=$PWD python experiments/07_compute_model/fit_compute.py [--no-fit]
-(--no-fit evaluates the committed parameters of parosim.kernels only).
+(--no-fit evaluates the committed parameters of parosim.cost.kernels only).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from scipy.optimize import least_squares
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from published import foundry_rows, split  # noqa: E402
 
+from parosim.cost.kernels import ComputeProfile  # noqa: E402
 from parosim.io import load_cluster  # noqa: E402
-from parosim.kernels import ComputeProfile  # noqa: E402
-from parosim.models import mpt  # noqa: E402
-from parosim.simulate import simulate_step  # noqa: E402
-from parosim.training import TrainingSpec  # noqa: E402
+from parosim.simulate.step import simulate_step  # noqa: E402
+from parosim.spec.model import mpt  # noqa: E402
+from parosim.spec.training import TrainingSpec  # noqa: E402
 
 PARAMS = ("gemm_k_half", "attention_efficiency", "hbm_efficiency")
 
@@ -93,7 +93,7 @@ SUPERBENCH = (("gpt2-small", 12, 768, 12, 47.8050347623e-3),
 
 
 def superbench(profile: ComputeProfile) -> None:
-    from parosim.models import ModelSpec
+    from parosim.spec.model import ModelSpec
     arch = dict(mlp="gelu", norm="layernorm", bias=True, tied_embeddings=True,
                 pos_embedding=1024)
     cluster = replace(load_cluster("llm-foundry-a100-roce", nodes=1), compute=profile)

@@ -32,11 +32,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "07_compute_model"))
 from published import foundry_rows, split  # noqa: E402
 
-import parosim.memory as memory  # noqa: E402
+import parosim.cost.memory as memory  # noqa: E402
 from parosim.io import load_cluster  # noqa: E402
 from parosim.io.runtime import load_runtime  # noqa: E402
-from parosim.models import mpt  # noqa: E402
-from parosim.training import TrainingSpec  # noqa: E402
+from parosim.spec.model import mpt  # noqa: E402
+from parosim.spec.training import TrainingSpec  # noqa: E402
 
 # None: the runtime profile's (fsdp: 6, fitted with --fit-logit-bytes: fused bf16 loss 2 + its
 # gradient 2 + composer's metric 2); --fit-logit-bytes sets it explicitly while it searches.
@@ -120,7 +120,7 @@ def other_runs():
       (row 931; FP8 compute: we count bf16 parameters, an upper bound); recomputation not
       stated, so the automatic rule decides; flash attention (Transformer Engine).
     """
-    from parosim.models import ModelSpec, preset
+    from parosim.spec.model import ModelSpec, preset
     arch = dict(mlp="gelu", norm="layernorm", bias=True, tied_embeddings=True,
                 pos_embedding=1024)
     a100 = load_cluster("llm-foundry-a100-roce", nodes=1)

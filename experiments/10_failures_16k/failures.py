@@ -3,7 +3,7 @@
 Inputs and their sources
     * Failures: Grattafiori et al., "The Llama 3 Herd of Models", arXiv 2407.21783, sec. 3.3.4
       and Table 5: 419 unexpected interruptions in a 54-day snapshot of pre-training on 16,384
-      H100 GPUs, 58.7 % of them GPU issues. ``parosim.run`` attributes those 246 to GPUs
+      H100 GPUs, 58.7 % of them GPU issues. ``parosim.studies.run`` attributes those 246 to GPUs
       (86,316 h MTBF per GPU) and the other 173 to the 2,048 nodes (15,342 h per node), so the
       job MTBF at 16,384 GPUs is 54 x 24 / 419 = 3.09 h and it grows as 1 / GPU count.
     * Run: LLaMA-65B trained on 1.4T tokens (Touvron et al., "LLaMA: Open and Efficient
@@ -46,15 +46,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from parosim.io import load_cluster, load_model
-from parosim.plots import save_as
-from parosim.run import (
+from parosim.plots.figures import save_as
+from parosim.simulate.step import simulate_step
+from parosim.spec.training import TrainingSpec
+from parosim.studies.run import (
     best_interval,
     daly_interval,
     expected_wall_clock,
     run_from_step,
 )
-from parosim.simulate import simulate_step
-from parosim.training import TrainingSpec
 
 OUT = Path(__file__).resolve().parent / "out"
 MODEL, CLUSTER, STRATEGY = "llama-65b", "dgx-h100-ib", "IIG"
@@ -114,7 +114,7 @@ def row(fig: str, spec, res, best_tau: float | None = None) -> dict:
 
 
 def _spec(nodes: int, t_step: float, ckpt: float, restart: float):
-    from parosim.run import LLAMA3_GPU_MTBF_S, LLAMA3_NODE_MTBF_S
+    from parosim.studies.run import LLAMA3_GPU_MTBF_S, LLAMA3_NODE_MTBF_S
 
     gpus = nodes * 8
     return run_from_step(t_step, gpus * TRAINING.tokens_per_gpu_step, TOKENS, gpus, nodes,

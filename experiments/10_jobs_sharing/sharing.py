@@ -28,10 +28,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from parosim.io import load_cluster
-from parosim.jobs import make_job, run_jobs
-from parosim.models import preset
-from parosim.plots import save_as
-from parosim.training import TrainingSpec
+from parosim.plots.figures import save_as
+from parosim.spec.model import preset
+from parosim.spec.training import TrainingSpec
+from parosim.studies.jobs import make_job, run_jobs
 
 OUT = Path(__file__).resolve().parent / "out"
 PLACEMENTS = {

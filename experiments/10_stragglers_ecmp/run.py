@@ -24,11 +24,11 @@ from matplotlib.figure import Figure
 
 from parosim.collectives import Algo, Op, Scope, simulate_collective
 from parosim.io import load_cluster
-from parosim.models import preset
-from parosim.plots import save_as
-from parosim.simulate import simulate_step
-from parosim.specs import GPUSpec, Override
-from parosim.training import TrainingSpec
+from parosim.plots.figures import save_as
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import preset
+from parosim.spec.system import GPUSpec, Override
+from parosim.spec.training import TrainingSpec
 
 OUT = Path(__file__).parent / "out"
 FIG = OUT / "figures"

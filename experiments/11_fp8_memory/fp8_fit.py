@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT / "experiments" / "07_compute_model"))
 
 import all_tables as at  # noqa: E402
 
+from parosim.cost.memory import memory_breakdown  # noqa: E402
 from parosim.io import load_cluster  # noqa: E402
-from parosim.memory import memory_breakdown  # noqa: E402
-from parosim.plan3d import stage_memory_3d  # noqa: E402
-from parosim.training import TrainingSpec  # noqa: E402
+from parosim.plan.threed import stage_memory_3d  # noqa: E402
+from parosim.spec.training import TrainingSpec  # noqa: E402
 
 
 def run_settings(r: dict) -> dict:

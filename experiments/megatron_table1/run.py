@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def gpt_model(row: dict):
-    from parosim.models import ModelSpec
+    from parosim.spec.model import ModelSpec
 
     h = int(row["hidden"])
     return ModelSpec(row["model"], layers=int(row["layers"]), hidden=h, ffn_hidden=4 * h,
@@ -55,8 +55,8 @@ def virtual_stages(layers: int, pp: int) -> int:
 
 def setup(row: dict, micro_batch: int = 1):
     from parosim.io import load_cluster
-    from parosim.parallel import ParallelSpec
-    from parosim.training import TrainingSpec
+    from parosim.plan.layout import ParallelSpec
+    from parosim.spec.training import TrainingSpec
 
     tp, pp, dp = int(row["tp"]), int(row["pp"]), int(row["dp"])
     cluster = load_cluster("dgx-a100-ib", int(row["nodes"]))
@@ -72,7 +72,7 @@ def setup(row: dict, micro_batch: int = 1):
 
 
 def predict(row: dict, mode: str = "analytic"):
-    from parosim.simulate import simulate_step
+    from parosim.simulate.step import simulate_step
 
     model, cluster, training, par = setup(row)
     return simulate_step(model, cluster, "NNN", training, "ring", mode, parallel=par)

@@ -22,10 +22,10 @@ PAPER = (129.0, 152.0)
 
 def run() -> list[dict]:
     from parosim.io import load_cluster
-    from parosim.models import preset
-    from parosim.parallel import ParallelSpec
-    from parosim.simulate import simulate_step
-    from parosim.training import TrainingSpec
+    from parosim.plan.layout import ParallelSpec
+    from parosim.simulate.step import simulate_step
+    from parosim.spec.model import preset
+    from parosim.spec.training import TrainingSpec
 
     model, cluster = preset("llama-7b"), load_cluster("paper-a100-roce")
     training = TrainingSpec()

@@ -21,9 +21,9 @@ import time
 
 from parosim.collectives import Algo, Op, Scope, simulate_collective
 from parosim.io import load_cluster
-from parosim.models import preset
-from parosim.simulate import simulate_step
-from parosim.training import TrainingSpec, parse_trainable_ratio
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import preset
+from parosim.spec.training import TrainingSpec, parse_trainable_ratio
 
 CLUSTER = "paper-a100-roce"
 # (label, model, regime, PaRO strategy, ZeRO baseline, paper's ratio), PaRO paper section 5

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 
-from ..specs import ClusterSpec, NetworkFabric
+from ..spec.system import ClusterSpec, NetworkFabric
 from .types import Phase, Program, RingSet
 
 
@@ -37,7 +37,7 @@ def ring_alpha_beta(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float]:
     ring's summed hop latencies, as NCCL's tuning model sums intra and inter steps), plus
     ``collective.step_latency_s``. B is the per-flow bandwidth of the most loaded link.
 
-    >>> from parosim.specs import ClusterSpec
+    >>> from parosim.spec.system import ClusterSpec
     >>> from parosim.collectives.lowering import scope_rings
     >>> from parosim.collectives.types import Scope
     >>> c = ClusterSpec(nodes=2)  # 1 NIC/node shared by the 8 inter rings

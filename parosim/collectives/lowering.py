@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from ..specs import ClusterSpec
+from ..spec.system import ClusterSpec
 from .nccl import make_phase
 from .types import Algo, Op, Phase, Program, RingSet, Scope
 
@@ -33,7 +33,7 @@ def scope_rings(spec: ClusterSpec, scope: Scope) -> RingSet:
     spans several nodes with several NICs each is NCCL's channel rings
     (:func:`parosim.collectives.nccl.channel_rings`); otherwise rings are in rank order.
 
-    >>> from parosim.specs import ClusterSpec
+    >>> from parosim.spec.system import ClusterSpec
     >>> c = ClusterSpec(nodes=2, gpus_per_node=2)
     >>> scope_rings(c, Scope.INTER).rings
     ((0, 2), (1, 3))
@@ -142,7 +142,7 @@ def best_chunks(spec: ClusterSpec, op: Op, size: float, intra: RingSet | None = 
     Evaluates the same lane recurrence as :func:`parosim.collectives.cost.program_time` on
     per-chunk phase costs (protocols chosen per chunk size), without building a Program per K.
     ``intra``/``inter``/``m`` default to the cluster's group scopes and group size; the 3D
-    layout (:mod:`parosim.parallel`) passes its own group ring sets.
+    layout (:mod:`parosim.plan.layout`) passes its own group ring sets.
     """
     from .cost import latency_part, phase_time
 
@@ -235,7 +235,7 @@ ALGORITHMS = {Algo.RING: Ring(), Algo.HIERARCHICAL: Hierarchical(), Algo.HO_RING
 def lower(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float, algo: Algo) -> Program:
     """Lower one collective with the chosen algorithm.
 
-    >>> from parosim.specs import ClusterSpec
+    >>> from parosim.spec.system import ClusterSpec
     >>> p = lower(ClusterSpec(nodes=2), Op.ALL_GATHER, Scope.GLOBAL, 2**20, Algo.HIERARCHICAL)
     >>> [ph.name for ph in p.phases]
     ['inter AG c0', 'intra AG c0']

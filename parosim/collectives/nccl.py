@@ -22,7 +22,7 @@ Protocols (per phase, i.e. per NCCL call)
     (LL 1/4, LL128 0.92 or 0.7 when one GPU per node, Simple 1, tree 0.92 and tree LL 1/3.8,
     tree LL128 x 120/128) and caps (``llMaxBws``, ``perChMaxRingLL128Bws``,
     ``perChMaxTreeBws``, ``perChMaxTreeLL128Bws``: per channel x C). They are the
-    :class:`~parosim.specs.ProtocolCost` fields of ``collective.ring_*`` / ``collective.tree_*``
+    :class:`~parosim.spec.system.ProtocolCost` fields of ``collective.ring_*`` / ``collective.tree_*``
     in the cluster YAML. NCCL's ring Simple all-reduce "plateau" (latency x 1.4 on Ampere and
     newer when bytes / (C x nranks) >= 64) and the tree correction factors by size are applied
     as NCCL applies them (:data:`TREE_CORRECTION`).
@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..specs import ClusterSpec, IntraFabric
+from ..spec.system import ClusterSpec, IntraFabric
 from .cost import phase_time, ring_profile
 from .types import HopSet, Op, Phase, RingSet
 
@@ -101,7 +101,7 @@ def channel_rings(spec: ClusterSpec, nodes: list[int]) -> tuple[tuple[int, ...],
     GPU; otherwise ``gpus_per_node`` rings, ring c entering even-position nodes at GPU c and
     leaving at GPU c + gpn/2, the other way round on odd positions (see module docstring).
 
-    >>> from parosim.specs import ClusterSpec, NICSpec
+    >>> from parosim.spec.system import ClusterSpec, NICSpec
     >>> c = ClusterSpec(nodes=2, gpus_per_node=2, nic=NICSpec(per_node=2))
     >>> channel_rings(c, [0, 1])
     ((0, 1, 3, 2), (1, 0, 2, 3))

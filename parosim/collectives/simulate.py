@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..engine import CountingEnvironment, DeadlockError, Record, run_program
 from ..errors import InputError
-from ..network import MAX_PS, PS, Network, horizon_error, symmetry_period
-from ..specs import ClusterSpec
-from ..topology import cluster_graph
+from ..fabric.engine import CountingEnvironment, DeadlockError, Record, run_program
+from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period
+from ..fabric.topology import cluster_graph
+from ..spec.system import ClusterSpec
 from .cost import program_time
 from .lowering import lower
 from .types import Algo, Op, Program, Scope
@@ -82,7 +82,7 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
     # a tree is not invariant under translation: no symmetry reduction
     period = symmetry_period(spec) if symmetric and not program.tree else spec.nodes
     if period < spec.nodes:  # a hand-made program need not be invariant: check (symmetry.py)
-        from ..symmetry import transfer_period
+        from ..fabric.symmetry import transfer_period
 
         period = transfer_period({ph.ringset for ph in program.phases}, spec.nodes,
                                  spec.gpus_per_node, period)
@@ -126,7 +126,7 @@ def simulate_concurrent(spec: ClusterSpec, programs: list[Program],
     links); return each one's completion time in seconds. No symmetry reduction is used, so
     programs need not be invariant.
 
-    >>> from parosim.specs import ClusterSpec
+    >>> from parosim.spec.system import ClusterSpec
     >>> c = ClusterSpec(nodes=2)
     >>> p = lower(c, Op.ALL_GATHER, Scope.GLOBAL, 2**28, Algo.RING)
     >>> alone = simulate_program(c, p).time_s

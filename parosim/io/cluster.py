@@ -35,12 +35,12 @@ Heterogeneity (docs/heterogeneity.md), all optional::
                               hbm_bandwidth: 3.35TB/s}}
 
 ``compute`` sets how compute is costed: ``model: flat`` (the default; FLOPs at the
-training's efficiency) or ``kernel`` (:mod:`parosim.kernels`, whose parameters the other keys
+training's efficiency) or ``kernel`` (:mod:`parosim.cost.kernels`, whose parameters the other keys
 override: ``gemm_ceiling``, ``gemm_k_half``, ``attention_efficiency``, ``hbm_efficiency``,
 ``kernel_overhead``, ``sm_count``, ``source``).
 
 ``gpu.peak_fp8_tflops`` (optional): dense FP8 tensor-core TFLOP/s, used by ``--precision fp8``
-(docs/compute.md, "FP8"); a known ``gpu.model`` takes it from :mod:`parosim.gpus` (H100 /
+(docs/compute.md, "FP8"); a known ``gpu.model`` takes it from :mod:`parosim.spec.gpus` (H100 /
 H200: 1979), ``0`` (the default for other GPUs) = no FP8. In an override's ``gpu`` it is
 inherited from the cluster's GPU only when the model is the same.
 """
@@ -56,8 +56,8 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
-from ..kernels import ComputeProfile
-from ..specs import (
+from ..spec.compute import ComputeProfile
+from ..spec.system import (
     ClusterSpec,
     CollectiveTuning,
     GPUSpec,
@@ -211,8 +211,8 @@ def _with_unit(v: Any, name: str) -> None:
 
 def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
     """The ``gpu`` section: a known model fills what is left out from the datasheet table
-    (:mod:`parosim.gpus`); an unknown one must give memory, peak_tflops and hbm_bandwidth."""
-    from ..gpus import KNOWN_GPUS, known_gpu
+    (:mod:`parosim.spec.gpus`); an unknown one must give memory, peak_tflops and hbm_bandwidth."""
+    from ..spec.gpus import KNOWN_GPUS, known_gpu
 
     if "model" not in gpu:
         raise InputError(f"{where}: missing required key gpu.model (one of "
@@ -462,7 +462,7 @@ def _override_fp8_default(g: dict, base_gpu: GPUSpec) -> float:
     """An override's FP8 peak when it gives none: the base GPU's if the model is the same;
     for another model, the known-GPU table's (0 if unknown): an FP8 figure is never carried
     over to a different GPU."""
-    from ..gpus import known_gpu
+    from ..spec.gpus import known_gpu
 
     model = str(g.get("model", base_gpu.model))
     if model == base_gpu.model:

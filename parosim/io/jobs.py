@@ -51,10 +51,10 @@ def _int(v: Any, where: str, low: int = 1) -> int:
 
 
 def load_jobs(path: str | Path):
-    """(cluster spec, list of :class:`~parosim.jobs.Job`, steps) from a jobs YAML."""
-    from ..jobs import make_job
-    from ..simulate import with_overrides
-    from ..training import DEFAULT_COMPUTE_EFFICIENCY, TrainingSpec, parse_trainable_ratio
+    """(cluster spec, list of :class:`~parosim.studies.jobs.Job`, steps) from a jobs YAML."""
+    from ..simulate.step import with_overrides
+    from ..spec.training import DEFAULT_COMPUTE_EFFICIENCY, TrainingSpec, parse_trainable_ratio
+    from ..studies.jobs import make_job
     from ..units import parse_bandwidth, parse_size
     from .cluster import load_cluster
     from .model import load_model

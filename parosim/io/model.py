@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..models import ModelSpec, is_preset, known_models, preset
+from ..spec.model import ModelSpec, is_preset, known_models, preset
 from .yamlspec import check_keys, number, positive_int, read_yaml
 
 _SHAPE = ("layers", "hidden", "ffn_hidden", "heads", "vocab")

@@ -19,7 +19,7 @@ A profile YAML (every number with its source in a comment; see ``runtimes/``)::
     grad_sync_every_micro_step: false
     forward_only_gather: []        # strategies gathered once per micro-step in forward
     overlap_slowdown: 1.189
-    memory_model: runtime          # korthikanti | runtime (parosim.memory)
+    memory_model: runtime          # korthikanti | runtime (parosim.cost.memory)
     attention: eager               # eager | flash (the era's model code)
     logit_bytes: 10                # bytes per logit at the loss; null = the memory model's
     sources: free text
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..runtime import RuntimeSpec
-from ..strategies import parse_strategy
+from ..spec.runtime import IDEAL, RuntimeSpec
+from ..spec.strategy import parse_strategy
 from .yamlspec import check_keys, read_yaml
 
 _KEYS = {"name", "framework", "stages", "collective_algo", "paro_cc_min_elements",
@@ -309,3 +309,31 @@ def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
     if acc is not None:
         training["accum"] = acc
     return rt, DS_STAGES[stage], training, no_effect
+
+
+def as_runtime(runtime) -> RuntimeSpec:
+    """A :class:`RuntimeSpec` from None (ideal), a profile name / YAML path, or a spec."""
+    if runtime is None:
+        return IDEAL
+    if isinstance(runtime, RuntimeSpec):
+        return runtime
+    return load_runtime(runtime)
+
+
+def training_for_runtime(training, runtime=None):
+    """``training`` with the memory settings it leaves unset (None: ``attention``,
+    ``memory_model``, ``logit_bytes``) taken from the runtime profile; explicit ones win.
+
+    >>> from parosim.spec.training import TrainingSpec
+    >>> from parosim.spec.runtime import RuntimeSpec
+    >>> fsdp = RuntimeSpec(name="f", memory_model="runtime", attention="flash", logit_bytes=6)
+    >>> t = training_for_runtime(TrainingSpec(), fsdp)
+    >>> t.memory_model, t.attention, t.logit_bytes
+    ('runtime', 'flash', 6)
+    >>> training_for_runtime(TrainingSpec(attention="eager"), fsdp).attention
+    'eager'
+    >>> training_for_runtime(TrainingSpec(), None).memory_model
+    'korthikanti'
+    """
+    rt = as_runtime(runtime)
+    return training.with_defaults(rt.attention, rt.memory_model, rt.logit_bytes)

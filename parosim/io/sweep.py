@@ -251,7 +251,7 @@ def _as_list(value: Any, key: str, where: str) -> tuple[Any, ...]:
 
 def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
     """Parse each value on its own, with the parsers the simulator itself uses."""
-    from ..collectives import Algo, Op, Scope, parse_enum
+    from ..spec.collective import Algo, Op, Scope, parse_enum
     from ..units import parse_bandwidth, parse_size
     from .cluster import load_cluster
 
@@ -294,7 +294,7 @@ def _parse_flag(v: Any, key: str) -> bool:
 
 
 def _parse_precision(v: Any) -> str:
-    from ..training import PRECISIONS
+    from ..spec.training import PRECISIONS
 
     if v not in PRECISIONS:
         raise InputError(f"precision = {v!r} is not known; expected {' or '.join(PRECISIONS)}")
@@ -327,20 +327,20 @@ def _parse_model(v: Any) -> object:
 
 
 def _parse_ratio(v: Any) -> object:
-    from ..training import parse_trainable_ratio
+    from ..spec.training import parse_trainable_ratio
     return parse_trainable_ratio(v)
 
 
 def _parse_strategy(v: Any) -> object:
     try:
-        from ..strategies import parse_strategy
+        from ..spec.strategy import parse_strategy
     except ImportError:  # the strategies module is not there yet: the point reports it
         return v
     return parse_strategy(v)
 
 
 def _figures(raw: Any, where: str, kind: str = "step") -> tuple[dict[str, Any], ...]:
-    from ..plots import SWEEP_PLOTS  # names only; matplotlib is imported lazily there
+    from ..plots.figures import SWEEP_PLOTS  # names only; matplotlib is imported lazily there
 
     if raw is None:
         return ()

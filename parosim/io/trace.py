@@ -13,7 +13,7 @@ def chrome_trace(records: Iterable, process_name: str = "parosim",
                  counters: list | None = None) -> dict:
     """Trace Event Format: complete events ("ph": "X"), times in microseconds.
 
-    >>> from parosim.engine import Record
+    >>> from parosim.fabric.engine import Record
     >>> t = chrome_trace([Record("compute", "fwd L0", 0.0, 1e-3, "fwd")])
     >>> [e["ph"] for e in t["traceEvents"]], t["traceEvents"][-1]["dur"]
     (['M', 'M', 'X'], 1000.0)
@@ -64,7 +64,7 @@ def read_chrome_trace(path: str | Path) -> list[dict]:
 
 def write_link_timeline(path: str | Path, timeline: list) -> Path:
     """CSV ``time_s,link,utilization`` (utilisation = carried rate / capacity from that
-    time on) from :meth:`parosim.network.Network.link_timeline`."""
+    time on) from :meth:`parosim.fabric.network.Network.link_timeline`."""
     p = Path(path)
     lines = ["time_s,link,utilization"]
     for t, util in timeline:

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..calibrate import nnls_relative  # noqa: F401  (the shared solver; re-exported)
+from ..calibrate.links import nnls_relative  # noqa: F401  (the shared solver; re-exported)
 from ..collectives import Algo, Op, Scope, lower, program_time
 from ..errors import InputError
-from ..specs import ClusterSpec, CollectiveTuning, GPUSpec, LinkSpec, NICSpec
+from ..spec.system import ClusterSpec, CollectiveTuning, GPUSpec, LinkSpec, NICSpec
 from .emulate import Shaping
 from .executor import Launch, auto_iters, collective_task, run_tasks
 

@@ -127,7 +127,7 @@ class _Opts:
                 raise InputError(f"--parallel {tp}x{pp}: {tp * pp} does not divide the "
                                  f"{self.nodes * self.ranks_per_node} ranks")
         if self.strategies:
-            from ..strategies import parse_strategy
+            from ..spec.strategy import parse_strategy
 
             self.strategies = [parse_strategy(s).name.replace("PaRO-", "")
                                for s in self.strategies]
@@ -257,7 +257,7 @@ def write_outputs(result: dict, out: Path) -> list[Path]:
                                                                           index=False)
     paths[1].write_text(json.dumps(result, indent=1, default=str))
     paths[2].write_text(result["cluster_yaml"])
-    from ..plots import save_as
+    from ..plots.figures import save_as
 
     what = " and ".join(sorted({str(w) for w in df.get("what", [])})) or "rows"
     shape = (f"{result['nodes']} nodes x {result['ranks_per_node']} ranks, "

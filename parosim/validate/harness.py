@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..collectives import Algo, Op, Scope, lower, program_time, simulate_program
 from ..errors import InputError
-from ..specs import ClusterSpec
+from ..spec.system import ClusterSpec
 from .executor import Launch, auto_iters, collective_task, run_tasks
 from .report import row
 
@@ -76,7 +76,7 @@ def validate_collectives(launch: Launch, spec: ClusterSpec, ops=DEFAULT_OPS,
 def small_model():
     """The validation model: 2 LLaMA-shaped layers, h = 256, vocab 2048 (units of 1-1.6 MB of
     bf16 parameters, so one collective takes tens of ms on a 300 Mbit/s emulated NIC)."""
-    from ..models import ModelSpec
+    from ..spec.model import ModelSpec
 
     return ModelSpec("tiny-validate", layers=2, hidden=256, ffn_hidden=688, heads=4,
                      vocab=2048)
@@ -84,7 +84,7 @@ def small_model():
 
 def small_training(accum_steps: int = 2):
     """micro-batch 2, sequence 128, s = ``accum_steps``, no recomputation."""
-    from ..training import TrainingSpec
+    from ..spec.training import TrainingSpec
 
     return TrainingSpec(micro_batch=2, accum_steps=accum_steps, seq_len=128, recompute=False)
 
@@ -94,7 +94,7 @@ def plan_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "ex
     """A worker task executing every op of ``plan``: compute ops sleep their simulated
     duration, collectives run the Programs lowered on ``spec`` by ``algo``; every stream and
     lane has its own process groups (channel ``stream|lane``)."""
-    from ..plan import ComputeOp
+    from ..plan.dataparallel import ComputeOp
     from .executor import program_phases
 
     ops = []
@@ -115,12 +115,12 @@ _COPY_ID = 10**9   # ids of the extra copies of a coalesced op (above every plan
 
 def plan3d_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "explicit",
                 warmup: int = 1, iters: int = 3) -> dict:
-    """:func:`plan_task` for a TP x PP x DP Plan (:mod:`parosim.plan3d`): every op carries the
+    """:func:`plan_task` for a TP x PP x DP Plan (:mod:`parosim.plan.threed`): every op carries the
     ranks that run it (its stage's, or its group set's), a point-to-point send is a ``send``
     phase on its (src, dst) pairs, and a coalesced op (``count`` > 1) becomes count
     collective calls in a row on its stream."""
-    from ..parallel import PairSet, layout_for
-    from ..plan import ComputeOp
+    from ..plan.dataparallel import ComputeOp
+    from ..plan.layout import PairSet, layout_for
     from .executor import program_phases
 
     lay = layout_for(spec, plan.tp, plan.pp)
@@ -159,7 +159,7 @@ def parse_parallel(text: str) -> list[tuple[int, int, str]]:
     >>> parse_parallel("2x1,1x2:nng")
     [(2, 1, 'NNN'), (1, 2, 'NNG')]
     """
-    from ..strategies import parse_strategy
+    from ..spec.strategy import parse_strategy
 
     out = []
     for item in (x.strip() for x in str(text).split(",")):
@@ -183,8 +183,8 @@ def validate_steps_3d(launch: Launch, spec: ClusterSpec, configs, algo: Algo = A
     ``configs``: [(tp, pp, strategy)] (see :func:`parse_parallel`). Rows as
     :func:`validate_steps`, with ``strategy`` = ``TPxPP strategy`` and ``tp``, ``pp``,
     ``dp``."""
-    from ..parallel import ParallelSpec
-    from ..plan3d import build_plan_3d, check_supported, replay_3d
+    from ..plan.layout import ParallelSpec
+    from ..plan.threed import build_plan_3d, check_supported, replay_3d
 
     model = model or small_model()
     training = training or small_training()
@@ -216,10 +216,10 @@ def validate_steps(launch: Launch, spec: ClusterSpec, strategies=("GGG", "IIG", 
     """Run one global step of each strategy's Plan for real and compare with the replay.
 
     Returns rows with ``what = "step"``, ``strategy``, ``algo``, ``simulated_s`` (the simpy
-    replay, :func:`parosim.replay.replay`) and ``measured_s`` (median step time).
+    replay, :func:`parosim.evaluate.replay.replay`) and ``measured_s`` (median step time).
     """
-    from ..plan import build_plan
-    from ..replay import replay
+    from ..evaluate.replay import replay
+    from ..plan.dataparallel import build_plan
 
     model = model or small_model()
     training = training or small_training()

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 from parosim.io import load_cluster
-from parosim.models import preset
-from parosim.simulate import simulate_step
-from parosim.training import TrainingSpec, parse_trainable_ratio
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import preset
+from parosim.spec.training import TrainingSpec, parse_trainable_ratio
 
 CASES = [("llama-7b", "full", "NIG", "ho-ring", "engine"),
          ("llama-7b", "full", "GGG", "ring", "engine"),

@@ -1,0 +1,3 @@
+"""What one GPU spends: compute (kernels, FP8 casts) and memory (model states, activations,
+buffers).
+"""

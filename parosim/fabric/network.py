@@ -1,0 +1,631 @@
+"""Flow-level network on a cluster graph, driven by simpy.
+
+Model
+-----
+* A *transfer* moves ``nbytes`` along every hop of a :class:`~parosim.collectives.types.RingSet`
+  (one flow per hop) at one common rate: a pipelined ring advances at its slowest hop, and a
+  collective phase ends with its slowest ring, so the flows of a phase are coupled.
+* Each flow follows a path on the graph (:class:`Router`, networkx shortest path in hops; a
+  GPU is never a transit node; with the builders of :mod:`parosim.fabric.topology` the path between
+  two GPUs is unique, so the choice is deterministic).
+* Concurrent transfers share each directed link by weighted max-min fairness (progressive
+  filling): a transfer with c flows on a link of capacity C counts c times there.
+  Rates are recomputed when a transfer starts or ends (once per simulated instant, however
+  many start or end at it).
+* Time is an integer number of picoseconds (``PS``), so equal times compare exactly and event
+  order is deterministic; completions are rounded up to the next picosecond.
+
+Symmetry (why 4,096 GPUs cost no more than 8)
+---------------------------------------------
+Scopes (global ring, intra rings, inter rings) are invariant under translating every rank by
+``period_nodes`` nodes, and so is a homogeneous cluster graph. With ``period_nodes`` = T < nodes,
+only the flows whose source lies in the first T nodes are routed; each link is replaced by the
+representative of its orbit under translation, and the per-link load on an orbit of size |o| is
+(nodes/T) x (fundamental count) / |o|. Max-min rates on the reduced problem equal those on the
+full one because every transfer and the graph share the symmetry. Transfers that are not
+invariant (user scenarios) need ``period_nodes = nodes`` (no reduction, the default).
+The graph's invariance is not assumed: :func:`parosim.fabric.symmetry.verified_period` checks it edge
+by edge and falls back to the smallest multiple of the asked period under which it holds (the
+node count: no reduction), so an override (a slow NIC on node 3) is never folded away.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+
+from ..errors import InputError
+
+if TYPE_CHECKING:  # the collectives package imports this module
+    import networkx as nx
+
+    from ..collectives.types import RingSet
+
+PS = 10**12  # simulated time unit: picoseconds per second
+
+
+# The simulated clock is an int64-safe count of picoseconds: 1e6 s (11.6 days) at most, per
+# step or collective (docs/limits.md). Inputs that would need more are refused with one line.
+MAX_SIM_SECONDS = 1e6
+MAX_PS = int(MAX_SIM_SECONDS * PS)
+
+
+def horizon_error(seconds: float) -> InputError:
+    return InputError(f"a simulated duration of {seconds:.3g} s exceeds the simulator's range "
+                      f"of {MAX_SIM_SECONDS:.0e} s per step or collective; expected inputs "
+                      "giving a shorter run (check the sizes, bandwidths, --efficiency, "
+                      "--overlap-slowdown, --accum)")
+
+
+def to_ps(seconds: float) -> int:
+    if not (seconds <= MAX_SIM_SECONDS):  # also NaN
+        raise horizon_error(seconds)
+    return int(math.ceil(seconds * PS - 1e-6))
+
+
+class Router:
+    """Shortest paths (hop count) on the cluster graph, cached per (src, dst).
+
+    >>> from parosim.spec.system import ClusterSpec
+    >>> from parosim.fabric.topology import cluster_graph
+    >>> r = Router(cluster_graph(ClusterSpec(nodes=2, gpus_per_node=2)))
+    >>> r.path("n0/gpu1", "n1/gpu0")
+    ['n0/gpu1', 'n0/nic0', 'switch', 'n1/nic0', 'n1/gpu0']
+    """
+
+    def __init__(self, graph: nx.DiGraph):
+        self.graph = graph
+        self._kind = dict(graph.nodes(data="kind"))
+        self._cache: dict[tuple, list] = {}
+        self._exits: dict[str, tuple[str, str] | None] = {}
+        self._switches = None  # switch-only subgraph (False: fast path not applicable)
+
+    def _exit(self, gpu: str) -> tuple[str, str] | None:
+        """(its NIC, the NIC's switch) when a GPU can leave its node only through one NIC
+        (its other neighbours are hubs that lead only to GPUs); else None."""
+        hit = self._exits.get(gpu)
+        if hit is not None or gpu in self._exits:
+            return hit
+        g, kind = self.graph, self._kind
+        out = None
+        nics = [v for v in g.successors(gpu) if kind[v] == "nic"]
+        hubs_ok = all(kind[v] == "gpu" for h in g.successors(gpu) if kind[h] != "nic"
+                      for v in g.successors(h)) and all(
+            kind[h] in ("nvswitch", "pcie_switch") for h in g.successors(gpu)
+            if kind[h] != "nic")
+        if len(nics) == 1 and hubs_ok and g.has_edge(nics[0], gpu):
+            sws = [v for v in g.successors(nics[0]) if kind[v] == "switch"]
+            if len(sws) == 1 and g.has_edge(sws[0], nics[0]):
+                out = (nics[0], sws[0])
+        self._exits[gpu] = out
+        return out
+
+    def _fast_path(self, src: str, dst: str) -> list[str] | None:
+        """Between GPUs of different nodes of a builder-shaped graph (every NIC on at most
+        one switch): GPU, NIC, the shortest switch-only path, NIC, GPU. The same path as the
+        search on the whole graph where the path is unique, without scanning the thousands
+        of NICs on a switch."""
+        import networkx as nx
+
+        if self._switches is None:
+            g, kind = self.graph, self._kind
+            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: work on its networkx copy
+                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
+                                                                         g.to_networkx())
+            single = all(sum(1 for v in g.successors(n) if kind[v] == "switch") <= 1
+                         for n in g if kind[n] == "nic")
+            self._switches = g.subgraph([n for n in g if kind[n] == "switch"]) if single \
+                else False
+        if self._switches is False:
+            return None
+        nodes = self.graph.nodes
+        if nodes[src].get("node") == nodes[dst].get("node"):
+            return None
+        a, b = self._exit(src), self._exit(dst)
+        if a is None or b is None:
+            return None
+        key = ("sw", a[1], b[1])
+        sp = self._cache.get(key)
+        if sp is None:
+            try:
+                sp = nx.bidirectional_shortest_path(self._switches, a[1], b[1])
+            except nx.NetworkXNoPath:
+                return None
+            self._cache[key] = sp
+        return [src, a[0], *sp, b[0], dst]
+
+    def _fast(self, src: str, dst: str) -> list[str] | None:
+        """The unique shortest path on a graph built by :func:`parosim.fabric.topology.cluster_graph`
+        (GPU - hub - GPU, or GPU - NIC - switch(es) - NIC - GPU), without a search; None when
+        the graph is not one of those (then the search runs)."""
+        if not self.graph.graph.get("parosim_builder"):
+            return None
+        g, kind = self.graph, self._kind
+        if g.nodes[src].get("node") == g.nodes[dst].get("node"):
+            hubs = [h for h in g.successors(src) if kind[h] != "nic" and g.has_edge(h, dst)]
+            return [src, hubs[0], dst] if hubs else None
+        na = [v for v in g.successors(src) if kind[v] == "nic"]
+        nb = [v for v in g.predecessors(dst) if kind[v] == "nic"]
+        if len(na) != 1 or len(nb) != 1:
+            return None
+        sa = [v for v in g.successors(na[0]) if kind[v] == "switch"]
+        sb = [v for v in g.predecessors(nb[0]) if kind[v] == "switch"]
+        if len(sa) != 1 or len(sb) != 1:
+            return None
+        if sa[0] == sb[0]:
+            return [src, na[0], sa[0], nb[0], dst]
+        mid = [v for v in g.successors(sa[0]) if kind[v] == "switch" and g.has_edge(v, sb[0])]
+        return [src, na[0], sa[0], mid[0], sb[0], nb[0], dst] if len(mid) == 1 else None
+
+    def path(self, src: str, dst: str) -> list[str]:
+        key = (src, dst)
+        p = self._cache.get(key)
+        if p is None:  # builder-shaped graphs: no search, no networkx import
+            p = self._fast(src, dst)
+            if p is not None:
+                self._cache[key] = p
+                return p
+        if p is None and self._kind.get(src) == "gpu" and self._kind.get(dst) == "gpu":
+            p = self._fast_path(src, dst)
+            if p is not None:
+                self._cache[key] = p
+        if p is None:
+            kind = self._kind
+
+            def weight(u, v, d):  # no transit through a GPU other than the source
+                return None if (kind[u] == "gpu" and u != src) else 1
+
+            import networkx as nx
+
+            g = self.graph
+            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: search its networkx copy
+                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
+                                                                         g.to_networkx())
+            try:
+                _, p = nx.bidirectional_dijkstra(g, src, dst, weight=weight)
+            except nx.NetworkXNoPath:
+                raise InputError(f"no path from {src!r} to {dst!r} in the cluster graph; "
+                                 "expected a connected topology") from None
+            self._cache[key] = p
+        return p
+
+    def paths(self, src: str, dst: str) -> list[tuple[list[str], float]]:
+        """The paths a flow from ``src`` to ``dst`` uses, with the share of its bytes on
+        each. One path (weight 1) unless the graph has explicit parallel spines
+        (``graph.graph["ecmp"]``): then every equal-cost path through the parallel switches
+        between two switches of the shortest path, split evenly (``"ideal"``) or one of them
+        drawn by a numpy Generator seeded with (``ecmp_seed``, src rank, dst rank)
+        (``"hash"``: per-flow ECMP, so two flows can collide on one uplink).
+
+        >>> from parosim.spec.system import ClusterSpec, NetworkFabric, NetworkSpec
+        >>> from parosim.fabric.topology import cluster_graph
+        >>> net = NetworkSpec(NetworkFabric.LEAF_SPINE, nodes_per_leaf=1, spines=2)
+        >>> r = Router(cluster_graph(ClusterSpec(nodes=2, gpus_per_node=1, network=net)))
+        >>> [(p[3], w) for p, w in r.paths("n0/gpu0", "n1/gpu0")]
+        [('spine0', 0.5), ('spine1', 0.5)]
+        """
+        p = self.path(src, dst)
+        mode = self.graph.graph.get("ecmp")
+        if mode is None:
+            return [(p, 1.0)]
+        key = ("ecmp", src, dst)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        g, kind = self.graph, self._kind
+        options: list[list[str]] = [[p[0]]]
+        for i in range(1, len(p) - 1):
+            a, v, b = p[i - 1], p[i], p[i + 1]
+            if kind[v] == "switch" and kind[a] == "switch" and kind[b] == "switch":
+                alts = sorted(x for x in g.successors(a) if kind[x] == "switch"
+                              and "node" not in g.nodes[x] and g.has_edge(x, b))
+            else:
+                alts = [v]
+            options = [o + [x] for o in options for x in alts]
+        options = [o + [p[-1]] for o in options]
+        if mode == "hash" and len(options) > 1:
+            ranks = [int(g.nodes[x].get("rank", 0)) for x in (src, dst)]
+            rng = np.random.default_rng([int(g.graph.get("ecmp_seed", 0)), *ranks])
+            out = [(options[int(rng.integers(len(options)))], 1.0)]
+        else:
+            out = [(o, 1.0 / len(options)) for o in options]
+        self._cache[key] = out
+        return out
+
+
+@dataclass
+class FlowSet:
+    """The links a ring set loads: link indices, flows per link, and the per-step latency."""
+
+    links: np.ndarray      # int indices into Network link arrays
+    counts: np.ndarray     # flows per link (already scaled for symmetry)
+    alpha_s: float         # slowest hop's path latency (seconds)
+    flows: int             # flows in the whole ring set
+    id: int = 0            # position in the network's flow-set table (cache keys)
+
+
+@dataclass
+class _Transfer:
+    seq: int
+    fs: FlowSet
+    total: float
+    remaining: float
+    event: simpy.Event
+    rate: float = 0.0      # bytes per picosecond per flow
+    cap: float = math.inf  # most bytes per picosecond per flow
+
+
+class _Late(simpy.Event):
+    """An event processed after all normal events of its instant (simpy priority 2)."""
+
+    def __init__(self, env: simpy.Environment, delay: int, callback):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        self.callbacks.append(callback)
+        env.schedule(self, priority=2, delay=delay)
+
+
+@dataclass
+class LinkStats:
+    """Per link class: bytes carried (each hop counted), busy time of the busiest link."""
+
+    bytes: dict[str, float] = field(default_factory=dict)
+    busy_s: dict[str, float] = field(default_factory=dict)
+    links: dict[str, int] = field(default_factory=dict)
+    # bytes GPUs sent: "inter" on links to a NIC, "intra" on links into the node's fabric
+    gpu_egress: dict[str, float] = field(default_factory=dict)
+
+
+class Network:
+    """The simpy flow-level network. ``transfer(flowset, nbytes)`` returns an event that fires
+    when every flow of the set has moved ``nbytes`` (latency is the caller's)."""
+
+    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, nodes: int = 0,
+                 period_nodes: int | None = None, gpus_per_node: int = 0):
+        self.env = env
+        self.graph = graph
+        self.router = Router(graph)
+        self.nodes = nodes or 1
+        self.gpn = gpus_per_node
+        # the reduction asked for, then the one the graph allows (parosim.fabric.symmetry)
+        self.requested_period = period_nodes or self.nodes
+        self.period = self.requested_period
+        if self.period < self.nodes:
+            from .symmetry import verified_period
+
+            self.period = verified_period(graph, self.nodes, self.gpn, self.period)
+        self.scale = self.nodes // self.period
+        self._rank_name = {d["rank"]: n for n, d in graph.nodes(data=True)
+                           if d.get("kind") == "gpu"}
+        self._rep = self._representatives()
+        self._link_idx: dict[tuple[str, str], int] = {}
+        self._cap: list[float] = []
+        self._class: list[str] = []
+        self._orbit: list[int] = []
+        self._egress: list[str] = []  # "intra" / "inter" for links leaving a GPU, else ""
+        self._flowsets: dict[RingSet, FlowSet] = {}
+        # max-min rates depend only on which flow sets are active: cache them by that multiset
+        self._fill_cache: dict[tuple[int, ...], tuple[list[float], np.ndarray]] = {}
+        self._key: tuple[int, ...] = ()
+        self._key_time: dict[tuple[int, ...], list] = {}  # key -> [load vector, time]
+        self._active: list[_Transfer] = []
+        self._pending: list[_Transfer] = []
+        self._seq = 0
+        self._last = 0
+        self._gen = 0
+        self._update_scheduled = False
+        self._bytes = np.zeros(0)
+        self._busy = np.zeros(0)
+        self._load = np.zeros(0)
+        self.updates = 0
+        self._progress: simpy.Resource | None = None
+        # per-link utilisation over time (record_links = True): (start ps, load vector)
+        self.record_links = False
+        self._segments: list[tuple[int, np.ndarray]] = []
+
+    def reset(self, env: simpy.Environment) -> None:
+        """Start again on a new environment (another repeat of a step), keeping the routes,
+        flow sets and cached max-min rates, which depend only on the graph."""
+        self.env = env
+        self._key = ()
+        self._key_time = {}
+        self._active, self._pending = [], []
+        self._seq = self._last = self._gen = 0
+        self._update_scheduled = False
+        k = len(self._cap)
+        self._bytes, self._busy, self._load = np.zeros(k), np.zeros(k), np.zeros(k)
+        self.updates = 0
+        self._progress = None
+        self._segments = []
+
+    @property
+    def progress(self) -> simpy.Resource:
+        """Every rank's progress thread (``collective.serial_progress``); all ranks take part
+        in every phase, so one capacity-1 resource stands for each rank's own."""
+        if self._progress is None:
+            self._progress = simpy.Resource(self.env, capacity=1)
+        return self._progress
+
+    # -- symmetry -------------------------------------------------------------------------
+    def _representatives(self) -> dict[str, tuple[str, bool]]:
+        """node name -> (orbit representative, moves under translation)."""
+        rep: dict[str, tuple[str, bool]] = {}
+        T = self.period
+        leaves = {n for n in self.graph if n.startswith("leaf")}
+        per_leaf = 0
+        if leaves:
+            per_leaf = max(1, self.nodes // len(leaves))
+        for n, d in self.graph.nodes(data=True):
+            if "node" in d:
+                i = d["node"]
+                rep[n] = (f"n{i % T}/{n.split('/', 1)[1]}", self.scale > 1)
+            elif n in leaves and self.scale > 1:
+                lp = max(1, T // per_leaf)
+                rep[n] = (f"leaf{int(n[4:]) % lp}", True)
+            else:
+                rep[n] = (n, False)
+        return rep
+
+    def _link(self, u: str, v: str) -> int:
+        (ru, mu), (rv, mv) = self._rep[u], self._rep[v]
+        key = (ru, rv)
+        idx = self._link_idx.get(key)
+        if idx is None:
+            idx = len(self._cap)
+            self._link_idx[key] = idx
+            d = self.graph.edges[ru, rv]
+            self._cap.append(d["bandwidth_Bps"] / PS)
+            self._class.append(d["link_class"])
+            self._orbit.append(self.scale if (mu or mv) else 1)
+            kinds = self.graph.nodes[ru]["kind"], self.graph.nodes[rv]["kind"]
+            self._egress.append("" if kinds[0] != "gpu" else
+                                "inter" if kinds[1] == "nic" else "intra")
+            grow = np.zeros(1)
+            self._bytes = np.concatenate([self._bytes, grow])
+            self._busy = np.concatenate([self._busy, grow])
+            self._load = np.concatenate([self._load, grow])
+            self._fill_cache.clear()  # cached load vectors have the old length
+        return idx
+
+    def flowset(self, ringset: RingSet) -> FlowSet:
+        """Route a ring set (cached): the links its flows load and its step latency."""
+        fs = self._flowsets.get(ringset)
+        if fs is not None:
+            return fs
+        hops = list(ringset.hops())
+        if self.scale > 1:
+            shift = self.period * self.gpn
+            n = self.nodes * self.gpn
+            hopset = set(hops)
+            if any(((a + shift) % n, (b + shift) % n) not in hopset for a, b in hops):
+                raise RuntimeError(f"ring set {ringset.label!r} is not invariant under the "
+                                   f"network's symmetry period of {self.period} nodes")
+            limit = self.period * self.gpn
+            hops = [(a, b) for a, b in hops if a < limit]
+        counts: Counter = Counter()
+        lat_of: dict[tuple[int, int], float] = {}
+        edges = self.graph.edges
+        for a, b in hops:
+            lat = 0.0
+            for path, w in self.router.paths(self._rank_name[a], self._rank_name[b]):
+                p_lat = 0.0
+                for u, v in zip(path, path[1:], strict=False):
+                    counts[self._link(u, v)] += w
+                    p_lat += edges[u, v]["latency_s"]
+                lat = max(lat, p_lat)  # ECMP alternatives: the slowest path's latency
+            lat_of[a, b] = lat
+        # per-step latency: the largest mean hop latency of a ring (over its routed hops)
+        alpha = 0.0
+        for ring in ringset.ring_hops():
+            lats = [lat_of[h] for h in ring if h in lat_of]
+            if lats:
+                alpha = max(alpha, sum(lats) / len(lats))
+        idx = np.array(sorted(counts), dtype=np.int64)
+        cnt = np.array([counts[i] for i in idx], dtype=float)
+        if self.scale > 1:
+            cnt *= self.scale / np.array([self._orbit[i] for i in idx], dtype=float)
+        fs = FlowSet(idx, cnt, alpha, sum(1 for _ in ringset.hops()), len(self._flowsets))
+        self._flowsets[ringset] = fs
+        return fs
+
+    # -- fluid engine ---------------------------------------------------------------------
+    def transfer(self, fs: FlowSet, nbytes: float, max_rate_Bps: float = math.inf
+                 ) -> simpy.Event:
+        """Move ``nbytes`` on every flow of ``fs``; the event fires when all are done.
+        ``max_rate_Bps`` caps each flow's rate (a protocol's throughput limit)."""
+        ev = self.env.event()
+        if nbytes <= 0 or len(fs.links) == 0:
+            ev.succeed()
+            return ev
+        self._seq += 1
+        self._pending.append(_Transfer(self._seq, fs, nbytes, nbytes, ev,
+                                       cap=max_rate_Bps / PS))
+        self._schedule_update(0)
+        return ev
+
+    def _schedule_update(self, delay: int) -> None:
+        if delay == 0:
+            if self._update_scheduled:
+                return
+            self._update_scheduled = True
+            _Late(self.env, 0, self._update)
+        else:
+            if self.env.now + delay > MAX_PS:
+                raise horizon_error((self.env.now + delay) / PS)
+            gen = self._gen
+            _Late(self.env, delay, lambda ev: self._wake(gen))
+
+    def _wake(self, gen: int) -> None:
+        if gen == self._gen and not self._update_scheduled:
+            self._update(None)
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._last
+        if dt > 0:
+            for t in self._active:
+                t.remaining -= t.rate * dt
+            if self._active:  # link statistics are summed per active multiset at the end
+                entry = self._key_time.get(self._key)
+                if entry is None:
+                    entry = self._key_time[self._key] = [self._load, 0]
+                entry[1] += dt
+        self._last = now
+
+    def _update(self, _ev) -> None:
+        self._update_scheduled = False
+        self.updates += 1
+        self._advance()
+        still = []
+        for t in self._active:
+            if t.remaining <= t.rate * 0.5 or t.remaining <= t.total * 1e-12:
+                t.event.succeed()
+            else:
+                still.append(t)
+        self._active = still + self._pending
+        self._pending = []
+        self._gen += 1
+        self._waterfill()
+        if self._active:
+            nxt = min(max(1, math.ceil(t.remaining / t.rate)) for t in self._active)
+            self._schedule_update(nxt)
+
+    def _waterfill(self) -> None:
+        """Weighted max-min fair rates by progressive filling (cached per active multiset;
+        the active list is in start order, and equal flow sets get equal rates)."""
+        key = tuple((t.fs.id, t.cap) for t in self._active)
+        hit = self._fill_cache.get(key)
+        if hit is None:
+            hit = self._fill_cache[key] = self._progressive_filling(
+                [t.fs for t in self._active], [t.cap for t in self._active])
+        rates, self._load = hit
+        self._key = key
+        if self.record_links:
+            self._segments.append((self.env.now, self._load))
+        for t, r in zip(self._active, rates, strict=True):
+            t.rate = r
+
+    def _progressive_filling(self, sets: list[FlowSet], caps: list[float] | None = None
+                             ) -> tuple[list[float], np.ndarray]:
+        cap = np.array(self._cap)
+        load = np.zeros(len(cap))
+        rates = [0.0] * len(sets)
+        caps = caps or [math.inf] * len(sets)
+        todo = list(range(len(sets)))
+        while todo:
+            denom = np.zeros(len(cap))
+            for i in todo:
+                denom[sets[i].links] += sets[i].counts
+            used = denom > 0
+            share = np.full(len(cap), np.inf)
+            share[used] = np.maximum(cap[used], 0.0) / denom[used]
+            level = min(float(share.min()), min(caps[i] for i in todo))
+            if not level > 0:
+                names = [k for k, j in self._link_idx.items() if used[j] and share[j] <= 0]
+                raise RuntimeError(f"no capacity left on link {names[0]} for active transfers")
+            bott = share <= level * (1 + 1e-9)
+            rest = []
+            for i in todo:
+                fs = sets[i]
+                if caps[i] <= level * (1 + 1e-9) or bott[fs.links].any():
+                    rates[i] = level
+                    cap[fs.links] -= fs.counts * level
+                    load[fs.links] += fs.counts * level
+                else:
+                    rest.append(i)
+            todo = rest
+        return rates, load
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._active or self._pending)
+
+    def _fold_key_time(self) -> None:
+        """Add the time spent under each active multiset to the per-link statistics."""
+        for load, dt in self._key_time.values():
+            n = len(load)
+            self._bytes[:n] += load * dt
+            self._busy[:n] += (load > 0) * dt
+        self._key_time = {}
+
+    def link_stats(self) -> LinkStats:
+        """Bytes (summed over every link of a class, each hop counted) and busy seconds of the
+        busiest link of each class, since the start."""
+        self._advance()
+        self._fold_key_time()
+        st = LinkStats()
+        orbit = np.array(self._orbit, dtype=float)
+        for i, cls in enumerate(self._class):
+            st.bytes[cls] = st.bytes.get(cls, 0.0) + self._bytes[i] * orbit[i]
+            st.busy_s[cls] = max(st.busy_s.get(cls, 0.0), self._busy[i] / PS)
+            if self._egress[i]:
+                e = self._egress[i]
+                st.gpu_egress[e] = st.gpu_egress.get(e, 0.0) + self._bytes[i] * orbit[i]
+        for _, _, cls in self.graph.edges(data="link_class"):
+            st.links[cls] = st.links.get(cls, 0) + 1
+        return st
+
+
+    def link_names(self) -> list[str]:
+        """``"u->v"`` of every registered link (orbit representatives when reduced)."""
+        names = [""] * len(self._cap)
+        for (u, v), i in self._link_idx.items():
+            names[i] = f"{u}->{v}"
+        return names
+
+    def hot_links(self, span_s: float, top: int = 5) -> list[dict]:
+        """The ``top`` links by utilisation (bytes / capacity): ``link`` ("u->v"; with a
+        symmetry reduction the representative of an orbit of ``orbit`` equal links),
+        ``link_class``,
+        ``capacity_GBps``, ``bytes``, ``busy_s`` (time with any traffic) and
+        ``utilization`` (bytes / (capacity x ``span_s``), in [0, 1])."""
+        self._advance()
+        self._fold_key_time()
+        names = self.link_names()
+        order = sorted(range(len(names)),
+                       key=lambda i: (-self._bytes[i] / self._cap[i], names[i]))[:top]
+        out = []
+        for i in order:
+            if self._bytes[i] <= 0:
+                break
+            cap = self._cap[i] * PS
+            out.append({"link": names[i], "link_class": self._class[i],
+                        "orbit": self._orbit[i], "capacity_GBps": cap / 1e9,
+                        "bytes": float(self._bytes[i]), "busy_s": float(self._busy[i] / PS),
+                        "utilization": float(self._bytes[i] / (cap * span_s))
+                        if span_s > 0 else 0.0})
+        return out
+
+    def link_timeline(self, links: list[str] | None = None) -> list[tuple[float, dict]]:
+        """With ``record_links``: (time in s, {link: utilisation in [0, 1]}) at every rate
+        change, for ``links`` (default every link); utilisation = carried rate / capacity."""
+        names = self.link_names()
+        want = [i for i, n in enumerate(names) if links is None or n in links]
+        cap = np.array(self._cap)
+        out = []
+        for t, load in self._segments:
+            u = {names[i]: float(load[i] / cap[i]) if i < len(load) else 0.0 for i in want}
+            out.append((t / PS, u))
+        if self._segments:
+            out.append((self.env.now / PS, {names[i]: 0.0 for i in want}))
+        return out
+
+
+def symmetry_period(spec) -> int:
+    """The smallest translation (in nodes) that maps the cluster graph and every scope onto
+    itself: lcm(group_nodes, nodes_per_leaf for leaf-spine, 2 with several NICs per node);
+    ``spec.nodes`` when it does not divide the node count (no reduction)."""
+    from ..spec.system import NetworkFabric
+
+    t = spec.group_nodes
+    if spec.network.fabric is NetworkFabric.LEAF_SPINE:
+        t = math.lcm(t, spec.network.nodes_per_leaf)
+    if spec.nic.per_node > 1 and spec.gpus_per_node > 1:
+        t = math.lcm(t, 2)  # multi-NIC channel rings alternate entry/exit GPUs by node parity
+    return t if spec.nodes % t == 0 else spec.nodes

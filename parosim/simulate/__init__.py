@@ -1,0 +1,14 @@
+"""One training step of one configuration, end to end: plan -> evaluate -> metrics.
+
+Names of :mod:`.step` are also reachable here (``parosim.simulate.NAME``), as they
+were when ``parosim.simulate`` was one module; they are imported on first use so
+that importing a submodule stays cheap.
+"""
+
+import importlib
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(importlib.import_module(".step", __name__), name)

@@ -1,0 +1,458 @@
+"""One training step of one configuration, end to end: plan -> engine (or analytic) -> metrics.
+
+This is the API the CLI, the sweeps and the notebooks call.
+
+Metrics (per global step; seconds, bytes, FLOP/s)
+    ``step_time_s``; ``tokens_per_s`` (global) and ``tokens_per_s_per_gpu``; ``samples_per_s``
+    (sequences); ``tflops_per_gpu``: hardware FLOP/s per GPU in TFLOP/s, recomputation
+    included (as Megatron-LM reports it); ``mfu``: model FLOPs (6Ψ·tokens + attention, no
+    recomputation) / (step time x peak), as PaLM defines it; ``exposed_comm_s``: step time
+    during which the compute stream is idle; ``bytes_intra`` / ``bytes_inter``: bytes one GPU
+    sends per step over NVLink (intra-node hops) and to its NIC (inter-node hops), averaged
+    over GPUs.
+
+A configuration that does not fit in GPU memory is reported with ``fits: false`` and the
+memory breakdown; it is not simulated and its time metrics are ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from ..collectives.lowering import lower
+from ..collectives.types import Algo, RingSet, parse_enum
+from ..cost.compute import compute_seconds  # noqa: F401  (re-exported for notebooks)
+from ..cost.memory import MemoryBreakdown, memory_breakdown
+from ..errors import InputError
+from ..evaluate.analytic import evaluate
+from ..evaluate.replay import replay
+from ..fabric.network import MAX_SIM_SECONDS, horizon_error
+from ..io.runtime import training_for_runtime
+from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
+from ..spec.model import ModelSpec
+from ..spec.runtime import effective_overlap_slowdown
+from ..spec.strategy import ALL_STRATEGIES, Strategy, parse_strategy
+from ..spec.system import ClusterSpec
+from ..spec.training import TrainingSpec
+
+MODES = ("engine", "analytic")
+
+# The engine replays every operation of the step (docs/limits.md): at most this many, counted
+# from a one-micro-step plan before the full plan is built. ~2 s and ~100 MB per 100,000 ops.
+# The analytic mode evaluates one micro-step and has no such limit.
+MAX_ENGINE_OPS = 500_000
+
+
+def check_engine_size(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
+                      training: TrainingSpec, rt=None) -> None:
+    """Refuse, before building it, an engine plan of more than :data:`MAX_ENGINE_OPS` ops."""
+    one = build_plan(model, strategy, cluster, replace(training, accum_steps=1), rt)
+    micro = sum(1 for o in one.ops if o.micro_step is not None)
+    total = len(one.ops) - micro + micro * training.accum_steps
+    if total > MAX_ENGINE_OPS:
+        most = max(1, (MAX_ENGINE_OPS - (len(one.ops) - micro)) // max(1, micro))
+        raise InputError(f"--accum {training.accum_steps} makes an engine step of {total} "
+                         f"operations, more than the engine's limit of {MAX_ENGINE_OPS}; "
+                         f"expected --accum <= {most} or --mode analytic (which evaluates one "
+                         "micro-step and scales it)")
+
+
+@dataclass
+class StepResult:
+    """Result of one configuration. Time metrics are None when it does not fit."""
+
+    strategy: Strategy
+    algo: Algo
+    mode: str
+    gpus: int
+    memory: MemoryBreakdown
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    samples_per_s: float | None = None
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+    exposed_comm_s: float | None = None
+    compute_s: float | None = None
+    bytes_intra: float | None = None
+    bytes_inter: float | None = None
+    events: int = 0
+    records: list = field(default_factory=list)
+    runtime: str = "ideal"
+    framework_stage: str = ""
+    overlap_slowdown: float = 1.0
+    algo_label: str = ""          # a runtime's per-call rule, e.g. "paro-cc"
+    # heterogeneity / jitter outputs (docs/heterogeneity.md), merged into to_dict
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    def to_dict(self) -> dict:
+        mem = self.memory
+        return {
+            "strategy": self.strategy.name, "algo": self.algo_label or self.algo.value,
+            "mode": self.mode,
+            "gpus": self.gpus, "fits": mem.fits,
+            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "samples_per_s": self.samples_per_s, "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu, "exposed_comm_s": self.exposed_comm_s,
+            "compute_s": self.compute_s, "bytes_intra": self.bytes_intra,
+            "bytes_inter": self.bytes_inter, "events": self.events,
+            "memory": memory_dict(self.strategy, self.gpus, mem),
+            "runtime": self.runtime, "framework_stage": self.framework_stage,
+            "label": (f"{self.strategy.short} ({self.framework_stage})"
+                      if self.framework_stage else self.strategy.short),
+            "overlap_slowdown": self.overlap_slowdown,
+            **self.extra,
+            **getattr(self, "parallel", {}),   # tp, pp, dp, bubble_fraction (3D only)
+        }
+
+
+def memory_dict(strategy: Strategy, gpus: int, mem: MemoryBreakdown) -> dict:
+    """The ``memory`` JSON object (the stable JSON contract plus the detail terms)."""
+    return {"strategy": strategy.name, "gpus": gpus,
+            "model_states_bytes": mem.model_states_bytes,
+            "activations_bytes": mem.activations_bytes, "buffers_bytes": mem.buffers_bytes,
+            "margin_bytes": mem.margin_bytes, "total_bytes": mem.total_bytes,
+            "capacity_bytes": mem.capacity_bytes, "fits": mem.fits,
+            "shortfall_bytes": mem.shortfall_bytes, "params_bytes": mem.params_bytes,
+            "grads_bytes": mem.grads_bytes, "optimizer_bytes": mem.optimizer_bytes,
+            "recompute": mem.recompute, "memory_model": mem.memory_model,
+            "attention": mem.attention, "logit_bytes": mem.logit_bytes}
+
+
+@lru_cache(maxsize=256)
+def cross_node_fraction(ringset: RingSet, gpus_per_node: int) -> float:
+    """Share of a ring set's hops that leave their node (cached: O(n) to compute)."""
+    hops = list(ringset.hops())
+    if not hops:
+        return 0.0
+    return sum(1 for a, b in hops if a // gpus_per_node != b // gpus_per_node) / len(hops)
+
+
+def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo,
+                    repeat: int = 1) -> tuple[float, float]:
+    """Bytes one GPU sends per step over intra-node and inter-node hops (average), from the
+    lowered programs: a phase's per-rank bytes split by its share of node-crossing hops."""
+    intra = inter = 0.0
+    progs: dict = {}
+    for op in plan.ops:
+        if not isinstance(op, CollectiveOp):
+            continue
+        a = op.algo or algo
+        key = (op.op, op.scope, op.size_bytes, a)
+        prog = progs.get(key)
+        if prog is None:
+            prog = progs[key] = lower(spec, op.op, op.scope, op.size_bytes, a)
+        times = 1 if op.micro_step is None else repeat
+        for ph in prog.phases:
+            f = cross_node_fraction(ph.ringset, spec.gpus_per_node)
+            inter += times * ph.bytes_per_rank * f
+            intra += times * ph.bytes_per_rank * (1 - f)
+    return intra, inter
+
+
+def hardware_flops(plan: Plan, repeat: int = 1) -> float:
+    """FLOPs one GPU executes per step (recomputation included); micro-step ops x repeat."""
+    return sum(o.flops * (1 if o.micro_step is None else repeat)
+               for o in plan.ops if isinstance(o, ComputeOp))
+
+
+def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
+                  training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
+                  mode: str = "engine", trace: bool = False, runtime=None,
+                  repeats: int = 1, seed: int = 0, jitter_cv: float | None = None,
+                  record_links: bool = False, parallel=None) -> StepResult:
+    """Simulate one global step.
+
+    ``parallel``: a :class:`parosim.plan.layout.ParallelSpec` (TP / PP / sequence parallelism /
+    selective recomputation; docs/parallelism.md); None or a trivial one is plain data
+    parallelism, unchanged.
+
+    ``runtime``: a :class:`parosim.spec.runtime.RuntimeSpec` or a profile name (``ideal``,
+    ``deepspeed``, ``fsdp``, ``paro``); None = ideal. The compute slowdown beside collectives
+    is ``training.overlap_slowdown`` if set, else the cluster's, else the runtime's default.
+
+    With heterogeneous GPUs (cluster overrides) or compute jitter (``jitter_cv``, default the
+    cluster's ``jitter_cv``) every rank gets its own timeline (:mod:`parosim.evaluate.ranks`) and
+    ``repeats`` steps are drawn with one Generator seeded ``seed``: ``step_time_s`` is then
+    the mean, and ``extra`` holds the percentiles and the critical rank.
+
+    >>> from parosim.spec.model import preset
+    >>> r = simulate_step(preset("llama-7b"), ClusterSpec(nodes=4), "NIG", TrainingSpec(),
+    ...                   mode="analytic")
+    >>> r.fits and r.step_time_s > 0
+    True
+    """
+    if parallel is not None and not parallel.trivial:
+        from ..plan.threed import simulate_3d
+
+        if (_runtime(runtime).name != "ideal" or repeats != 1 or jitter_cv
+                or record_links):
+            raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
+                             "model the ideal runtime's single step; expected no --runtime, "
+                             "--repeats, --jitter-cv or --link-timeline with them")
+        return simulate_3d(model, cluster, strategy, training, parallel, algo, mode, trace)
+    strategy = parse_strategy(strategy)
+    algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
+    if mode not in MODES:
+        raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
+    model.require_shape("a step simulation")
+    cv = cluster.jitter_cv if jitter_cv is None else jitter_cv
+    per_rank = cluster.compute_heterogeneous or cv > 0
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"--repeats = {repeats!r} must be a positive integer")
+    if mode == "analytic" and (per_rank or not cluster.closed_form_exact):
+        why = ("GPU overrides" if cluster.compute_heterogeneous else "compute jitter"
+               if cv > 0 else "link overrides" if cluster.network_heterogeneous
+               else "ECMP hashing")
+        raise InputError(f"mode analytic assumes identical ranks and links, but cluster "
+                         f"{cluster.name!r} has {why}; expected --mode engine")
+    rt = _runtime(runtime)
+    rt.require(strategy.short)
+    training = training_for_runtime(training, rt)   # memory settings the profile sets
+    if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
+        algo = Algo.RING
+    slow = effective_overlap_slowdown(training.overlap_slowdown,
+                                      getattr(cluster, "overlap_slowdown", None), rt)
+    mem = memory_breakdown(model, strategy, cluster, training, rt)
+    res = StepResult(strategy, algo, mode, cluster.gpus, mem, runtime=rt.name,
+                     framework_stage=rt.stage(strategy.short), overlap_slowdown=slow,
+                     algo_label=rt.collective_algo or "")
+    if not mem.fits:
+        return res
+    repeat = 1
+    if mode == "analytic":  # micro-steps are identical: evaluate one, count it s times
+        repeat = training.accum_steps
+        plan = build_plan(model, strategy, cluster, replace(training, accum_steps=1), rt)
+    else:
+        if training.accum_steps > 100:
+            check_engine_size(model, strategy, cluster, training, rt)
+        plan = build_plan(model, strategy, cluster, training, rt)
+    if mode == "engine" and per_rank:
+        from ..evaluate.ranks import hetero_step
+
+        step, exposed, compute, b_intra, b_inter = hetero_step(
+            res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
+    elif mode == "engine":
+        rep = replay(plan, cluster, algo, slow, trace=trace, record_links=record_links)
+        step, exposed, compute = rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s
+        n = cluster.gpus
+        b_intra = rep.gpu_egress.get("intra", 0.0) / n
+        b_inter = rep.gpu_egress.get("inter", 0.0) / n
+        res.events, res.records = rep.events, rep.records
+        res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
+                     "step_time_p99_s": step, "repeats": repeats, "seed": seed,
+                     "jitter_cv": 0.0,
+                     "critical_rank": None, "symmetry_period_nodes":
+                     rep.symmetry_period_nodes, "hot_links": rep.hot_links}
+        if record_links:
+            res.extra["link_timeline"] = [{"time_s": t, "utilization": u}
+                                          for t, u in rep.link_timeline]
+    else:
+        an = evaluate(plan, cluster, algo, repeat, slow)
+        step, exposed = an.step_time_s, an.exposed_comm_s
+        compute = an.t_comp_s + an.t_optimizer_s
+        b_intra, b_inter = _analytic_bytes(plan, cluster, algo, repeat)
+        if not step <= MAX_SIM_SECONDS:  # the same range as the engine's clock
+            raise horizon_error(step)
+        res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
+                     "step_time_p99_s": step, "repeats": repeats, "seed": seed,
+                     "jitter_cv": 0.0, "critical_rank": None}
+    res.step_time_s = step
+    res.exposed_comm_s = exposed
+    res.compute_s = compute
+    res.tokens_per_s = plan.tokens_per_step * repeat / step
+    res.tokens_per_s_per_gpu = res.tokens_per_s / cluster.gpus
+    res.samples_per_s = res.tokens_per_s / training.seq_len
+    res.tflops_per_gpu = hardware_flops(plan, repeat) / step / 1e12
+    peak = cluster.gpu.peak_flops
+    if cluster.compute_heterogeneous:  # mean peak over the ranks' GPU types
+        peak = sum(g.peak_flops for g, _, _ in cluster.gpu_specs()) / cluster.gpus
+    res.mfu = plan.model_flops_per_step * repeat / (step * peak)
+    res.bytes_intra, res.bytes_inter = float(b_intra), float(b_inter)
+    return res
+
+
+def _runtime(runtime):
+    """A RuntimeSpec from None (ideal), a profile name or a spec."""
+    from ..io.runtime import as_runtime
+
+    return as_runtime(runtime)
+
+
+def rank_key(r: StepResult) -> tuple:
+    """Fitting configurations first, fastest first; then the others by smallest shortfall."""
+    if r.fits:
+        return (0, r.step_time_s, r.strategy.short, r.algo.value)
+    return (1, r.memory.shortfall_bytes, r.strategy.short, r.algo.value)
+
+
+def _one(args: tuple) -> StepResult:
+    return simulate_step(*args)
+
+
+def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+            algos: list[Algo] | None = None, mode: str = "engine",
+            strategies: list[Strategy] | None = None, workers: int = 1,
+            runtime=None, parallel=None) -> list[StepResult]:
+    """Every strategy (x every algorithm in ``algos``), ranked best first.
+
+    With a ``runtime`` that names its stages (deepspeed, fsdp) only those strategies run;
+    with ``parallel.dp_comm_overlap`` (Megatron-Core's DDP buckets) only NNN, NNI and NNG.
+
+    ``workers > 1`` simulates the configurations in that many processes (each is a pure
+    function of its inputs, so the result is the same).
+    """
+    algos = algos or [Algo.HO_RING]
+    rt = _runtime(runtime)
+    pool = [s for s in (strategies or ALL_STRATEGIES) if strategies or rt.supports(s.short)]
+    jobs = [(model, cluster, s, training, a, mode, False, rt) for s in pool for a in algos]
+    if parallel is not None and not parallel.trivial:   # 3D: the ideal runtime only
+        if runtime is not None:
+            raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
+                             "model the ideal runtime; expected no --runtime with them")
+        if getattr(parallel, "dp_comm_overlap", False):
+            from ..spec.strategy import Level
+
+            pool = [s for s in pool if s.p is Level.N and s.g is Level.N]
+            if not pool:
+                raise InputError("--dp-comm-overlap applies to PaRO NNN, NNI and NNG; "
+                                 "expected one of them among the strategies")
+        jobs = [(model, cluster, s, training, a, mode, False, None, 1, 0, None, False,
+                 parallel) for s in pool for a in algos]
+    if workers > 1 and mode == "engine" and len(jobs) > 2:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # costliest first (p = G moves the most chunks), for load balance
+        jobs.sort(key=lambda j: -j[2].p.rank)
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as ex:
+            out = list(ex.map(_one, jobs))
+    else:
+        out = [_one(j) for j in jobs]
+    return sorted(out, key=rank_key)
+
+
+def with_overrides(cluster: ClusterSpec, nic_bandwidth_Bps: float | None = None,
+                   intra_bandwidth_Bps: float | None = None,
+                   gpu_memory_bytes: int | None = None) -> ClusterSpec:
+    """A what-if copy of the cluster with some figures replaced."""
+    if nic_bandwidth_Bps is not None:
+        cluster = replace(cluster, nic=replace(cluster.nic, bandwidth_Bps=nic_bandwidth_Bps))
+    if intra_bandwidth_Bps is not None:
+        cluster = replace(cluster, intra=replace(cluster.intra,
+                                                 bandwidth_Bps=intra_bandwidth_Bps))
+    if gpu_memory_bytes is not None:
+        cluster = replace(cluster, gpu=replace(cluster.gpu, memory_bytes=gpu_memory_bytes))
+    return cluster
+
+
+POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-roce",
+                  "nodes": None, "group_nodes": None, "strategy": "NIG", "algo": "ho-ring",
+                  "trainable_ratio": "full", "micro_batch": 4, "accum": 10, "seq_len": 512,
+                  "mode": "engine", "nic_bandwidth": None, "intra_bandwidth": None,
+                  "gpu_memory": None, "recompute": None, "runtime": "ideal",
+                  "overlap_slowdown": None, "precision": "bf16"}
+
+RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
+                  "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu",
+                  "exposed_comm_s", "bytes_intra", "bytes_inter", "model_states_bytes",
+                  "activations_bytes", "buffers_bytes", "total_bytes", "capacity_bytes",
+                  "shortfall_bytes", "fits")
+
+
+def _check_point_keys(point: dict) -> None:
+    """A misspelled key is an error, not a silently ignored value (``mode`` defaults to
+    ``engine``, as on the command line)."""
+    from ..io.sweep import INPUT_KEYS
+
+    if not isinstance(point, dict):
+        raise InputError(f"a point must be a dict of inputs, got {type(point).__name__}")
+    allowed = set(POINT_DEFAULTS) | set(INPUT_KEYS["step"]) | set(RESULT_COLUMNS) | {
+        "point_id"}
+    unknown = sorted(str(k) for k in point if k not in allowed)
+    if unknown:
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise InputError(f"point key {unknown[0]!r} is not known{hint}; expected some of "
+                         f"{', '.join(sorted(set(POINT_DEFAULTS) | set(INPUT_KEYS['step'])))}")
+
+
+def point_setup(point: dict):
+    """(model, cluster, training, strategy, algo, mode, runtime) from a sweep point (raises
+    :class:`InputError` on a bad value)."""
+    from ..io import load_cluster, load_model
+    from ..spec.training import TrainingSpec, parse_trainable_ratio
+    from ..units import parse_bandwidth, parse_size
+
+    _check_point_keys(point)
+    p = {**POINT_DEFAULTS, **point}
+    cluster = load_cluster(p["cluster"], p["nodes"], p["group_nodes"])
+    cluster = with_overrides(
+        cluster,
+        parse_bandwidth(p["nic_bandwidth"], "nic_bandwidth") if p["nic_bandwidth"] else None,
+        parse_bandwidth(p["intra_bandwidth"], "intra_bandwidth")
+        if p["intra_bandwidth"] else None,
+        parse_size(p["gpu_memory"], "gpu_memory") if p["gpu_memory"] else None)
+    training = TrainingSpec(micro_batch=p["micro_batch"], accum_steps=p["accum"],
+                            seq_len=p["seq_len"],
+                            trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
+                            recompute=p["recompute"], overlap_slowdown=p["overlap_slowdown"],
+                            precision=p["precision"] or "bf16")
+    if p["mode"] not in MODES:
+        raise InputError(f"mode {p['mode']!r} is not known; expected one of "
+                         f"{', '.join(MODES)}")
+    return (load_model(p["model"]), cluster, training, parse_strategy(p["strategy"]),
+            parse_enum(Algo, p["algo"], "algo"), p["mode"], _runtime(p["runtime"]))
+
+
+def point_parallel(point: dict):
+    """The :class:`~parosim.plan.layout.ParallelSpec` of a sweep point's optional ``tp``,
+    ``pp``, ``cp``, ``sequence_parallel``, ``tp_comm_overlap`` and ``dp_comm_overlap`` keys
+    (absent: plain data parallelism)."""
+    from ..plan.layout import ParallelSpec
+
+    return ParallelSpec(tp=point.get("tp") or 1, pp=point.get("pp") or 1,
+                        sequence_parallel=bool(point.get("sequence_parallel")),
+                        tp_comm_overlap=bool(point.get("tp_comm_overlap")),
+                        dp_comm_overlap=bool(point.get("dp_comm_overlap")),
+                        cp=point.get("cp") or 1)
+
+
+def run_point(point: dict) -> dict:
+    """A sweep point -> one flat result row (a pure function of the point).
+
+    Problems of the point itself (invalid strategy, group size that does not divide, ...)
+    become ``status: "error"`` with the reason; a configuration that does not fit becomes
+    ``status: "does-not-fit"`` with its memory columns. Columns are listed in
+    :data:`RESULT_COLUMNS` (units in their names; bytes and seconds).
+
+    >>> row = run_point({"strategy": "IIG", "mode": "analytic"})
+    >>> row["status"], row["gpus"], row["step_time_s"] > 0
+    ('ok', 32, True)
+    """
+    row = {**point, **{c: None for c in RESULT_COLUMNS}}
+    try:
+        model, cluster, training, strategy, algo, mode, rt = point_setup(point)
+        r = simulate_step(model, cluster, strategy, training, algo, mode, runtime=rt,
+                          parallel=point_parallel(point))
+    except InputError as e:
+        row.update(status="error", reason=str(e))
+        return row
+    d = r.to_dict()
+    mem = d.pop("memory")
+    for c in RESULT_COLUMNS:
+        if c in d:
+            row[c] = d[c]
+        elif c in mem:
+            row[c] = mem[c]
+    row["status"] = "ok" if r.fits else "does-not-fit"
+    row["reason"] = "" if r.fits else f"lacks {mem['shortfall_bytes']:.0f} bytes of memory"
+    return row
