@@ -189,3 +189,12 @@ def print_result(res: dict) -> None:
               f"worst {_fmt(s['max_abs_error_pct'])} % (n = {s['n']}); sizes >= 64 KiB: median "
               f"{_fmt(lg['median_abs_error_pct'])} %, worst {_fmt(lg['max_abs_error_pct'])} % "
               f"(n = {lg['n']})")
+
+
+def cmd_calibrate(a: argparse.Namespace) -> dict:
+    """The ``calibrate`` command of the registry."""
+    return run(a)
+
+
+def show_calibrate(res: dict) -> None:
+    print_result(res)

@@ -1,0 +1,76 @@
+"""``parosim memory``: the memory breakdown per GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InputError
+from .setup import parallel_of, runtime_of, settings_of, settings_text, specs_of
+from .tables import label_width, strategy_label
+
+
+def cmd_memory(a: argparse.Namespace) -> dict:
+    from ..cost.memory import max_micro_batch, memory_breakdown
+    from ..simulate.step import memory_dict
+    from ..spec.strategy import ALL_STRATEGIES, parse_strategy
+
+    model, cluster, training = specs_of(a)
+    rt, training, ds_strategy, info = runtime_of(a, cluster, training)
+    if ds_strategy and a.strategy not in ("all", None) and \
+            parse_strategy(a.strategy).short != ds_strategy:
+        raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
+                         f"stage ({ds_strategy}); expected one of them")
+    if ds_strategy:
+        strategies = [parse_strategy(ds_strategy)]
+    elif a.strategy == "all":
+        strategies = [s for s in ALL_STRATEGIES if rt.supports(s.short)]
+    else:
+        strategies = [parse_strategy(a.strategy)]
+    rows = []
+    par = parallel_of(a)
+    if not par.trivial and (a.runtime or getattr(a, "deepspeed_config", None)):
+        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
+                         "model the ideal runtime; expected no --runtime or --deepspeed-config")
+    for s in strategies:
+        if not par.trivial:
+            from ..plan.layout import layout_for
+            from ..plan.threed import max_micro_batch_3d, memory_3d
+
+            d = memory_dict(s, cluster.gpus, memory_3d(model, s, cluster, training, par))
+            d["max_micro_batch"] = max_micro_batch_3d(model, s, cluster, training, par)
+            d.update(tp=par.tp, pp=par.pp,
+                     dp=layout_for(cluster, par.tp, par.pp).d // par.cp)
+            if par.cp > 1:
+                d["cp"] = par.cp
+            rows.append(d)
+            continue
+        rt.require(s.short)
+        d = memory_dict(s, cluster.gpus, memory_breakdown(model, s, cluster, training, rt))
+        d["max_micro_batch"] = max_micro_batch(model, s, cluster, training, runtime=rt)
+        d["runtime"], d["framework_stage"] = rt.name, rt.stage(s.short)
+        rows.append(d)
+    res = dict(rows[0]) if len(rows) == 1 else {"results": rows}
+    res.update(model=model.name, cluster=cluster.name,
+               settings=settings_of(a, cluster, training, rt))
+    return res
+
+
+def show_memory(res: dict) -> None:
+    from ..units import fmt_bytes
+
+    rows = res.get("results", [res])
+    if "model" in res:
+        print(f"{res['model']} on {res['cluster']} ({rows[0]['gpus']} GPUs), memory per GPU")
+    if "settings" in res:
+        print(settings_text(res["settings"]))
+    w = label_width(rows)
+    print(f"{'strategy':<{w}}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
+          f"{'total':>11}{'capacity':>11}  fits  recomp  max micro-batch")
+    for r in rows:
+        print(f"{strategy_label(r):<{w}}{fmt_bytes(r['model_states_bytes']):>11}"
+              f"{fmt_bytes(r['activations_bytes']):>11}{fmt_bytes(r['buffers_bytes']):>11}"
+              f"{fmt_bytes(r['margin_bytes']):>11}{fmt_bytes(r['total_bytes']):>11}"
+              f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"
+              f"  {'yes' if r.get('recompute') else 'no':<6}  {r['max_micro_batch']}"
+              + ("" if r["fits"] else f"   (lacks {fmt_bytes(r['shortfall_bytes'])})"))

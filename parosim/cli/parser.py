@@ -1,0 +1,338 @@
+"""The parser of the ``parosim`` command line: the shared argument groups (cluster,
+training, parallel layout), the help formatter, ``--version``, and every subcommand's flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+class Explicit(argparse.Action):
+    """Stores the value and remembers that the flag was given (``_given_<dest>``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"_given_{self.dest}", True)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (unless None/False or already in the help text) and keeps
+    the examples in the epilog as written."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if ("default" in h or action.default in (None, False, argparse.SUPPRESS)
+                or not action.option_strings):
+            return h
+        return h + " (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kw)
+
+    def error(self, message: str):  # one clear line, exit 2
+        self.exit(2, f"parosim: error: {message}\n")
+
+
+def preset_names() -> list[str]:
+    """Preset names for --help (a directory listing; nothing is parsed)."""
+    from pathlib import Path
+
+    env = os.environ.get("PAROSIM_TOPOLOGIES")
+    d = Path(env) if env else Path(__file__).resolve().parents[2] / "topologies"
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+MODE_HELP = ("engine: replay every operation of the step on the simpy flow-level network "
+              "(overlap and link sharing exact; slower); analytic: closed form of one "
+              "micro-step times --accum (fast; concurrent collectives do not share links)")
+
+
+EXAMPLES = {
+    "collective": "examples:\n  parosim collective --op all-gather --size 1GB --algo all\n"
+                  "  parosim collective --op all-reduce --size 256MiB --nodes 16 --json",
+    "simulate": "examples:\n  parosim simulate --model llama-7b --strategy NIG\n"
+                "  parosim simulate --model llama-65b --strategy IIG --global-batch 1Mitok "
+                "--mode analytic",
+    "compare": "examples:\n  parosim compare --model llama-13b --nodes 8\n"
+               "  parosim compare --model llama-65b --trainable-ratio peft --mode analytic",
+    "memory": "examples:\n  parosim memory --model llama-65b\n"
+              "  parosim memory --model llama-13b --strategy zero3 --gpu-memory 40GB",
+    "sweep": "examples:\n  parosim sweep experiments/03_allgather_1gb/sweep.yaml --out "
+             "/tmp/ag",
+}
+
+
+def cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", default="paper-a100-roce",
+                   help=f"preset name ({', '.join(preset_names()) or 'none found'}) or a YAML "
+                   "path (default: paper-a100-roce)")
+    p.add_argument("--nodes", type=int, default=None, help="override the node count")
+    p.add_argument("--group-nodes", type=int, default=None,
+                   help="nodes per PaRO group (default 1: a group is a node)")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+
+def training_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="llama-7b",
+                   help="a preset (llama-7b/13b/30b/65b, llama-2-7b/13b/70b, llama-3-8b/70b, "
+                        "gpt3-175b, mpt-125m ... mpt-70b) or a YAML path")
+    p.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per micro-step")
+    p.add_argument("--accum", type=int, default=10, action=Explicit,
+                   help="accumulation micro-steps s")
+    p.add_argument("--global-batch", default=None, metavar="SEQS|TOKENS",
+                   help="global batch per optimizer step, in sequences (2048) or tokens "
+                   "(1Mitok = 2**20, 4Mtok = 4e6); sets --accum = global / (micro-batch x "
+                   "data-parallel GPUs), as DeepSpeed's train_batch_size does")
+    p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
+    p.add_argument("--trainable-ratio", default="full",
+                   help="full | partial (1/16) | peft (3/1000) | a number in (0, 1]")
+    p.add_argument("--recompute", default="auto",
+                   choices=["auto", "on", "off", "full", "none", "selective"],
+                   help="activation recomputation (auto: full only when needed to fit; "
+                   "on = full, off = none; selective: the attention core only, with the "
+                   "--tp/--pp model)")
+    p.add_argument("--efficiency", type=float, default=None,
+                   help="fraction of peak FLOP/s that compute achieves (default 0.5)")
+    p.add_argument("--overlap-slowdown", type=float, default=None,
+                   help="compute slowdown factor while a collective runs beside it (>= 1; "
+                   "default: the cluster YAML's compute.overlap_slowdown, else the runtime's)")
+    p.add_argument("--runtime", default=None,
+                   help="framework schedule: ideal (default) | deepspeed | fsdp | paro | a YAML "
+                   "path (see runtimes/ and docs/runtimes.md)")
+    p.add_argument("--deepspeed-config", default=None, metavar="DS_CONFIG_JSON",
+                   help="a DeepSpeed JSON config: stage, buckets, overlap_comm, micro-batch, "
+                   "accumulation (implies --runtime deepspeed)")
+    p.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
+                   help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
+                        "(docs/compute.md); default: the cluster YAML's compute.model (flat)")
+    p.add_argument("--attention", default=None, choices=["eager", "flash"],
+                   help="attention kernel: eager (s x s scores stored) or flash "
+                        "(FlashAttention / SDPA); default: the runtime's (eager for ideal, "
+                        "deepspeed, paro; flash for fsdp)")
+    p.add_argument("--memory-model", default=None, choices=["korthikanti", "runtime"],
+                   help="korthikanti: Korthikanti et al. 2022 estimate; runtime: memory as "
+                        "PyTorch runtimes keep it (docs/memory.md); default: the runtime's "
+                        "(korthikanti for ideal, runtime for deepspeed / fsdp / paro)")
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp8"],
+                   help="training precision: bf16, or fp8 (Transformer Engine style: the "
+                        "decoder layers' weight GEMMs at the GPU's FP8 peak, attention and LM "
+                        "head in bf16; needs a GPU with FP8, e.g. H100; docs/compute.md)")
+    p.add_argument("--logit-bytes", type=int, default=None,
+                   help="bytes per logit live at the loss (default: the runtime's, else 4 "
+                        "korthikanti, 10 runtime; 2 for a fused bf16 cross-entropy)")
+    p.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 16GB")
+    p.add_argument("--nic-bandwidth", default=None, help="override NIC bandwidth, e.g. 200Gbps")
+    p.add_argument("--intra-bandwidth", default=None,
+                   help="override per-GPU intra-node bandwidth, e.g. 2400Gbps")
+    g = p.add_argument_group("tensor / pipeline parallelism (docs/parallelism.md)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1); --accum "
+                   "is then the micro-batches per step")
+    g.add_argument("--cp", type=int, default=1,
+                   help="context-parallel degree (Megatron-Core context_parallel_size, ring "
+                   "attention; default 1; needs --seq-len divisible by 2 x cp; "
+                   "docs/parallelism.md)")
+    g.add_argument("--pp-schedule", default="1f1b", help="1f1b | interleaved")
+    g.add_argument("--virtual-stages", type=int, default=None,
+                   help="model chunks per stage of the interleaved schedule (default 2)")
+    g.add_argument("--sequence-parallel", action="store_true",
+                   help="Megatron sequence parallelism (needs --tp >= 2)")
+    g.add_argument("--tp-algo", default=None,
+                   help="algorithm of TP collectives that cross nodes (default: --algo)")
+    g.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Megatron-Core / Transformer Engine tp_comm_overlap: the sequence-"
+                   "parallel all-gathers / reduce-scatters run in chunks beside their GEMMs "
+                   "(needs --sequence-parallel; docs/parallelism.md)")
+    g.add_argument("--dp-comm-overlap", action="store_true",
+                   help="Megatron-Core overlap_grad_reduce + overlap_param_gather: the data-"
+                   "parallel gradient reduction / parameter all-gather run bucket by bucket "
+                   "beside the last backward / first forward (needs --tp or --pp >= 2 and "
+                   "PaRO NNN, NNI or NNG; docs/parallelism.md)")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``command`` (the subcommand about to run, if known) skips building the
+    options of the others that would cost imports."""
+    p = Parser(prog="parosim", description="Simulate data-parallel LLM training with PaRO "
+                "strategies and Ring / hierarchical / HO-Ring collectives.")
+    p.add_argument("--version", action=VersionAction)  # reads the metadata only when asked
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    c = sub.add_parser("collective", epilog=EXAMPLES["collective"],
+                       help="simulate one collective")
+    c.add_argument("--op", default=None,
+                   help="all-gather (default) | reduce-scatter | all-reduce")
+    c.add_argument("--size", default=None,
+                   help="full buffer as nccl-tests counts it (AG output, RS input, AR buffer); "
+                   "default 1GiB")
+    c.add_argument("--scope", default="global", help="global | intra | inter")
+    c.add_argument("--algo", default=None,
+                   help="ring | hierarchical | ho-ring | nccl | all, or a comma list (default "
+                   "ho-ring; with --compare: nccl)")
+    from .nccl import add_arguments as _nccl_args
+
+    _nccl_args(c)
+    c.add_argument("--seed", type=int, default=None,
+                   help="ECMP hash seed (leaf-spine with ecmp: hash; default the cluster's)")
+    cluster_args(c)
+
+    s = sub.add_parser("simulate", epilog=EXAMPLES["simulate"],
+                       help="simulate one training step of one strategy")
+    s.add_argument("--strategy", default=None,
+                   help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
+    s.add_argument("--algo", "--collective", dest="algo", default=None,
+                   help="ring | hierarchical | ho-ring | nccl (default ho-ring; set by --runtime "
+                   "deepspeed / fsdp / paro)")
+    s.add_argument("--mode", default="engine", choices=["engine", "analytic"], help=MODE_HELP)
+    s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto); per "
+                   "rank and with link-utilisation counters for per-rank runs")
+    s.add_argument("--seed", type=int, default=0,
+                   help="seed of the jitter draws and of ECMP hashing (default 0)")
+    s.add_argument("--repeats", type=int, default=1,
+                   help="steps to simulate (jitter): report mean, p50, p90, p99")
+    s.add_argument("--jitter-cv", type=float, default=None,
+                   help="lognormal compute jitter per op and rank, coefficient of variation "
+                   "(default: the cluster's jitter.cv, else 0)")
+    s.add_argument("--plot", default=None, help="write a PNG of the step-time distribution")
+    s.add_argument("--link-timeline", default=None,
+                   help="write per-link utilisation over time (CSV) of the hottest links")
+    s.add_argument("--jobs", default=None, help="a YAML of several jobs on one cluster: each "
+                   "job's step alone and shared (see docs/runs-and-jobs.md)")
+    training_args(s)
+    cluster_args(s)
+
+    cmp_ = sub.add_parser("compare", epilog=EXAMPLES["compare"],
+                       help="all 14 strategies ranked (the main job)")
+    cmp_.add_argument("--algo", "--collective", dest="algo", default=None,
+                      help="ring | hierarchical | ho-ring | nccl | all (default ho-ring; set by "
+                      "--runtime deepspeed / fsdp / paro)")
+    cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"],
+                      help=MODE_HELP)
+    cmp_.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                      help="processes to simulate in (default: up to 2)")
+    training_args(cmp_)
+    cluster_args(cmp_)
+
+    sw = sub.add_parser("sweep", epilog=EXAMPLES["sweep"],
+                       help="a grid of configurations, parallel and resumable")
+    sw.add_argument("spec", help="sweep spec YAML (see experiments/)")
+    sw.add_argument("--out", required=True, help="output directory (results.csv, figures/)")
+    sw.add_argument("--workers", type=int, default=2, help="local worker processes")
+    sw.add_argument("--scheduler", default=None,
+                    help="address of a running dask.distributed scheduler (tcp://host:8786)")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sw.add_argument("--json", action="store_true", help="summary as JSON")
+
+    v = sub.add_parser("validate", help="run the same schedule on real torch.distributed "
+                       "ranks and report simulated vs measured")
+    if command in (None, "validate"):  # its options import the harness: only when needed
+        from ..validate.cli import add_arguments as _validate_args
+
+        _validate_args(v)
+    v.add_argument("--json", action="store_true", help="the result as JSON")
+
+    rn = sub.add_parser("run", help="a whole training run with failures: goodput, wall clock, "
+                        "best checkpoint interval (Monte-Carlo, see docs/runs-and-jobs.md)")
+    rn.add_argument("--strategy", default=None,
+                    help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
+    rn.add_argument("--algo", "--collective", dest="algo", default=None,
+                    help="ring | hierarchical | ho-ring (default ho-ring; set by --runtime "
+                    "deepspeed / fsdp / paro)")
+    rn.add_argument("--mode", default="engine", choices=["engine", "analytic"],
+                    help="how the one step is simulated")
+    rn.add_argument("--tokens", default="10B", help="run length in tokens, e.g. 1.4T, 300B")
+    rn.add_argument("--gpu-mtbf", default=None, help="mean time between failures of one GPU, "
+                    "e.g. 50000h, or none (default 86316h: LLaMA 3 405B run)")
+    rn.add_argument("--node-mtbf", default=None, help="of one node (host, NIC, cables), or "
+                    "none (default 15342h: LLaMA 3 405B run)")
+    rn.add_argument("--checkpoint-time", default="60s",
+                    help="blocking checkpoint write time (default 60s, an assumption)")
+    rn.add_argument("--checkpoint-interval", default=None,
+                    help="also report this interval (compute time between checkpoints)")
+    rn.add_argument("--restart-time", default="10min",
+                    help="time to restart after a failure (default 10min, an assumption)")
+    rn.add_argument("--replications", type=int, default=100, help="Monte-Carlo replications")
+    rn.add_argument("--search-points", type=int, default=17,
+                    help="checkpoint intervals searched (Young's / 4 to x 4)")
+    rn.add_argument("--seed", type=int, default=0,
+                    help="seed of the failure times (and of the step's jitter and ECMP)")
+    rn.add_argument("--repeats", type=int, default=1,
+                    help="steps simulated (with jitter): the run draws its step times from "
+                    "their distribution")
+    rn.add_argument("--jitter-cv", type=float, default=None,
+                    help="lognormal compute jitter of the simulated steps (see simulate)")
+    training_args(rn)
+    cluster_args(rn)
+
+    cal = sub.add_parser("calibrate", help="fit a cluster to measurements (nccl-tests logs) "
+                         "and write a cluster YAML")
+    if command in (None, "calibrate"):  # its options import calibrate_steps: only when needed
+        from .calibrate import add_arguments as _calibrate_args
+
+        _calibrate_args(cal)
+
+    ad = sub.add_parser("advise", help="the fastest TP / PP / PaRO / micro-batch / "
+                        "recomputation / algorithm configurations for a global batch")
+    ad.add_argument("--model", default="llama-7b", help="preset name or YAML path")
+    ad.add_argument("--global-batch", required=True,
+                    help="sequences (2048, 2048seq) or tokens (4Mtok, 4194304tokens)")
+    ad.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence "
+                    "(default 2048)")
+    ad.add_argument("--top", type=int, default=5, help="configurations to print (default 5)")
+    ad.add_argument("--engine-top", type=int, default=3,
+                    help="best configurations replayed on the engine (default 3)")
+    ad.add_argument("--max-micro-batch", type=int, default=16,
+                    help="largest micro-batch tried (powers of 2; default 16)")
+    ad.add_argument("--strategies", default="all",
+                    help="comma-separated PaRO strategies to search (default all 14)")
+    ad.add_argument("--efficiency", type=float, default=None,
+                    help="fraction of peak FLOP/s compute achieves (default 0.5)")
+    ad.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 40GB")
+    ad.add_argument("--cp", type=int, default=1,
+                    help="context parallelism is not searched: only 1 is accepted (use "
+                    "simulate --cp)")
+    ad.add_argument("--tp-comm-overlap", action="store_true",
+                    help="sequence-parallel configurations run with Megatron-Core's TP "
+                    "communication overlap (a fixed setting, not searched)")
+    ad.add_argument("--dp-comm-overlap", action="store_true",
+                    help="TP/PP configurations with PaRO NNN, NNI or NNG run with Megatron-"
+                    "Core's DP communication overlap (a fixed setting, not searched)")
+    ad.add_argument("--plot", default=None, help="write the memory-vs-throughput Pareto "
+                    "plot to FILE (.png, .svg, .pdf)")
+    ad.add_argument("--cluster", default="dgx-a100-ib",
+                    help="preset name or YAML path (default: dgx-a100-ib)")
+    ad.add_argument("--nodes", type=int, default=None, help="override the node count")
+    ad.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    m = sub.add_parser("memory", epilog=EXAMPLES["memory"],
+                       help="memory breakdown per GPU, fits or not")
+    m.add_argument("--strategy", default="all", help="a strategy or 'all'")
+    training_args(m)
+    cluster_args(m)
+    return p
+
+
+class VersionAction(argparse.Action):
+    """``--version``: like argparse's ``version`` action, the version read when used."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"parosim {version_string()}\n", sys.stdout)
+        parser.exit()
+
+
+def version_string() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("parosim")
+    except Exception:  # noqa: BLE001 - not installed (run from a checkout)
+        return "unknown"

@@ -1,0 +1,198 @@
+"""From parsed flags to the simulator's inputs: model, cluster, training, runtime and
+layout specs, the ``settings`` echoed in every result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import InputError
+
+
+def specs_of(a: argparse.Namespace):
+    """model, cluster, training from the common flags (io + specs only)."""
+    from ..io import load_cluster
+    from ..io.model import load_model
+    from ..simulate.step import with_overrides
+    from ..spec.training import DEFAULT_COMPUTE_EFFICIENCY, TrainingSpec, parse_trainable_ratio
+    from ..units import parse_bandwidth, parse_size
+
+    model = load_model(a.model)
+    cluster = load_cluster(a.cluster, a.nodes, a.group_nodes)
+    cluster = with_overrides(
+        cluster,
+        None if a.nic_bandwidth is None else parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth"),
+        None if a.intra_bandwidth is None
+        else parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth"),
+        None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
+    accum = a.accum
+    if getattr(a, "global_batch", None) is not None:
+        from ..spec.training import accum_for_global_batch
+
+        dp = (cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+              // (getattr(a, "cp", None) or 1))
+        accum = accum_for_global_batch(a.global_batch, a.micro_batch, dp, a.seq_len)
+        if getattr(a, "_given_accum", False) and a.accum != accum:
+            raise InputError(f"--accum {a.accum} disagrees with --global-batch "
+                             f"{a.global_batch} (which gives accum {accum}); expected one "
+                             "of them")
+    training = TrainingSpec(
+        micro_batch=a.micro_batch, accum_steps=accum, seq_len=a.seq_len,
+        trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
+        recompute={"auto": None, "on": True, "off": False, "full": True, "none": False,
+                   "selective": False}[a.recompute],
+        compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
+                            else a.efficiency),
+        overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
+        attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes,
+        precision=getattr(a, "precision", "bf16"))
+    return model, cluster, training
+
+
+def runtime_of(a: argparse.Namespace, cluster, training):
+    """(runtime, training, strategy from the DeepSpeed config or None, config info)."""
+    from dataclasses import replace
+
+    from ..io.runtime import deepspeed_config_runtime, load_runtime
+
+    info = None
+    name = a.runtime
+    ds = getattr(a, "deepspeed_config", None)
+    if ds and name not in (None, "deepspeed"):
+        raise InputError(f"--deepspeed-config is read into --runtime deepspeed; got --runtime "
+                         f"{name!r}; expected no --runtime or --runtime deepspeed")
+    rt = load_runtime(name or ("deepspeed" if ds else "ideal"))
+    strategy = None
+    if ds:
+        rt, strategy, tr, no_effect = deepspeed_config_runtime(ds, rt, cluster.gpus)
+        for key, flag, default in (("micro_batch", "--micro-batch", 4),
+                                   ("accum", "--accum", 10)):
+            given = getattr(a, key)
+            if key in tr and given != default and given != tr[key]:
+                raise InputError(f"{flag} = {given} disagrees with the DeepSpeed config's "
+                                 f"{tr[key]}; expected one of them")
+        training = replace(training, micro_batch=tr.get("micro_batch", training.micro_batch),
+                           accum_steps=tr.get("accum", training.accum_steps))
+        if no_effect:
+            print("parosim: note: DeepSpeed config keys without effect on the simulated step "
+                  f"(not used): {', '.join(no_effect)}", file=sys.stderr)
+        info = {"path": str(ds), "strategy": strategy, "no_effect_keys": no_effect}
+    if rt.collective_algo is not None and getattr(a, "algo", None) not in (None,):
+        raise InputError(f"--algo {a.algo} cannot apply: --runtime {rt.name} fixes each "
+                         f"collective's algorithm ({rt.collective_algo}); expected no --algo, "
+                         "or --runtime ideal")
+    return rt, training, strategy, info
+
+
+def parallel_of(a: argparse.Namespace):
+    """The ParallelSpec of the --tp / --pp / ... flags."""
+    from ..plan.layout import ParallelSpec
+
+    return ParallelSpec(tp=a.tp, pp=a.pp, schedule=str(a.pp_schedule).strip().lower(),
+                        virtual=a.virtual_stages, sequence_parallel=a.sequence_parallel,
+                        selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo,
+                        tp_comm_overlap=bool(getattr(a, "tp_comm_overlap", False)),
+                        dp_comm_overlap=bool(getattr(a, "dp_comm_overlap", False)),
+                        cp=getattr(a, "cp", 1))
+
+
+def dp_keys(d: dict) -> dict:
+    """Plain data parallelism in the 3D vocabulary: tp = pp = 1, dp = GPUs, no bubble."""
+    for k, v in (("tp", 1), ("pp", 1), ("dp", d.get("gpus")), ("bubble_fraction", 0.0)):
+        d.setdefault(k, v)
+    return d
+
+
+def algos_of(text: str | None):
+    """``--algo``: one algorithm, ``all``, or a comma list (``ring,ho-ring``)."""
+    from ..collectives import Algo
+    from ..collectives.bench import parse_algos
+
+    if text is None:
+        return [Algo.HO_RING]
+    return parse_algos(text)
+
+
+def seeded(spec, seed: int):
+    from dataclasses import replace
+
+    if seed < 0:
+        raise InputError(f"--seed = {seed} must be a non-negative integer")
+    if spec.network.ecmp == "hash":
+        spec = replace(spec, network=replace(spec.network, ecmp_seed=seed))
+    return spec
+
+
+def settings_of(a: argparse.Namespace, cluster, training, rt=None) -> dict:
+    """Every input that shaped the result (echoed in the JSON and the text header)."""
+    dp = (cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+          // (getattr(a, "cp", None) or 1))
+    out = {"nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
+           "group_nodes": cluster.group_nodes, "micro_batch": training.micro_batch,
+           "accum_steps": training.accum_steps, "seq_len": training.seq_len,
+           "data_parallel": dp,
+           "global_batch_seqs": training.micro_batch * training.accum_steps * dp,
+           "global_batch_tokens": (training.micro_batch * training.accum_steps * dp
+                                   * training.seq_len),
+           "trainable_ratio": training.trainable_ratio,
+           "recompute": getattr(a, "recompute", "auto"),
+           "compute_efficiency": training.compute_efficiency,
+           "overlap_slowdown": training.overlap_slowdown,
+           "nic_bandwidth_Bps": cluster.nic.bandwidth_Bps,
+           "intra_bandwidth_Bps": cluster.intra.bandwidth_Bps,
+           "gpu_memory_bytes": cluster.gpu.memory_bytes,
+           "overrides": {k: v for k, v in (("nic_bandwidth", a.nic_bandwidth),
+                                           ("intra_bandwidth", a.intra_bandwidth),
+                                           ("gpu_memory", a.gpu_memory)) if v is not None}}
+    for k in ("compute_model", "attention", "memory_model", "precision"):
+        if hasattr(training, k):
+            out[k] = getattr(training, k)
+    if hasattr(a, "tp_comm_overlap"):
+        out["tp_comm_overlap"] = bool(a.tp_comm_overlap)
+    if hasattr(a, "dp_comm_overlap"):
+        out["dp_comm_overlap"] = bool(a.dp_comm_overlap)
+    if (getattr(a, "cp", None) or 1) > 1:   # the key appears only with context parallelism
+        out["context_parallel"] = a.cp
+    if rt is not None:
+        out["runtime"] = rt.name
+    return out
+
+
+def settings_text(s: dict) -> str:
+    ratio = s["trainable_ratio"]
+    names = {1.0: "full", 1 / 16: "partial", 3 / 1000: "peft"}
+    parts = [f"micro-batch {s['micro_batch']}", f"accum {s['accum_steps']}",
+             f"seq-len {s['seq_len']}",
+             f"global batch {s['global_batch_seqs']} seqs = {s['global_batch_tokens']} tokens",
+             f"trainable ratio {ratio:g}" + (f" ({names[ratio]})" if ratio in names else ""),
+             f"recompute {s['recompute']}", f"efficiency {s['compute_efficiency']:g}"]
+    if s.get("overlap_slowdown") is not None:
+        parts.append(f"overlap slowdown {s['overlap_slowdown']:g}")
+    if s.get("tp_comm_overlap"):
+        parts.append("TP comm overlap on")
+    if s.get("dp_comm_overlap"):
+        parts.append("DP comm overlap on")
+    if s.get("context_parallel", 1) > 1:
+        parts.append(f"context parallel {s['context_parallel']} (ring attention)")
+    if s.get("precision", "bf16") != "bf16":
+        parts.append(f"precision {s['precision']}")
+    if s.get("attention"):
+        parts.append(f"compute model {s.get('compute_model') or 'cluster default'}, "
+                     f"attention {s['attention']}")
+    if s["overrides"]:
+        parts.append("overrides: " + ", ".join(f"{k.replace('_', '-')} {v}"
+                                                for k, v in s["overrides"].items()))
+    return "settings: " + ", ".join(parts)
+
+
+MAX_WORKERS = 256  # local processes (docs/limits.md); a larger pool is a cluster: --scheduler
+
+
+def check_workers(n: int) -> None:
+    if n < 1:
+        raise InputError(f"--workers = {n} must be a positive integer")
+    if n > MAX_WORKERS:
+        raise InputError(f"--workers = {n} is more than {MAX_WORKERS} local processes; expected "
+                         f"at most {MAX_WORKERS} (this machine has {os.cpu_count()} CPUs)")

@@ -1,0 +1,202 @@
+"""``parosim simulate`` and ``parosim compare``: one step, all strategies, several jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InputError
+from .parser import build_parser
+from .setup import (
+    algos_of,
+    check_workers,
+    dp_keys,
+    parallel_of,
+    runtime_of,
+    seeded,
+    settings_of,
+    settings_text,
+    specs_of,
+)
+from .tables import FOOTER, label_width, table_header, table_row
+
+# with --jobs only these simulate flags apply; every other one given is refused (a jobs file
+# sets the per-job and cluster fields; per-step features like --repeats are not modelled)
+JOBS_OWN_FLAGS = ("command", "jobs", "json", "trace", "seed")
+
+
+def cmd_jobs(a: argparse.Namespace) -> dict:
+    from ..io.jobs import JOB_KEYS, TOP_KEYS, load_jobs
+    from ..io.trace import write_chrome_trace
+    from ..studies.jobs import run_jobs
+
+    defaults = vars(build_parser().parse_args(["simulate"]))
+    for f, default in defaults.items():
+        if f in JOBS_OWN_FLAGS or getattr(a, f) == default:
+            continue
+        where = ("expected it in the jobs file (per job, or at its top level)"
+                 if f in JOB_KEYS | TOP_KEYS else "it is not modelled for several jobs")
+        raise InputError(f"--{f.replace('_', '-')} cannot be combined with --jobs; {where}")
+    cluster, jobs, steps = load_jobs(a.jobs)
+    r = run_jobs(seeded(cluster, a.seed), jobs, steps, trace=bool(a.trace))
+    out = r.to_dict()
+    if a.trace:
+        out["trace"] = str(write_chrome_trace(a.trace, r.records, f"{len(jobs)} jobs"))
+    return out
+
+
+def show_jobs(r: dict) -> None:
+    from ..units import fmt_bytes
+
+    print(f"{len(r['jobs'])} jobs on {r['cluster']} ({r['gpus']} GPUs), step times over "
+          f"{r['steps_measured']} steps, all starting together")
+    print(f"{'job':<10}{'model':<12}{'strategy':<10}{'algo':<14}{'GPUs':>6}{'alone s':>11}"
+          f"{'shared s':>11}{'slowdown':>10}")
+    for j in r["jobs"]:
+        print(f"{j['name']:<10}{j['model']:<12}{j['strategy']:<10}{j['algo']:<14}"
+              f"{j['gpus']:>6}{j['step_time_alone_s']:>11.3f}{j['step_time_shared_s']:>11.3f}"
+              f"{j['slowdown']:>10.3f}")
+    for j in r["jobs"]:
+        st = j.get("settings") or {}
+        if st:
+            print(f"settings of {j['name']}: " + ", ".join(
+                f"{k.replace('_', '-')} {v:g}" if isinstance(v, float) else
+                f"{k.replace('_', '-')} {v}" for k, v in st.items()))
+    print("busiest links (shared run):")
+    for ln in r["busiest_links"]:
+        print(f"  {ln['link']:<26}{ln['link_class']:<8}{ln['utilization']:>7.1%} busy, "
+              f"{fmt_bytes(ln['bytes'])}, jobs {', '.join(ln['jobs']) or '-'}")
+    if r.get("trace"):
+        print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
+
+
+def cmd_simulate(a: argparse.Namespace) -> dict:
+    from ..io.trace import write_chrome_trace, write_link_timeline
+    from ..simulate.step import simulate_step
+
+    if getattr(a, "jobs", None):
+        return cmd_jobs(a)
+    model, cluster, training = specs_of(a)
+    cluster = seeded(cluster, a.seed)
+    if a.jitter_cv is not None and not a.jitter_cv >= 0:
+        raise InputError(f"--jitter-cv = {a.jitter_cv} must be a non-negative number")
+    if a.repeats < 1:
+        raise InputError(f"--repeats = {a.repeats} must be a positive integer")
+    rt, training, ds_strategy, info = runtime_of(a, cluster, training)
+    if ds_strategy and a.strategy is not None:
+        from ..spec.strategy import parse_strategy
+
+        if parse_strategy(a.strategy).short != ds_strategy:
+            raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
+                             f"stage ({ds_strategy}); expected one of them")
+    strategy = ds_strategy or ("NIG" if a.strategy is None else a.strategy)
+    algo = algos_of(a.algo)
+    if len(algo) != 1:
+        raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
+                         "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
+                         "nccl")
+    if a.trace and a.mode != "engine":
+        raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
+    per_rank = (cluster.compute_heterogeneous
+                or (a.jitter_cv if a.jitter_cv is not None else cluster.jitter_cv) > 0)
+    links = bool(a.link_timeline or (a.trace and per_rank))
+    if a.link_timeline and a.mode != "engine":
+        raise InputError("--link-timeline needs --mode engine (the analytic mode has no "
+                         "timeline)")
+    par = parallel_of(a)
+    if not par.trivial and (a.runtime or getattr(a, "deepspeed_config", None)):
+        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
+                         "model the ideal runtime; expected no --runtime or --deepspeed-config")
+    r = simulate_step(model, cluster, strategy, training, algo[0], a.mode,
+                      trace=bool(a.trace), runtime=rt if par.trivial else None,
+                      repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv,
+                      record_links=links, parallel=par)
+    out = dp_keys(r.to_dict())
+    out.update(model=model.name, cluster=cluster.name,
+               settings=settings_of(a, cluster, training, rt))
+    if info:
+        out["deepspeed_config"] = info
+    timeline = [(d["time_s"], d["utilization"]) for d in out.pop("link_timeline", [])]
+    if a.trace and r.fits:
+        out["trace"] = str(write_chrome_trace(a.trace, r.records,
+                                              f"{r.strategy.name} {model.name}",
+                                              timeline or None))
+    if a.link_timeline and r.fits:
+        out["link_timeline"] = str(write_link_timeline(a.link_timeline, timeline))
+    if a.plot and r.fits:
+        from ..plots.hetero import plot_step_distribution
+
+        out["plot"] = str(plot_step_distribution(
+            out.get("step_times_s", [r.step_time_s]), a.plot,
+            f"{model.name} {r.strategy.name} on {cluster.name} ({cluster.gpus} GPUs)"))
+    return out
+
+
+def show_simulate(r: dict) -> None:
+    """One row; a configuration that does not fit shows its shortfall (and exits 2)."""
+    if "jobs" in r:
+        return show_jobs(r)
+    print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}, runtime "
+          f"{r.get('runtime', 'ideal')}")
+    if "settings" in r:
+        print(settings_text(r["settings"]))
+    w = label_width([r])
+    print(table_header(w))
+    print(table_row(r, w))
+    print(FOOTER)
+    if r.get("pp_schedule") and r.get("fits"):   # tensor / pipeline parallelism
+        print(f"TP {r['tp']} x PP {r['pp']} ({r['pp_schedule']}, {r['virtual_stages']} "
+              f"chunk(s) per stage) x DP {r['dp']}"
+              f"{' x CP ' + str(r['cp']) if r.get('cp') else ''}, {r['micro_batches']} "
+              "micro-batches, "
+              f"bubble {100 * (r['bubble_fraction'] or 0):.1f} %, recompute "
+              f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}"
+              f"{', TP comm overlap' if r.get('tp_comm_overlap') else ''}"
+              f"{', DP comm overlap' if r.get('dp_comm_overlap') else ''}")
+    if r.get("critical_rank") is not None:
+        print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
+              f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
+              f"p90 {r['step_time_p90_s']:.4f} s, p99 {r['step_time_p99_s']:.4f} s; "
+              f"critical rank {r['critical_rank']} ({r['critical_rank_share']:.0%} of steps)")
+    hot = r.get("hot_links") or []
+    if hot and r.get("critical_rank") is not None:
+        print("hottest links: " + ", ".join(f"{h['link']} {h['utilization']:.0%}"
+                                            for h in hot[:3]))
+    if r.get("plot"):
+        print(f"step-time distribution plotted to {r['plot']}")
+    if r.get("trace"):
+        print(f"trace written to {r['trace']} (open in https://ui.perfetto.dev)")
+
+
+def cmd_compare(a: argparse.Namespace) -> dict:
+    from ..simulate.step import compare
+
+    check_workers(a.workers)
+    model, cluster, training = specs_of(a)
+    rt, training, _, info = runtime_of(a, cluster, training)
+    par = parallel_of(a)
+    rows = [dp_keys(r.to_dict())
+            for r in compare(model, cluster, training, algos_of(a.algo), a.mode,
+                             workers=a.workers, runtime=rt if par.trivial else a.runtime,
+                             parallel=par)]
+    if not par.trivial and getattr(a, "deepspeed_config", None):
+        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
+                         "model the ideal runtime; expected no --deepspeed-config")
+    out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
+           "mode": a.mode, "runtime": rt.name,
+           "settings": settings_of(a, cluster, training, rt), "results": rows}
+    if info:
+        out["deepspeed_config"] = info
+    return out
+
+
+def show_compare(res: dict) -> None:
+    print(f"{res['model']} on {res['cluster']} ({res['gpus']} GPUs), mode {res['mode']}, "
+          f"runtime {res.get('runtime', 'ideal')}, best first")
+    if "settings" in res:
+        print(settings_text(res["settings"]))
+    w = label_width(res["results"])
+    print(f"{'#':>3}  " + table_header(w))
+    for i, r in enumerate(res["results"], 1):
+        print(f"{i:>3}  " + table_row(r, w))
+    print(FOOTER)

@@ -1,0 +1,182 @@
+"""``parosim run`` (a whole run with failures) and ``parosim advise`` (the fastest
+configurations).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InputError
+from .setup import algos_of, parallel_of, runtime_of, seeded, settings_of, settings_text, specs_of
+
+
+def cmd_run(a: argparse.Namespace) -> dict:
+    from ..simulate.step import simulate_step
+    from ..studies.run import (
+        LLAMA3_GPU_MTBF_S,
+        LLAMA3_NODE_MTBF_S,
+        best_interval,
+        parse_count,
+        run_from_step,
+        run_report,
+        simulate_run,
+    )
+    from ..units import parse_time
+
+    if a.replications < 1:
+        raise InputError(f"--replications = {a.replications} must be a positive integer")
+    if a.search_points > 10_000:
+        raise InputError(f"--search-points = {a.search_points} is more than 10000; expected "
+                         "a few tens")
+    if a.repeats > 10_000:
+        raise InputError(f"--repeats = {a.repeats} is more than 10000 steps; expected fewer")
+    if a.seed < 0:
+        raise InputError(f"--seed = {a.seed} must be a non-negative integer")
+    tokens = parse_count(a.tokens, "--tokens")
+    mtbf = {}
+    for flag, val, default in (("--gpu-mtbf", a.gpu_mtbf, LLAMA3_GPU_MTBF_S),
+                               ("--node-mtbf", a.node_mtbf, LLAMA3_NODE_MTBF_S)):
+        if val is None:
+            mtbf[flag] = default
+        elif str(val).strip().lower() in ("none", "inf", "never"):
+            mtbf[flag] = None
+        else:
+            mtbf[flag] = parse_time(val, flag, allow_zero=False)
+    if mtbf["--gpu-mtbf"] is None and mtbf["--node-mtbf"] is None:
+        raise InputError("--gpu-mtbf and --node-mtbf are both 'none'; expected at least one "
+                         "failure rate (e.g. --gpu-mtbf 50000h)")
+    ckpt = parse_time(a.checkpoint_time, "--checkpoint-time")
+    restart = parse_time(a.restart_time, "--restart-time")
+    if a.repeats < 1:
+        raise InputError(f"--repeats = {a.repeats} must be a positive integer")
+    if a.jitter_cv is not None and not a.jitter_cv >= 0:
+        raise InputError(f"--jitter-cv = {a.jitter_cv} must be a non-negative number")
+    model, cluster, training = specs_of(a)
+    cluster = seeded(cluster, a.seed)
+    rt, training, ds_strategy, _ = runtime_of(a, cluster, training)
+    if ds_strategy and a.strategy is not None:
+        from ..spec.strategy import parse_strategy
+
+        if parse_strategy(a.strategy).short != ds_strategy:
+            raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
+                             f"stage ({ds_strategy}); expected one of them")
+    strategy = ds_strategy or a.strategy or "NIG"
+    algo = algos_of(a.algo)
+    if len(algo) != 1:
+        raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
+                         "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
+                         "nccl")
+    if not parallel_of(a).trivial:
+        raise InputError("'parosim run' draws data-parallel steps; --tp / --pp / "
+                         "--sequence-parallel / --recompute selective are for simulate, compare "
+                         "and memory (expected none of them here)")
+    r = simulate_step(model, cluster, strategy, training, algo[0], a.mode, runtime=rt,
+                      repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv)
+    if not r.fits:
+        raise InputError(f"{r.strategy.name} does not fit in GPU memory (short by "
+                         f"{r.memory.shortfall_bytes:.0f} bytes per GPU); expected a "
+                         "configuration that fits, see 'parosim memory'")
+    tps = training.tokens_per_gpu_step * cluster.gpus
+    samples = tuple((getattr(r, "extra", None) or {}).get("step_times_s") or ())
+    spec = run_from_step(r.step_time_s, tps, tokens, cluster.gpus, cluster.nodes, ckpt,
+                         restart, mtbf["--gpu-mtbf"], mtbf["--node-mtbf"], samples)
+    search = best_interval(spec, a.replications, a.seed, a.search_points)
+    fixed = None
+    if a.checkpoint_interval is not None:
+        tau = parse_time(a.checkpoint_interval, "--checkpoint-interval", allow_zero=False)
+        k = max(1, min(spec.steps, round(tau / spec.step_time_s)))
+        fixed = simulate_run(spec, k, a.replications, a.seed)
+    out = run_report(search, tokens, tps, fixed)
+    out.update(model=model.name, cluster=cluster.name, strategy=r.strategy.name,
+               algo=r.algo.value, mode=a.mode, seed=a.seed, runtime=rt.name,
+               settings=settings_of(a, cluster, training, rt))
+    return out
+
+
+def show_run(r: dict) -> None:
+    def dur(s: float) -> str:
+        return f"{s / 86400:.2f} days" if s >= 86400 else f"{s / 3600:.2f} h"
+
+    print(f"{r['model']} {r['strategy']} ({r['algo']}) on {r['cluster']}, {r['gpus']} GPUs: "
+          f"{r['tokens']:.3g} tokens in {r['steps']} steps of {r['step_time_s']:.3f} s")
+    print(f"job MTBF {r['job_mtbf_s'] / 3600:.2f} h, checkpoint {r['checkpoint_s']:g} s, "
+          f"restart {r['restart_s']:g} s, {r['replications']} replications, seed {r['seed']}")
+    if "settings" in r:
+        print(settings_text(r["settings"]))
+    print(f"best checkpoint interval  {r['best_checkpoint_interval_s']:.0f} s "
+          f"(Young {r['young_interval_s']:.0f} s, Daly {r['daly_interval_s']:.0f} s)")
+    print(f"goodput                   {r['goodput']:.4f} (Daly {r['daly_goodput']:.4f})")
+    print(f"wall clock                {dur(r['wall_clock_s'])} (p90 "
+          f"{dur(r['wall_clock_p90_s'])}; without failures {dur(r['useful_s'])})")
+    print(f"failures                  {r['failures']:.1f} ({r['failures_gpu']:.1f} GPU, "
+          f"{r['failures_node']:.1f} node)")
+    print(f"lost work                 {dur(r['lost_work_s'])}; restarts "
+          f"{dur(r['restart_s_total'])}; checkpoint writes {dur(r['checkpoint_s_total'])}")
+    if r["failures_simulated"] < 200:
+        print(f"note: only {r['failures_simulated']:.0f} failures were simulated in all; the "
+              "best interval is uncertain (raise --replications)")
+    if "at_interval" in r:
+        f = r["at_interval"]
+        print(f"at interval {f['interval_s']:.0f} s: goodput {f['goodput']:.4f}, wall clock "
+              f"{dur(f['wall_clock_s'])}")
+
+
+def cmd_advise(a: argparse.Namespace) -> dict:
+    from ..io import load_cluster
+    from ..io.model import load_model
+    from ..simulate.step import with_overrides
+    from ..studies.advise import advise, parse_global_batch
+    from ..units import parse_size
+
+    if a.cp != 1:
+        raise InputError(f"--cp {a.cp}: advise does not search context parallelism (its "
+                         "screen has no ring-attention term); expected --cp 1, and parosim "
+                         "simulate --cp N for a given configuration")
+    model = load_model(a.model)
+    cluster = load_cluster(a.cluster, a.nodes, None)
+    if a.gpu_memory:
+        cluster = with_overrides(cluster, gpu_memory_bytes=parse_size(a.gpu_memory,
+                                                                      "--gpu-memory"))
+    if a.seq_len < 1:
+        raise InputError(f"--seq-len = {a.seq_len} must be a positive integer")
+    batch = parse_global_batch(a.global_batch, a.seq_len)
+    strategies = None if a.strategies == "all" else [
+        s for s in a.strategies.split(",") if s.strip()]
+    if a.efficiency is not None and not 0 < a.efficiency <= 1:
+        raise InputError(f"--efficiency = {a.efficiency} must be a fraction in (0, 1]")
+    if a.plot:
+        from ..plots.advise import plot_path
+
+        plot_path(a.plot)
+    res = advise(model, cluster, batch, a.seq_len, a.top, a.engine_top, a.max_micro_batch,
+                 strategies, a.efficiency, tp_comm_overlap=a.tp_comm_overlap,
+                 dp_comm_overlap=a.dp_comm_overlap)
+    if a.plot:
+        from ..plots.advise import save_pareto
+
+        res["plot"] = save_pareto(res, a.plot)
+    res["settings"] = {
+        "global_batch": a.global_batch, "seq_len": a.seq_len, "top": a.top,
+        "engine_top": a.engine_top, "max_micro_batch": a.max_micro_batch,
+        "strategies": a.strategies,
+        "compute_efficiency": a.efficiency if a.efficiency is not None else "default",
+        "tp_comm_overlap": a.tp_comm_overlap,
+        "dp_comm_overlap": a.dp_comm_overlap,
+        "gpu_memory_bytes": cluster.gpu.memory_bytes,
+        "overrides": {"gpu_memory": a.gpu_memory} if a.gpu_memory else {}}
+    if a.json:
+        res = {k: v for k, v in res.items() if k not in ("points", "top_labels")}
+    return res
+
+
+def show_advise(res: dict) -> None:
+    from ..studies.advise import format_advice
+
+    print(format_advice(res))
+    s = res.get("settings")
+    if s:
+        print("settings: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in s.items()
+                                       if k != "overrides")
+              + ("" if not s["overrides"] else
+                 ", overrides: " + ", ".join(f"{k.replace('_', '-')} {v}"
+                                             for k, v in s["overrides"].items())))
