@@ -1,7 +1,7 @@
 """Kernel compute model vs the published MFU tables it can express
 (experiments/07_compute_model/all_tables.py, analytic mode).
 
-What each table is checked on (docs/compute.md, "Every published MFU table"):
+What each table is checked on (docs/accuracy.md, "Every published MFU table"):
 
 * Narayanan et al. Table 1 and Korthikanti et al. Tables 3-5 (Megatron-LM, eager attention):
   ``eager_attention_efficiency`` is fitted on their even-numbered rows
@@ -76,7 +76,7 @@ def test_nemo_fp8_table_meets_after_cluster_calibration(calibrated):
 
 def test_torchtitan_meets_after_calibration_on_its_fleet(calibrated):
     # k fitted on the four expressible Llama 3 70B rows of a later benchmark on the same
-    # 500 W H100 fleet; checked on the three Llama 3.1 405B rows of docs/performance.md
+    # 500 W H100 fleet; checked on the three Llama 3.1 405B rows of docs/accuracy.md
     c = calibrated[all_tables.TORCHTITAN]
     assert c["fit_rows"] == 4 and c["held_out_rows"] == 3
     print(f"torchtitan 405B: {c['held_out_zero_shot_median_pct']:.1f} % uncalibrated, "

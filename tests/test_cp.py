@@ -1,5 +1,5 @@
 """Context parallelism (--cp): Megatron-Core context_parallel_size with Transformer Engine's
-p2p ring attention (docs/parallelism.md, "Context parallelism")."""
+p2p ring attention (docs/context-parallelism.md)."""
 
 import json
 import math

@@ -1,7 +1,7 @@
 """DP communication overlap on the 3D path (Megatron-Core ``overlap_grad_reduce`` +
 ``overlap_param_gather``, ``--dp-comm-overlap``): refusals, bounds, a hand-computed step,
 closed form == summary == engine, CLI settings echo, sweep key, calibrate column
-(docs/parallelism.md, "DP communication overlap")."""
+(docs/comm-overlap.md, "DP communication overlap")."""
 
 import csv
 import json

@@ -161,7 +161,7 @@ def test_published_fp8_runs_fit():
     """experiments/11_fp8_memory: on the H100's nvidia-smi capacity (81559MiB), with each
     run's documented settings and its full parallelism (context parallelism, TP/DP overlap
     buffers), 12 of the 14 published FP8 runs fit (9 of 12 on the former 80e9 bytes, before
-    the context-parallel rows); the two that do not are the ones docs/memory.md explains."""
+    the context-parallel rows); the two that do not are the ones docs/accuracy.md explains."""
     sys.path.insert(0, str(ROOT / "experiments" / "11_fp8_memory"))
     import fp8_fit
 

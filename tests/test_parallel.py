@@ -296,7 +296,7 @@ def test_engine_and_closed_form_agree_dp_inside_a_node(tp, pp, acc, strategy, rc
 def test_closed_form_misses_tp_dp_contention_on_a_gpus_nvlink():
     # PaRO-GGG with DP 2 inside a node: the parameter gathers and gradient reduce-scatters
     # share each GPU's NVSwitch port with its TP all-reduces; the engine slows the TP
-    # collectives (docs/parallelism.md, "Closed form and engine"), the closed form does not.
+    # collectives (docs/tensor-pipeline.md, "Closed form and engine"), the closed form does not.
     m, c = preset("llama-13b"), load_cluster("dgx-a100-ib", 1)
     tr = TrainingSpec(micro_batch=1, accum_steps=4, seq_len=2048)
     par = ParallelSpec(tp=2, pp=2)

@@ -1,4 +1,4 @@
-"""The overlap-interference gate is per pipeline stage on 3D plans (docs/parallelism.md,
+"""The overlap-interference gate is per pipeline stage on 3D plans (docs/tensor-pipeline.md,
 "Overlap interference per stage"): a collective slows only the compute of the stages whose
 GPUs it involves."""
 

@@ -1,6 +1,6 @@
 """TP communication overlap (Megatron-Core / Transformer Engine ``tp_comm_overlap``):
 refusals, the per-collective formula on a hand-computed layer, closed form == engine, CLI
-settings echo, sweep key (docs/parallelism.md, "TP communication overlap")."""
+settings echo, sweep key (docs/comm-overlap.md, "TP communication overlap")."""
 
 import csv
 import json

@@ -193,7 +193,7 @@ def test_collectives_and_steps_4x2():
 def test_steps_3d_2x2():
     """TP = 2 x DP = 2 and PP = 2 x DP = 2 Plans (issue 11) on the 2 x 2 emulation, predicted
     with the calibrated spec (the steps are held out of the fit): pipeline step within 15 %,
-    TP step within 20 % (measured: +7 % and +2 %; docs/parallelism.md). One attempt, no
+    TP step within 20 % (measured: +7 % and +2 %; docs/accuracy.md). One attempt, no
     retake."""
     def check(res):
         steps = {r["strategy"]: r for r in res["rows"] if r["what"] == "step"}

@@ -28,17 +28,21 @@ or a bare parameter count (only memory questions work for such a model)::
     params: 7.5e9
 
 Keys are checked strictly: an unknown key is an error naming the allowed ones.
+
+A HuggingFace ``config.json`` of a dense LLaMA / Mistral / Qwen2-style model is read too
+(:func:`model_from_hf_config`): a ``.json`` path whose mapping has ``model_type``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..spec.model import ModelSpec, is_preset, known_models, preset
-from .yamlspec import check_keys, number, positive_int, read_yaml
+from .yamlspec import MAX_YAML_BYTES, check_keys, number, positive_int, read_yaml
 
 _SHAPE = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 _ARCH = ("kv_heads", "mlp", "norm", "bias", "tied_embeddings", "pos_embedding")
@@ -115,17 +119,165 @@ def _count(value: Any, where: str) -> int:
     return int(v)
 
 
+# --- HuggingFace config.json --------------------------------------------------------------
+# model_type -> (architecture accepted, default of tie_word_embeddings in its config class).
+# Each is a decoder of the LLaMA layout: RMSNorm, rotary positions (no position-embedding
+# weights), a gated SiLU MLP (SwiGLU: gate, up, down), optional grouped-query attention.
+HF_MODEL_TYPES: dict[str, tuple[str, bool]] = {
+    "llama": ("LlamaForCausalLM", False),
+    "mistral": ("MistralForCausalLM", False),
+    "qwen2": ("Qwen2ForCausalLM", False),
+}
+# config.json key -> ModelSpec field (required: without them the shape is unknown)
+HF_REQUIRED: dict[str, str] = {
+    "hidden_size": "hidden", "num_hidden_layers": "layers", "num_attention_heads": "heads",
+    "intermediate_size": "ffn_hidden", "vocab_size": "vocab",
+}
+# keys read and checked against what the model can honour
+HF_CHECKED = ("model_type", "architectures", "num_key_value_heads", "tie_word_embeddings",
+              "hidden_act", "head_dim", "attention_bias", "mlp_bias", "sliding_window",
+              "use_sliding_window", "max_window_layers", "max_position_embeddings",
+              "quantization_config")
+# keys that change neither the parameter count, the memory nor the compute parosim models:
+# token ids, initialisation, numerics of the norm / rotary embedding, inference caching,
+# the checkpoint's storage dtype (training precision is --precision), dropout rates
+HF_IGNORED = ("_name_or_path", "bos_token_id", "eos_token_id", "pad_token_id",
+              "initializer_range", "rms_norm_eps", "rope_theta", "rope_scaling",
+              "pretraining_tp", "torch_dtype", "transformers_version", "use_cache",
+              "attention_dropout", "output_attentions", "output_hidden_states",
+              "return_dict", "is_decoder")
+# keys of mixture-of-experts configs (Mixtral, Qwen2-MoE, DeepSeek, ...): refused
+HF_MOE = ("num_local_experts", "num_experts", "num_experts_per_tok", "n_routed_experts",
+          "n_shared_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
+          "router_aux_loss_coef", "output_router_logits", "decoder_sparse_step",
+          "moe_layer_freq", "first_k_dense_replace", "num_experts_per_token")
+
+
+def model_from_hf_config(data: dict[str, Any], where: str = "config.json",
+                         name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from a HuggingFace ``config.json`` mapping of a dense LLaMA,
+    Mistral or Qwen2 model; anything the model cannot represent is an :class:`InputError`.
+
+    Mapped: ``hidden_size`` -> hidden, ``num_hidden_layers`` -> layers,
+    ``num_attention_heads`` -> heads, ``num_key_value_heads`` -> kv_heads (grouped-query
+    attention), ``intermediate_size`` -> ffn_hidden (of the gated SiLU MLP), ``vocab_size`` ->
+    vocab, ``tie_word_embeddings`` -> tied_embeddings. Refused: mixture-of-experts keys, an
+    architecture other than those of :data:`HF_MODEL_TYPES`, an activation other than SiLU,
+    a ``head_dim`` other than hidden / heads, sliding-window attention, biases on only part of
+    the linears, quantized checkpoints, and any key parosim does not know. Qwen2's q / k / v
+    biases (``2·kv_dim + hidden`` per layer, 0.002 % of Qwen2-7B) have no field in the model
+    and are not counted (docs/model-yaml.md).
+
+    >>> m = model_from_hf_config({"model_type": "llama", "hidden_size": 4096,
+    ...     "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 11008,
+    ...     "vocab_size": 32000}, name="llama-2-7b")
+    >>> m.params
+    6738415616
+    """
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: must hold a JSON object of config keys, got "
+                         f"{type(data).__name__}")
+    moe = [k for k in HF_MOE if k in data]
+    if moe:
+        raise InputError(f"{where}: {moe[0]!r} describes a mixture-of-experts model; parosim "
+                         "models dense decoders only (LLaMA, Mistral, Qwen2)")
+    unknown = sorted(set(map(str, data)) - {*HF_REQUIRED, *HF_CHECKED, *HF_IGNORED})
+    if unknown:
+        raise InputError(f"{where}: key {unknown[0]!r} is not one parosim knows how to honour "
+                         f"for a {data.get('model_type', 'HuggingFace')} config; remove it if "
+                         "it changes neither the weights nor the compute (docs/model-yaml.md)")
+    mtype = data.get("model_type")
+    if mtype not in HF_MODEL_TYPES:
+        raise InputError(f"{where}: model_type = {mtype!r} is not supported; expected one of "
+                         f"{', '.join(HF_MODEL_TYPES)} (dense decoders of the LLaMA layout)")
+    arch_name, tied_default = HF_MODEL_TYPES[mtype]
+    archs = data.get("architectures", [arch_name])
+    if archs != [arch_name]:
+        raise InputError(f"{where}: architectures = {archs!r} does not match model_type "
+                         f"{mtype!r}; expected [{arch_name!r}]")
+    missing = [k for k in HF_REQUIRED if k not in data]
+    if missing:
+        raise InputError(f"{where}: missing required key {missing[0]!r}; a config needs "
+                         f"{', '.join(HF_REQUIRED)}")
+    dims = {f: positive_int(data[k], f"{where}: {k}") for k, f in HF_REQUIRED.items()}
+    act = data.get("hidden_act", "silu")
+    if act != "silu":
+        raise InputError(f"{where}: hidden_act = {act!r} is not modelled; the gated MLP of a "
+                         f"{mtype} model is modelled with SiLU (SwiGLU) only")
+    heads, hidden = dims["heads"], dims["hidden"]
+    head_dim = data.get("head_dim")
+    if head_dim is not None and (hidden % heads or head_dim != hidden // heads):
+        raise InputError(f"{where}: head_dim = {head_dim!r} differs from hidden_size / "
+                         f"num_attention_heads = {hidden / heads:g}; parosim's attention has "
+                         "head_dim = hidden / heads")
+    kv = data.get("num_key_value_heads")
+    kv = None if kv is None else positive_int(kv, f"{where}: num_key_value_heads")
+    attn_bias = data.get("attention_bias", False)
+    mlp_bias = data.get("mlp_bias", False)
+    for k, v in (("attention_bias", attn_bias), ("mlp_bias", mlp_bias)):
+        if not isinstance(v, bool):
+            raise InputError(f"{where}: {k} = {v!r} must be true or false")
+    if attn_bias != mlp_bias:
+        raise InputError(f"{where}: attention_bias = {str(attn_bias).lower()} with mlp_bias = "
+                         f"{str(mlp_bias).lower()} is not modelled; biases are on every "
+                         "linear layer or on none")
+    window = data.get("sliding_window")
+    if data.get("use_sliding_window", mtype != "qwen2") and window is not None:
+        raise InputError(f"{where}: sliding_window = {window!r} is not modelled (attention "
+                         "covers the whole sequence); set it to null to simulate full "
+                         "attention")
+    if data.get("quantization_config") is not None:
+        raise InputError(f"{where}: quantization_config describes a quantized checkpoint; "
+                         "parosim trains bf16 / fp8 weights (--precision)")
+    tied = data.get("tie_word_embeddings", tied_default)
+    if not isinstance(tied, bool):
+        raise InputError(f"{where}: tie_word_embeddings = {tied!r} must be true or false")
+    pos = data.get("max_position_embeddings")
+    if pos is not None:
+        positive_int(pos, f"{where}: max_position_embeddings")  # rotary: no weights
+    if name is None:
+        name = str(data.get("_name_or_path") or f"hf-{mtype}")
+    return ModelSpec(name, **dims, kv_heads=None if kv in (None, heads) else kv,
+                     bias=attn_bias, tied_embeddings=tied)
+
+
+def read_hf_config(path: str | Path) -> ModelSpec:
+    """A ModelSpec from a HuggingFace ``config.json`` file (:func:`model_from_hf_config`);
+    the model is named after the file's folder for ``config.json``, else after the file."""
+    p = Path(path)
+    where = f"model {str(p)!r}"
+    try:
+        if p.stat().st_size > MAX_YAML_BYTES:
+            raise InputError(f"{where} is larger than 16 MiB; expected a config.json")
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{where} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{where} cannot be read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{where} is malformed JSON at line {e.lineno}: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{where} must hold a JSON object, got {type(data).__name__}")
+    if "model_type" not in data:  # parosim's own keys, written as JSON
+        return model_from_dict(data, where=where)
+    name = p.resolve().parent.name if p.name == "config.json" else p.stem
+    return model_from_hf_config(data, where=where, name=name or None)
+
+
 def load_model(name_or_path: str | Path) -> ModelSpec:
-    """A preset (``llama-7b``, ``7b``, ``LLaMA-65B``) or a YAML path.
+    """A preset (``llama-7b``, ``7b``, ``LLaMA-65B``), a YAML path or a HuggingFace
+    ``config.json`` path.
 
     >>> load_model("llama-13b").params
     13015864320
     """
     text = str(name_or_path)
     path = Path(text)
+    if text.endswith(".json"):
+        return read_hf_config(path)
     if text.endswith((".yaml", ".yml")) or path.is_file():
         return model_from_dict(read_yaml(path, "model"), where=f"model {str(path)!r}")
     if is_preset(text):
         return preset(text)
-    raise InputError(f"unknown model {text!r}; expected a YAML path or one of "
+    raise InputError(f"unknown model {text!r}; expected a YAML or config.json path or one of "
                      f"{', '.join(known_models())}")
