@@ -24,13 +24,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 import numpy as np
 
-from ..collectives import Algo, Op, Scope, closed_form_time
+from ..collectives import Algo, Op, Scope, closed_form_time, parse_enum
+from ..collectives.bench import cluster_for_log
 from ..errors import InputError
 from ..spec.system import ClusterSpec
+from ..units import parse_size
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,6 @@ def make_param(name: str) -> Param:
 def _resolve(name: str) -> list[str] | None:
     """YAML path ``collective.ring_simple.base_latency`` -> attribute path on a ClusterSpec
     (``collective``, ``ring_simple``, ``base_latency_s``), or None; numeric leaves only."""
-    from dataclasses import is_dataclass
-
     obj: object = ClusterSpec()
     attrs: list[str] = []
     parts = name.split(".")
@@ -246,7 +246,7 @@ def fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
     base values to start the search from (the best end wins: the cost is piecewise smooth);
     ``max_nfev``: cost evaluations per start. Deterministic: same inputs, same result.
     """
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # deferred: scipy loads only when this runs
 
     if not meas:
         raise InputError("calibration has no measurements to fit (all held out?)")
@@ -321,7 +321,7 @@ def nnls_relative(F: np.ndarray, t: np.ndarray) -> np.ndarray:
     >>> nnls_relative(np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([3.0, 5.0])).round(6)
     array([1., 2.])
     """
-    from scipy.optimize import lsq_linear
+    from scipy.optimize import lsq_linear  # deferred: scipy loads only when this runs
 
     F = np.asarray(F, dtype=float)
     t = np.asarray(t, dtype=float)
@@ -342,8 +342,6 @@ def split_holdout(meas: list[Measurement], how: str) -> tuple[list[Measurement],
     the smallest kept in the fit); ``op:NAME`` (all measurements of one op); ``sizes:LO-HI``
     (sizes in [LO, HI] bytes held out, units allowed: ``sizes:64KiB-16MiB``, open ends
     ``sizes:1GiB-``); ``log:TEXT`` (measurements of logs whose name contains TEXT)."""
-    from ..collectives import parse_enum
-    from ..units import parse_size
 
     how = (how or "none").strip()
     if how == "none":
@@ -390,8 +388,6 @@ def split_holdout(meas: list[Measurement], how: str) -> tuple[list[Measurement],
 def measurements_from_log(base: ClusterSpec, log, nodes: int | None = None,
                           min_size: int = 1, in_place: bool = False) -> list[Measurement]:
     """Measurements of one parsed nccl-tests log on ``base`` resized to the log's ranks."""
-    from ..collectives.bench import cluster_for_log
-
     spec = cluster_for_log(base, log, nodes)
     out = []
     for r in log.rows:

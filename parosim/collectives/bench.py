@@ -8,6 +8,7 @@ in GB/s (1e9 B/s).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 from ..errors import InputError
@@ -132,8 +133,6 @@ def compare_log(spec: ClusterSpec, log, algo: Algo, engine: bool = True,
 
 def error_summary(rows: list[dict], small: int = SMALL_BYTES) -> dict:
     """Median and worst |error| in % for sizes >= ``small`` and below it (None when empty)."""
-    import statistics
-
     out = {}
     for name, sel in (("large", [r for r in rows if r["size_bytes"] >= small]),
                       ("small", [r for r in rows if r["size_bytes"] < small])):

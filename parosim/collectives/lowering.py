@@ -23,7 +23,8 @@ from dataclasses import replace
 from functools import lru_cache
 
 from ..spec.system import ClusterSpec
-from .nccl import make_phase
+from .cost import latency_part, phase_time, program_time
+from .nccl import channel_rings, make_phase, tree_parts, tree_phase
 from .types import Algo, Op, Phase, Program, RingSet, Scope
 
 
@@ -38,8 +39,6 @@ def scope_rings(spec: ClusterSpec, scope: Scope) -> RingSet:
     >>> scope_rings(c, Scope.INTER).rings
     ((0, 2), (1, 3))
     """
-    from .nccl import channel_rings
-
     m, ng = spec.group_size, spec.groups
     gn = spec.group_nodes
     if scope is Scope.GLOBAL:
@@ -144,8 +143,6 @@ def best_chunks(spec: ClusterSpec, op: Op, size: float, intra: RingSet | None = 
     ``intra``/``inter``/``m`` default to the cluster's group scopes and group size; the 3D
     layout (:mod:`parosim.plan.layout`) passes its own group ring sets.
     """
-    from .cost import latency_part, phase_time
-
     intra = intra if intra is not None else scope_rings(spec, Scope.INTRA)
     inter = inter if inter is not None else scope_rings(spec, Scope.INTER)
     m = m if m is not None else spec.group_size
@@ -199,8 +196,6 @@ class NCCL:
     algo = Algo.NCCL
 
     def candidates(self, spec: ClusterSpec, op: Op, scope: Scope, size: float) -> list[Program]:
-        from .nccl import tree_parts, tree_phase
-
         tun = spec.collective
         protos = list(tun.protocols) if tun.model == "nccl" else [None]
         out = []
@@ -218,8 +213,6 @@ class NCCL:
         return out
 
     def lower(self, spec: ClusterSpec, op: Op, scope: Scope, size: float) -> Program:
-        from .cost import program_time
-
         best, best_t = None, float("inf")
         for prog in self.candidates(spec, op, scope, size):
             t = program_time(spec, prog)

@@ -54,7 +54,7 @@ from functools import lru_cache
 
 from ..spec.system import ClusterSpec, IntraFabric
 from .cost import phase_time, ring_profile
-from .types import HopSet, Op, Phase, RingSet
+from .types import HopSet, Op, Phase, RingSet, Scope
 
 # NCCL 2.20.3 src/graph/tuning.cc, treeCorrectionFactor[protocol][log2(bytes / 64)]: "Trees are
 # not perfectly sticking to the model for medium sizes" (LL, LL128, Simple; 64 B ... 256 MiB).
@@ -172,8 +172,6 @@ def tree_hopset(spec: ClusterSpec, parts: tuple[tuple[tuple[int, ...], tuple[int
 def tree_parts(spec: ClusterSpec, scope) -> tuple | None:
     """The instances of a scope as (nodes, local GPUs) pairs, when an instance spans several
     nodes; None otherwise (NCCL's intra-node tree is a chain: not a candidate)."""
-    from .types import Scope
-
     gpn, gn, m = spec.gpus_per_node, spec.group_nodes, spec.group_size
     allg = tuple(range(gpn))
     if scope is Scope.GLOBAL and spec.nodes > 1:

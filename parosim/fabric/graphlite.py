@@ -169,7 +169,7 @@ class LiteDiGraph:
         return True, None, None
 
     def to_networkx(self):
-        import networkx as nx
+        import networkx as nx  # deferred: networkx loads only when this runs
 
         g = nx.DiGraph(**self.graph)
         g.add_nodes_from(self._node.items())

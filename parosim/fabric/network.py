@@ -40,6 +40,7 @@ import numpy as np
 import simpy
 
 from ..errors import InputError
+from ..spec.system import NetworkFabric
 
 if TYPE_CHECKING:  # the collectives package imports this module
     import networkx as nx
@@ -110,7 +111,7 @@ class Router:
         one switch): GPU, NIC, the shortest switch-only path, NIC, GPU. The same path as the
         search on the whole graph where the path is unique, without scanning the thousands
         of NICs on a switch."""
-        import networkx as nx
+        import networkx as nx  # deferred: networkx loads only when this runs
 
         if self._switches is None:
             g, kind = self.graph, self._kind
@@ -621,8 +622,6 @@ def symmetry_period(spec) -> int:
     """The smallest translation (in nodes) that maps the cluster graph and every scope onto
     itself: lcm(group_nodes, nodes_per_leaf for leaf-spine, 2 with several NICs per node);
     ``spec.nodes`` when it does not divide the node count (no reduction)."""
-    from ..spec.system import NetworkFabric
-
     t = spec.group_nodes
     if spec.network.fabric is NetworkFabric.LEAF_SPINE:
         t = math.lcm(t, spec.network.nodes_per_leaf)

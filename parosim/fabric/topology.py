@@ -36,7 +36,7 @@ class _LazyNetworkx:
     """``nx``, imported on first use (``parosim collective`` builds a LiteDiGraph instead)."""
 
     def __getattr__(self, name: str):
-        import networkx
+        import networkx  # deferred: networkx loads only when this runs
 
         return getattr(networkx, name)
 

@@ -42,6 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..spec.collective import Algo, Op, Scope, parse_enum
+from ..spec.training import PRECISIONS, parse_trainable_ratio
+from ..units import parse_bandwidth, parse_size
+from .cluster import load_cluster
+from .model import load_model
+from .runtime import load_runtime
 from .yamlspec import check_keys, positive_int, read_yaml
 
 KINDS = ("step", "collective")
@@ -251,9 +257,6 @@ def _as_list(value: Any, key: str, where: str) -> tuple[Any, ...]:
 
 def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
     """Parse each value on its own, with the parsers the simulator itself uses."""
-    from ..spec.collective import Algo, Op, Scope, parse_enum
-    from ..units import parse_bandwidth, parse_size
-    from .cluster import load_cluster
 
     def mode(v: Any) -> None:
         if v not in MODES:
@@ -294,20 +297,17 @@ def _parse_flag(v: Any, key: str) -> bool:
 
 
 def _parse_precision(v: Any) -> str:
-    from ..spec.training import PRECISIONS
-
     if v not in PRECISIONS:
         raise InputError(f"precision = {v!r} is not known; expected {' or '.join(PRECISIONS)}")
     return v
 
 
 def _parse_runtime(v: Any) -> object:
-    from .runtime import load_runtime
     return load_runtime(v)
 
 
 def _parse_slowdown(v: Any) -> float:
-    import math
+    import math  # local: the name is also one of this module's
 
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
             math.isfinite(v) and v >= 1):
@@ -322,12 +322,10 @@ def _parse_bool(v: Any) -> bool:
 
 
 def _parse_model(v: Any) -> object:
-    from .model import load_model
     return load_model(v)
 
 
 def _parse_ratio(v: Any) -> object:
-    from ..spec.training import parse_trainable_ratio
     return parse_trainable_ratio(v)
 
 

@@ -68,7 +68,7 @@ def plot_path(path: str) -> Path:
 
 def save_pareto(res: dict, path: str) -> str:
     """Write the figure (format from the extension: png, svg or pdf; png if none)."""
-    from .figures import save_as
+    from .figures import save_as  # deferred: loaded when the command runs (start-up)
 
     p = plot_path(path)
     return str(save_as(pareto_figure(res), p))

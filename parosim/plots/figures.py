@@ -53,7 +53,7 @@ COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e3
 
 def _log_x(ax, xs: Iterable[float]) -> None:
     """Log-2 x axis with ticks at the data values, written plainly (16, 32, ... not 2^4)."""
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import NullFormatter  # deferred: matplotlib loads only when this runs
 
     ticks = sorted({v for v in xs if v == v and v > 0})
     if ticks:  # nothing positive to show (e.g. every point failed): keep a linear axis
@@ -66,9 +66,13 @@ def _log_x(ax, xs: Iterable[float]) -> None:
 
 def bytes_x(ax) -> None:
     """A log-2 x axis of byte sizes with ticks written as sizes (``64 MiB``), not ``6.4e+07``."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import (  # deferred: matplotlib loads only when this runs
+        FuncFormatter,
+        LogLocator,
+        NullFormatter,
+    )
 
-    from ..units import fmt_size
+    from ..units import fmt_size  # deferred: loaded when the command runs (start-up)
 
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(LogLocator(base=2, numticks=9))
@@ -111,7 +115,7 @@ def _default_hue(df, candidates: tuple[str, ...]) -> str | None:
 
 def _fw(name: Any) -> str:
     """``GGG (ZeRO-3 / FSDP)``: a strategy with its framework name, when it has one."""
-    from ..spec.strategy import FRAMEWORK_NAMES
+    from ..spec.strategy import FRAMEWORK_NAMES  # deferred: loaded when the command runs (start-up)
 
     short = str(name).replace("PaRO-", "")
     fw = FRAMEWORK_NAMES.get(short)
@@ -568,7 +572,7 @@ _NO_DATE = {"png": {"Software": None}, "svg": {"Date": None},
 def save_as(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
     """Save one file, its format from the extension (png, svg, pdf), reproducibly: the same
     figure -> the same bytes (no date or version stamp; SVG ids hashed from a fixed salt)."""
-    from matplotlib import rc_context
+    from matplotlib import rc_context  # deferred: matplotlib loads only when this runs
 
     p = Path(path)
     with rc_context({"svg.hashsalt": "parosim"}):

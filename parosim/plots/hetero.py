@@ -12,7 +12,7 @@ from ..errors import InputError
 def step_distribution_figure(step_times_s, title: str):
     """Histogram of step times with the mean, p50, p90 and p99 marked; ``title`` names the
     model, strategy and cluster (the figure title adds the metric and its unit)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib loads only when this runs
 
     t = np.asarray(step_times_s, dtype=float)
     fig = Figure(figsize=(7, 4), layout="constrained")
@@ -32,7 +32,7 @@ def step_distribution_figure(step_times_s, title: str):
 
 def plot_step_distribution(step_times_s, path: str | Path, title: str) -> Path:
     """:func:`step_distribution_figure` saved at ``path`` (format from the extension)."""
-    from .figures import save_as
+    from .figures import save_as  # deferred: loaded when the command runs (start-up)
 
     fig = step_distribution_figure(step_times_s, title)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from dataclasses import dataclass, field, replace
 
 from ..errors import InputError
@@ -430,8 +431,6 @@ class ClusterSpec:
 
     def rank_of(self, gpu_name: str) -> int | None:
         """Global rank of ``n{i}/gpu{j}`` (None if it is not a GPU of this cluster)."""
-        import re
-
         m = re.fullmatch(r"n(\d+)/gpu(\d+)", str(gpu_name))
         if not m:
             return None

@@ -46,7 +46,9 @@ from ..fabric.engine import CountingEnvironment, OverlapGate, Record, run_lanes,
 from ..fabric.network import PS, Network, to_ps
 from ..fabric.topology import cluster_graph
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
+from ..simulate.step import _runtime
 from ..spec.model import ModelSpec
+from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import Strategy, parse_strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import TrainingSpec
@@ -78,8 +80,6 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
     """Build a job's Plan for its own nodes (as :func:`parosim.simulate.simulate_step` does:
     a runtime profile, if given, shapes the Plan and may fix each call's algorithm); raises
     :class:`InputError` if it does not fit."""
-    from ..simulate.step import _runtime
-    from ..spec.runtime import effective_overlap_slowdown
 
     strategy = parse_strategy(strategy)
     algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, f"job {name!r}: algo")

@@ -24,15 +24,19 @@ only a bad spec stops the sweep, before any work starts.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from ..collectives import Algo, Op, Scope, lower, parse_enum, program_time, simulate_collective
 from ..errors import InputError
+from ..io import load_cluster
 from ..io.sweep import (
     ResultsLog,
     SweepSpec,
@@ -42,6 +46,9 @@ from ..io.sweep import (
     point_id,
     sweep_columns,
 )
+from ..plots.figures import save_figure, sweep_figures
+from ..simulate.step import with_overrides
+from ..units import parse_bandwidth, parse_size
 
 # ---------------------------------------------------------------------------------------------
 # Points: pure functions of a dict.
@@ -50,8 +57,6 @@ from ..io.sweep import (
 
 def apply_bandwidth_overrides(spec, point: dict[str, Any]):
     """The cluster with ``nic_bandwidth`` / ``intra_bandwidth`` of the point, if given."""
-    from ..simulate.step import with_overrides
-    from ..units import parse_bandwidth
 
     def bw(key: str) -> float | None:
         v = point.get(key)
@@ -66,9 +71,6 @@ def run_collective_point(point: dict[str, Any]) -> dict[str, Any]:
     Engine mode runs the simpy flow-level network; analytic mode the closed form of the same
     lowering. Returns the point plus the ``collective`` columns of :data:`COLUMNS`.
     """
-    from ..collectives import Algo, Op, Scope, lower, parse_enum, program_time, simulate_collective
-    from ..io import load_cluster
-    from ..units import parse_size
 
     spec = load_cluster(point.get("cluster", "paper-a100-roce"), point.get("nodes"),
                         point.get("group_nodes"))
@@ -138,8 +140,6 @@ def _ignore_sigint(parent_pid: int | None = None) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
-    import os
-    import threading
 
     def watch() -> None:
         while True:
@@ -167,7 +167,7 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
         ctx.set_forkserver_preload(["parosim.collectives", "parosim.io", "parosim.simulate"])
     else:
         ctx = multiprocessing.get_context("spawn")
-    import os
+    import os  # local: the name is also one of this module's
 
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint,
                              initargs=(os.getpid(),))
@@ -209,7 +209,7 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
 
 def _connect(address: str, timeout_s: float):
     """A dask.distributed Client of the scheduler at ``address`` (InputError if unreachable)."""
-    from distributed import Client
+    from distributed import Client  # deferred: distributed loads only when this runs
 
     if not isinstance(address, str) or not address.strip():
         raise InputError("--scheduler is empty; expected the address of a running dask "
@@ -224,7 +224,7 @@ def _connect(address: str, timeout_s: float):
 
 
 def _dask(client, points: list[dict], ids: list[str]) -> Iterator[tuple[int, dict]]:
-    from distributed import as_completed
+    from distributed import as_completed  # deferred: distributed loads only when this runs
 
     futures = client.map(evaluate, points, key=[f"parosim-point-{i}" for i in ids], pure=False)
     index = {f.key: i for i, f in enumerate(futures)}
@@ -247,7 +247,7 @@ def _dask(client, points: list[dict], ids: list[str]) -> Iterator[tuple[int, dic
 
 
 def _progress(total: int, initial: int, name: str, enabled: bool):
-    from tqdm import tqdm
+    from tqdm import tqdm  # deferred: tqdm loads only when this runs
 
     return tqdm(total=total, initial=initial, desc=name, unit="pt", disable=not enabled,
                 file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
@@ -344,7 +344,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
 
 def read_results(path: str | Path):
     """``results.csv`` as a pandas DataFrame (booleans parsed, empty cells NaN)."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas loads only when this runs
 
     df = pd.read_csv(path, keep_default_na=True)
     if "fits" in df.columns:
@@ -354,8 +354,6 @@ def read_results(path: str | Path):
 
 def make_figures(spec: SweepSpec, out: Path) -> list[str]:
     """Draw the spec's figures from ``out/results.csv`` into ``out/figures`` (PNG + SVG)."""
-    from ..plots.figures import save_figure, sweep_figures
-
     df = read_results(out / "results.csv")
     paths = []
     for stem, draw in sweep_figures(df, spec.figures):

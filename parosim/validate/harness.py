@@ -15,8 +15,15 @@ from __future__ import annotations
 
 from ..collectives import Algo, Op, Scope, lower, program_time, simulate_program
 from ..errors import InputError
+from ..evaluate.replay import replay
+from ..plan.dataparallel import ComputeOp, build_plan
+from ..plan.layout import PairSet, ParallelSpec, layout_for
+from ..plan.threed import build_plan_3d, check_supported, replay_3d
+from ..spec.model import ModelSpec
+from ..spec.strategy import parse_strategy
 from ..spec.system import ClusterSpec
-from .executor import Launch, auto_iters, collective_task, run_tasks
+from ..spec.training import TrainingSpec
+from .executor import Launch, auto_iters, collective_task, program_phases, run_tasks
 from .report import row
 
 MiB = 2**20
@@ -76,16 +83,12 @@ def validate_collectives(launch: Launch, spec: ClusterSpec, ops=DEFAULT_OPS,
 def small_model():
     """The validation model: 2 LLaMA-shaped layers, h = 256, vocab 2048 (units of 1-1.6 MB of
     bf16 parameters, so one collective takes tens of ms on a 300 Mbit/s emulated NIC)."""
-    from ..spec.model import ModelSpec
-
     return ModelSpec("tiny-validate", layers=2, hidden=256, ffn_hidden=688, heads=4,
                      vocab=2048)
 
 
 def small_training(accum_steps: int = 2):
     """micro-batch 2, sequence 128, s = ``accum_steps``, no recomputation."""
-    from ..spec.training import TrainingSpec
-
     return TrainingSpec(micro_batch=2, accum_steps=accum_steps, seq_len=128, recompute=False)
 
 
@@ -94,8 +97,6 @@ def plan_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "ex
     """A worker task executing every op of ``plan``: compute ops sleep their simulated
     duration, collectives run the Programs lowered on ``spec`` by ``algo``; every stream and
     lane has its own process groups (channel ``stream|lane``)."""
-    from ..plan.dataparallel import ComputeOp
-    from .executor import program_phases
 
     ops = []
     for op in plan.ops:
@@ -119,9 +120,8 @@ def plan3d_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "
     ranks that run it (its stage's, or its group set's), a point-to-point send is a ``send``
     phase on its (src, dst) pairs, and a coalesced op (``count`` > 1) becomes count
     collective calls in a row on its stream."""
-    from ..plan.dataparallel import ComputeOp
-    from ..plan.layout import PairSet, layout_for
-    from .executor import program_phases
+    from ..plan.dataparallel import ComputeOp  # local: the name is also one of this module's
+    from .executor import program_phases  # local: the name is also one of this module's
 
     lay = layout_for(spec, plan.tp, plan.pp)
     stage_ranks = {k: sorted(r for g in lay.tp_groups(k) for r in g) for k in range(plan.pp)}
@@ -159,8 +159,6 @@ def parse_parallel(text: str) -> list[tuple[int, int, str]]:
     >>> parse_parallel("2x1,1x2:nng")
     [(2, 1, 'NNN'), (1, 2, 'NNG')]
     """
-    from ..spec.strategy import parse_strategy
-
     out = []
     for item in (x.strip() for x in str(text).split(",")):
         if not item:
@@ -183,8 +181,6 @@ def validate_steps_3d(launch: Launch, spec: ClusterSpec, configs, algo: Algo = A
     ``configs``: [(tp, pp, strategy)] (see :func:`parse_parallel`). Rows as
     :func:`validate_steps`, with ``strategy`` = ``TPxPP strategy`` and ``tp``, ``pp``,
     ``dp``."""
-    from ..plan.layout import ParallelSpec
-    from ..plan.threed import build_plan_3d, check_supported, replay_3d
 
     model = model or small_model()
     training = training or small_training()
@@ -218,8 +214,6 @@ def validate_steps(launch: Launch, spec: ClusterSpec, strategies=("GGG", "IIG", 
     Returns rows with ``what = "step"``, ``strategy``, ``algo``, ``simulated_s`` (the simpy
     replay, :func:`parosim.evaluate.replay.replay`) and ``measured_s`` (median step time).
     """
-    from ..evaluate.replay import replay
-    from ..plan.dataparallel import build_plan
 
     model = model or small_model()
     training = training or small_training()

@@ -27,11 +27,12 @@ import json
 import sys
 from pathlib import Path
 
-from ..collectives import Algo, Op, Scope, lower, parse_enum, program_time
+from ..collectives import Algo, Op, Scope, lower, parse_enum, program_time, simulate_program
 from ..errors import InputError
 from ..io.cluster import cluster_to_yaml, load_cluster
 from ..units import parse_size
 from .calibrate import fit, microbenchmarks
+from .cli import format_table, write_outputs
 from .executor import auto_iters, collective_task, summarise, worker_config
 from .report import row, summary
 
@@ -81,9 +82,6 @@ def fit_stage(out: Path) -> Path:
 
 
 def report_stage(out: Path) -> dict:
-    from ..collectives import simulate_program
-    from .cli import write_outputs
-
     spec = load_cluster(out / "calibrated.yaml")
     nominal = load_cluster(out / "base.yaml")  # the uncalibrated description
     meta = json.loads((out / "meta.json").read_text())
@@ -118,8 +116,6 @@ def report_stage(out: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import format_table
-
     p = argparse.ArgumentParser(prog="python -m parosim.validate.remote")
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("prepare")

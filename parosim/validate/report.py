@@ -86,7 +86,7 @@ def ordering_mismatches(rows: list[dict], key=("what", "op", "size_bytes", "stra
 
 def to_frame(rows: list[dict]):
     """The rows as a pandas DataFrame (the edge of the harness)."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas loads only when this runs
 
     return pd.DataFrame(rows)
 
@@ -97,7 +97,7 @@ def plot(df, title: str = "simulated vs measured time (s): parosim validate"):
     Takes a DataFrame with ``simulated_s``, ``measured_s`` (and optionally ``algo``, ``what``)
     and returns a matplotlib Figure; the caller saves or shows it.
     """
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib loads only when this runs
 
     fig = Figure(figsize=(6, 5.5), layout="constrained")
     ax = fig.add_subplot()
