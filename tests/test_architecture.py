@@ -193,3 +193,17 @@ def test_function_local_imports_are_explained():
                             block.startswith("#")):
                         bad[str(path.relative_to(ROOT.parent))].append(node.lineno)
     assert dict(bad) == {}
+
+
+def test_version_is_the_installed_one():
+    import re
+    import subprocess
+    import sys
+
+    import parosim
+
+    toml = (ROOT.parent / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', toml, re.M).group(1) == parosim.__version__
+    out = subprocess.run([sys.executable, "-m", "parosim", "--version"], capture_output=True,
+                         text=True, cwd=ROOT.parent, check=True).stdout
+    assert out == f"parosim {parosim.__version__}\n"

@@ -62,18 +62,7 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..collectives import Algo, parse_enum
 from ..errors import InputError
-from ..evaluate.analytic import evaluate
-from ..evaluate.replay import replay
-from ..io import cluster_to_yaml, load_cluster
-from ..io.model import load_model
-from ..plan.dataparallel import build_plan
-from ..plan.layout import ParallelSpec
-from ..simulate.step import _runtime, simulate_step
-from ..spec.runtime import effective_overlap_slowdown
-from ..spec.strategy import parse_strategy
-from ..spec.training import TrainingSpec, parse_trainable_ratio
 
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
 OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
@@ -191,6 +180,10 @@ def _scaled(profile, k: float):
 
 
 def _setup(run: StepRun, base):
+    # deferred: 'parosim calibrate' parses with this module; the simulator loads to fit
+    from ..io.model import load_model
+    from ..spec.training import TrainingSpec, parse_trainable_ratio
+
     where = f"--steps line {run.line}"
     try:
         cluster = replace(base, nodes=run.nodes, group_nodes=run.group_nodes)
@@ -216,6 +209,14 @@ def simulate_run(run: StepRun, base, profile, mode: str = "analytic",
     """Simulated seconds of ``run`` on ``base`` with compute ``profile`` and overlap factor
     ``overlap`` (None: the cluster's, else the runtime's). Memory is not enforced: the run
     was measured, so it fitted."""
+    # deferred: 'parosim calibrate' parses with this module; the simulator loads to fit
+    from ..collectives import Algo, parse_enum
+    from ..evaluate.analytic import evaluate
+    from ..evaluate.replay import replay
+    from ..plan.dataparallel import build_plan
+    from ..simulate.step import _runtime
+    from ..spec.runtime import effective_overlap_slowdown
+    from ..spec.strategy import parse_strategy
 
     model, cluster, training = _setup(run, base)
     cluster = replace(cluster, compute=profile)
@@ -242,6 +243,9 @@ def simulate_run(run: StepRun, base, profile, mode: str = "analytic",
 def _simulate_3d(run: StepRun, model, cluster, training, mode: str,
                  overlap: float | None) -> float:
     """A TP x PP x DP row: the 3D path of ``simulate_step`` (memory not enforced)."""
+    # deferred: 'parosim calibrate' parses with this module; the simulator loads to fit
+    from ..plan.layout import ParallelSpec
+    from ..simulate.step import simulate_step
 
     where = f"--steps line {run.line}"
     if run.runtime != "ideal":
@@ -277,8 +281,9 @@ def _stats(errs: list[float]) -> dict:
 
 def fit_steps(runs: list[StepRun], base, holdout: str = "none", mode: str = "analytic") -> dict:
     """Fit the scale factor; rows with ``what`` fit | held-out, simulated vs measured."""
-    import numpy as np  # deferred: numpy loads only when this runs
-    from scipy.optimize import least_squares  # deferred: scipy loads only when this runs
+    # deferred: 'parosim calibrate' parses with this module; the simulator loads to fit
+    import numpy as np
+    from scipy.optimize import least_squares
 
     if holdout not in HOLDOUTS:
         raise InputError(f"--holdout {holdout!r} is not known for --steps; expected one of "
@@ -332,6 +337,9 @@ def add_steps_argument(group) -> None:
 
 def run_steps(a: argparse.Namespace) -> dict:
     """The ``--steps`` mode of ``parosim calibrate``: fit, write the YAML, return the result."""
+    # deferred: 'parosim calibrate' parses with this module; the simulator loads to fit
+    from ..io import cluster_to_yaml, load_cluster
+
     base = load_cluster(a.cluster)
     runs = read_steps(a.steps)
     holdout = getattr(a, "holdout", "none") or "none"

@@ -5,6 +5,7 @@ too. Other names of :mod:`.commands` are reachable here as when ``parosim.cli`` 
 """
 
 import importlib
+import sys
 
 
 def main(argv=None):

@@ -330,9 +330,7 @@ class VersionAction(argparse.Action):
 
 
 def version_string() -> str:
-    try:
-        from importlib.metadata import version
+    """The package's version (``parosim.__version__``, the one ``pyproject.toml`` installs)."""
+    from .. import __version__  # deferred: read only when asked
 
-        return version("parosim")
-    except Exception:  # noqa: BLE001 - not installed (run from a checkout)
-        return "unknown"
+    return __version__

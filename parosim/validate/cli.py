@@ -26,20 +26,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..collectives import Algo, Op, parse_enum
 from ..errors import InputError
-from ..io.cluster import cluster_to_yaml
-from ..plots.figures import save_as
 from ..units import fmt_bytes, fmt_time, parse_bandwidth, parse_size, parse_time
-from .calibrate import calibrate, emulated_spec
 from .emulate import EmulatedCluster, Shaping, check_capability
-from .executor import Launch
-from .harness import parse_parallel, validate_collectives, validate_steps
-from .report import ordering_mismatches, plot, summary, to_frame
 
 DEFAULTS = {
     "emulate": False, "nodes": 2, "ranks_per_node": 2, "nic_bandwidth": "300Mbps",
@@ -126,6 +119,8 @@ class _Opts:
         self.ops = [parse_enum(Op, o, "--ops") for o in _split(r["ops"], "--ops")]
         self.step_algo = parse_enum(Algo, r["step_algo"], "--step-algo")
         self.strategies = _split(r["strategies"], "--strategies", allow_empty=True)
+        # deferred: the harness (torch) and figures (matplotlib) load only when validating
+        from .harness import parse_parallel
 
         self.parallel = parse_parallel(r.get("parallel") or "")
         for tp, pp, _ in self.parallel:
@@ -165,6 +160,11 @@ def run_validate(args) -> dict:
 
     >>> run_validate({"emulate": True, "nodes": 2, "ranks_per_node": 2})  # doctest: +SKIP
     """
+    # deferred: the harness (torch) and figures (matplotlib) load only when validating
+    from .calibrate import calibrate, emulated_spec
+    from .executor import Launch
+    from .harness import validate_collectives, validate_steps
+    from .report import ordering_mismatches, summary
 
     o = _Opts(args)
     if o.emulate:
@@ -215,6 +215,8 @@ def run_validate(args) -> dict:
             rows += validate_steps_3d(launch, spec, o.parallel, o.step_algo,
                                       training=small_training(o.accum_steps),
                                       warmup=o.warmup, iters=o.iters or 3)
+    # deferred: the harness (torch) and figures (matplotlib) load only when validating
+    from ..io.cluster import cluster_to_yaml
 
     held = [r for r in rows if not r.get("seen_in_calibration")]
     result = {
@@ -248,6 +250,9 @@ def run_validate(args) -> dict:
 
 def write_outputs(result: dict, out: Path) -> list[Path]:
     """rows.csv, result.json, calibrated.yaml and validate.png under ``out``."""
+    # deferred: the harness (torch) and figures (matplotlib) load only when validating
+    from .report import plot, to_frame
+
     out.mkdir(parents=True, exist_ok=True)
     df = to_frame(result["rows"])
     paths = [out / "rows.csv", out / "result.json", out / "calibrated.yaml",
@@ -256,6 +261,8 @@ def write_outputs(result: dict, out: Path) -> list[Path]:
                                                                           index=False)
     paths[1].write_text(json.dumps(result, indent=1, default=str))
     paths[2].write_text(result["cluster_yaml"])
+    # deferred: the harness (torch) and figures (matplotlib) load only when validating
+    from ..plots.figures import save_as
 
     what = " and ".join(sorted({str(w) for w in df.get("what", [])})) or "rows"
     shape = (f"{result['nodes']} nodes x {result['ranks_per_node']} ranks, "
@@ -297,6 +304,9 @@ def format_table(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m parosim.validate.cli`` (the same flags as ``parosim validate``)."""
+    # deferred: the harness (torch) and figures (matplotlib) load only when validating
+    import sys
+
     p = argparse.ArgumentParser(prog="parosim validate", description=__doc__.splitlines()[0])
     add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
