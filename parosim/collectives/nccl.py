@@ -22,7 +22,8 @@ Protocols (per phase, i.e. per NCCL call)
     (LL 1/4, LL128 0.92 or 0.7 when one GPU per node, Simple 1, tree 0.92 and tree LL 1/3.8,
     tree LL128 x 120/128) and caps (``llMaxBws``, ``perChMaxRingLL128Bws``,
     ``perChMaxTreeBws``, ``perChMaxTreeLL128Bws``: per channel x C). They are the
-    :class:`~parosim.spec.system.ProtocolCost` fields of ``collective.ring_*`` / ``collective.tree_*``
+    :class:`~parosim.spec.system.ProtocolCost` fields of ``collective.ring_*`` /
+    ``collective.tree_*``
     in the cluster YAML. NCCL's ring Simple all-reduce "plateau" (latency x 1.4 on Ampere and
     newer when bytes / (C x nranks) >= 64) and the tree correction factors by size are applied
     as NCCL applies them (:data:`TREE_CORRECTION`).

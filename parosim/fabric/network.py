@@ -24,7 +24,8 @@ representative of its orbit under translation, and the per-link load on an orbit
 (nodes/T) x (fundamental count) / |o|. Max-min rates on the reduced problem equal those on the
 full one because every transfer and the graph share the symmetry. Transfers that are not
 invariant (user scenarios) need ``period_nodes = nodes`` (no reduction, the default).
-The graph's invariance is not assumed: :func:`parosim.fabric.symmetry.verified_period` checks it edge
+The graph's invariance is not assumed:
+:func:`parosim.fabric.symmetry.verified_period` checks it edge
 by edge and falls back to the smallest multiple of the asked period under which it holds (the
 node count: no reduction), so an override (a slow NIC on node 3) is never folded away.
 """
@@ -141,7 +142,8 @@ class Router:
         return [src, a[0], *sp, b[0], dst]
 
     def _fast(self, src: str, dst: str) -> list[str] | None:
-        """The unique shortest path on a graph built by :func:`parosim.fabric.topology.cluster_graph`
+        """The unique shortest path on a graph built by
+        :func:`parosim.fabric.topology.cluster_graph`
         (GPU - hub - GPU, or GPU - NIC - switch(es) - NIC - GPU), without a search; None when
         the graph is not one of those (then the search runs)."""
         if not self.graph.graph.get("parosim_builder"):

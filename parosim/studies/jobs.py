@@ -3,7 +3,8 @@
 Each :class:`Job` is a Plan (its own model, strategy, training settings) built for the job's
 own view of the cluster (its nodes, in the order listed, are its nodes 0, 1, ...; its ranks are
 node-major over them) and lowered by its own algorithm. The jobs are placed on ONE
-:class:`~parosim.fabric.network.Network` over the whole cluster graph: every collective phase's rings
+:class:`~parosim.fabric.network.Network` over the whole cluster graph: every collective
+phase's rings
 are translated from job ranks to cluster ranks, so the flows of different jobs share every
 link they both cross (NIC, leaf uplink, spine) by the same weighted max-min fairness as the
 flows of one job.
