@@ -53,9 +53,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
-from .collectives.types import Algo, Op, Scope, parse_enum
+from .collectives.types import Algo, Op, Scope
 from .compute import (
     ADAM_BYTES_PER_PARAM,
     head_backward_flops,
@@ -65,15 +64,27 @@ from .compute import (
     step_flops,
 )
 from .errors import InputError
-from .memory import (
-    MARGIN_FRACTION,
-    RUNTIME_RESERVE_BYTES,
-    MemoryBreakdown,
-    fp8_weight_cache_bytes,
+from .memory3d import (  # noqa: F401  (re-exported: the 3D memory model and its helpers)
+    UB_BUFFERS,
+    UB_FP8_BUFFERS,
+    UB_PIPELINE_SPLITS,
+    StageMemory,
+    _fp8,
+    check_cp,
+    cp_kv_bytes,
+    cp_local,
+    in_flight,
+    layer_activation_bytes_3d,
+    max_micro_batch_3d,
+    memory_3d,
+    resolve_recompute_3d,
+    stage_fp8_params,
+    stage_memory_3d,
+    stage_params,
+    userbuffer_bytes,
 )
 from .models import ModelSpec
 from .parallel import (
-    GroupScopes,
     Layout,
     PairSet,
     ParallelSpec,
@@ -81,52 +92,28 @@ from .parallel import (
     lower_group,
     lower_p2p,
 )
-from .plan import SYNC_GRAD, SYNC_PARAM, CollectiveOp, ComputeOp, Plan
+from .planning import (
+    LEVEL_SCOPE,
+    SYNC_GRAD,
+    SYNC_PARAM,
+    Builder,
+    ComputeOp,
+    GroupOp,
+    Plan,
+    boundary,
+    chunk_units,
+    resolve_recompute,
+)
 from .specs import ClusterSpec
-from .strategies import Level, Strategy, model_states_bytes, parse_strategy
+from .strategies import Level, Strategy, parse_strategy
 from .training import (
     BYTES_PER_ACTIVATION,
     BYTES_PER_GRAD,
-    BYTES_PER_OPTIM_STATE,
     BYTES_PER_PARAM,
     TrainingSpec,
 )
 
-_LEVEL_SCOPE = {Level.I: Scope.INTRA, Level.G: Scope.GLOBAL}
-
-
 # -- ops and plan ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class GroupOp(CollectiveOp):
-    """A collective (or point-to-point transfer) over a set of groups of one stage.
-
-    ``group``: ``"tp"``, ``"dp"`` or ``"p2p"``; ``count``: identical collectives back to back
-    (the engine moves count x the bytes and pays count x the latency and overheads);
-    ``scopes``: the :class:`~parosim.parallel.GroupScopes` (or the
-    :class:`~parosim.parallel.PairSet`); the inherited ``algo``, when set, overrides the
-    step's algorithm (TP groups inside a node: ring); ``pair``: with TP communication
-    overlap, the id of the GEMM compute op this collective runs beside (stream
-    ``tp-ovl/s{k}``), else -1.
-    """
-
-    stage: int = 0
-    group: str = "dp"
-    count: int = 1
-    scopes: GroupScopes | PairSet | None = None
-    pair: int = -1       # TP communication overlap: the id of the GEMM this op runs beside
-
-    def lower(self, spec: ClusterSpec, algo: Algo):
-        """The lowered :class:`~parosim.collectives.types.Program` (one collective)."""
-        if self.group == "p2p":
-            return lower_p2p(self.scopes, self.size_bytes)
-        return lower_group(spec, self.op, self.scope, self.size_bytes, self.algo or algo,
-                           self.scopes)
-
-    @property
-    def cache_key(self) -> tuple:
-        return (self.group, self.stage, self.op, self.scope, self.size_bytes, self.algo,
-                self.scopes.label if isinstance(self.scopes, PairSet) else None)
 
 
 @dataclass(frozen=True)
@@ -155,6 +142,10 @@ class Plan3D(Plan):
     def groups(self) -> int:
         return self.dp // self.group_size
 
+    def layout(self, spec: ClusterSpec) -> Layout:
+        """The :class:`~parosim.parallel.Layout` of this plan on ``spec``."""
+        return layout_for(spec, self.tp, self.pp)
+
     def overlap_gates(self) -> tuple[tuple[int, ...], ...]:
         """Per op, the pipeline stages whose GPUs run it: the engine's overlap-interference
         gates (:func:`parosim.replay.replay`). A compute op on ``compute/s{k}`` runs on
@@ -173,54 +164,6 @@ class Plan3D(Plan):
             else:
                 out.append((int(op.stream.rsplit("/s", 1)[1]),))
         return tuple(out)
-
-
-@dataclass(frozen=True)
-class _Unit:
-    label: str
-    kind: str            # "embed", "layer", "head"
-    params: int          # whole-model parameters of the unit (split by t per GPU)
-
-
-def chunk_units(model: ModelSpec, par: ParallelSpec) -> list[list[_Unit]]:
-    """Units of every virtual stage (chunk c of stage k is index c·p + k)."""
-    return _chunk_units(model, par.pp, par.virtual)
-
-
-@lru_cache(maxsize=512)
-def _chunk_units(model: ModelSpec, pp: int, virtual: int) -> list[list[_Unit]]:
-    model.require_shape("a pipeline plan")
-    par = ParallelSpec(pp=pp, schedule="interleaved" if virtual > 1 else "1f1b",
-                       virtual=virtual)
-    chunks = par.chunks
-    if model.layers % chunks:
-        raise InputError(f"model {model.name!r} has {model.layers} layers, not divisible "
-                         f"into --pp {par.pp} x {par.virtual} virtual stage(s) = {chunks} "
-                         "equal chunks; expected a pipeline degree (x chunks) that divides "
-                         "the layer count")
-    per = model.layers // chunks
-    out = []
-    for vs in range(chunks):
-        units = [_Unit(f"L{i}", "layer", model.layer_params)
-                 for i in range(vs * per, (vs + 1) * per)]
-        if vs == 0:
-            units.insert(0, _Unit("embed", "embed", model.embedding_params))
-        if vs == chunks - 1:
-            head = model.head_params
-            if getattr(model, "tied_embeddings", False) and pp > 1:
-                head += model.vocab * model.hidden   # Megatron's copy on the last stage
-            units.append(_Unit("head", "head", head))
-        out.append(units)
-    return out
-
-
-def stage_params(model: ModelSpec, par: ParallelSpec) -> list[float]:
-    """Parameters each GPU of stage k holds before DP sharding: Σ its units / t."""
-    units = chunk_units(model, par)
-    out = [0.0] * par.pp
-    for vs, us in enumerate(units):
-        out[vs % par.pp] += sum(u.params for u in us) / par.tp
-    return out
 
 
 def tp_collectives(kind: str, phase: str, sp: bool) -> list[tuple[Op, int]]:
@@ -245,34 +188,6 @@ def tp_collectives(kind: str, phase: str, sp: bool) -> list[tuple[Op, int]]:
 def tp_buffer_bytes(model: ModelSpec, training: TrainingSpec) -> float:
     """Full buffer of one TP collective: the layer activation, 2·s·b·h bytes (bf16)."""
     return BYTES_PER_ACTIVATION * training.seq_len * training.micro_batch * model.hidden
-
-
-# Transformer Engine userbuffers defaults (``initialize_ub`` in
-# transformer_engine/pytorch/module/base.py, TE commit 0004dbd0231cb02d7b47d45344900a494fa13f46):
-# ring-exchange for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad (one chunk per TP rank);
-# "pipeline" with num_splits = 4 for proj_fprop, fc2_fprop; "bulk" (no split) for the
-# qkv / fc1 dgrad and wgrad overlaps.
-UB_PIPELINE_SPLITS = 4
-# initialize_ub registers one userbuffer per name above (4 ring-exchange + 2 pipeline + 4 bulk),
-# each of the sample shape Megatron passes, (s·b, h), in bf16: 10 x 2·s·b·h bytes per GPU.
-# With FP8 training the buffers of qkv_fprop, qkv_dgrad, proj_dgrad, fc1_fprop, fc1_dgrad and
-# fc2_dgrad (its ``fp8_buf`` list) hold fp8 (1 byte): the ring-exchange all-gathers move fp8.
-UB_BUFFERS = 10
-UB_FP8_BUFFERS = 6
-
-
-def _fp8(training: TrainingSpec) -> bool:
-    """FP8 training (``TrainingSpec.precision``, where the FP8 model is present)."""
-    return getattr(training, "precision", "bf16") == "fp8"
-
-
-def userbuffer_bytes(training: TrainingSpec, hidden: int) -> float:
-    """Bytes per GPU of Transformer Engine's userbuffers (TP communication overlap)."""
-    tokens = training.seq_len * training.micro_batch
-    if _fp8(training):
-        return (UB_FP8_BUFFERS + BYTES_PER_ACTIVATION * (UB_BUFFERS - UB_FP8_BUFFERS)) \
-            * tokens * hidden
-    return UB_BUFFERS * BYTES_PER_ACTIVATION * tokens * hidden
 
 
 @dataclass(frozen=True)
@@ -439,47 +354,6 @@ def unit_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 # K/V going round the CP ring. Docs: docs/parallelism.md, "Context parallelism".
 
 
-def check_cp(cluster: ClusterSpec, training: TrainingSpec, par: ParallelSpec) -> None:
-    """Refuse, with one line, a CP degree the model cannot honour."""
-    cp = par.cp
-    if cp == 1:
-        return
-    n, t, p = cluster.gpus, par.tp, par.pp
-    if n % (t * cp * p):
-        raise InputError(f"--tp {t} x --cp {cp} x --pp {p} = {t * cp * p} does not divide the "
-                         f"{n} GPUs of cluster {cluster.name!r}; expected a divisor of {n}")
-    if training.attention == "eager":
-        raise InputError(f"--cp {cp} needs --attention flash (Transformer Engine runs context "
-                         "parallelism only with its flash / fused attention); got --attention "
-                         "eager")
-    s = training.seq_len
-    if s % (2 * cp):
-        raise InputError(f"--cp {cp} needs --seq-len divisible by 2 x cp = {2 * cp} (the "
-                         f"load-balanced split into 2·cp chunks); got --seq-len {s}")
-
-
-def cp_local(training: TrainingSpec, par: ParallelSpec) -> TrainingSpec:
-    """The training one CP rank runs: s/cp tokens per sequence, flash attention (cp = 1:
-    unchanged)."""
-    if par.cp == 1:
-        return training
-    if training.seq_len % (2 * par.cp):
-        raise InputError(f"--cp {par.cp} needs --seq-len divisible by 2 x cp = {2 * par.cp}; "
-                         f"got --seq-len {training.seq_len}")
-    # TE's CP runs only with flash / fused attention (no s x s scores kept): an unset
-    # attention is flash here (an explicit eager is refused by check_cp)
-    return replace(training, seq_len=training.seq_len // par.cp,
-                   attention=training.attention or "flash")
-
-
-def cp_kv_bytes(model: ModelSpec, local: TrainingSpec, par: ParallelSpec) -> float:
-    """Bytes of one K/V ring message per rank: K and V of the local s/cp tokens on this TP
-    rank, bf16: ``2 · b · (s/cp) · kv_dim/t · 2`` (kv_dim = kv_heads·head_dim; a TP degree
-    above kv_heads keeps one replicated K/V head per rank, as Megatron)."""
-    kv = model.kv_dim / par.tp if model.kv_dim >= par.tp * model.head_dim else model.head_dim
-    return 2.0 * local.micro_batch * local.seq_len * kv * BYTES_PER_ACTIVATION
-
-
 def cp_attention_step(model: ModelSpec, cluster: ClusterSpec, local: TrainingSpec,
                       par: ParallelSpec, ks) -> tuple[float, float, float, float]:
     """(forward s, backward s, forward FLOPs, backward FLOPs) of one CP attention step on one
@@ -536,18 +410,6 @@ def optimizer_seconds_3d(trainable_params: float, d_os: int, cluster: ClusterSpe
         return adam
     return adam + fp8_weight_cast_seconds(fp8_params, training.trainable_ratio, cluster,
                                           training)
-
-
-def stage_fp8_params(model: ModelSpec, par: ParallelSpec) -> list[float]:
-    """Per pipeline stage, the decoder-layer GEMM weights one rank holds (split by t): the
-    weights that run in FP8 and are cached in fp8 under ``precision = "fp8"``."""
-    from .compute import layer_fp8_params
-
-    per = layer_fp8_params(model) / par.tp
-    out = [0.0] * par.pp
-    for vs, us in enumerate(chunk_units(model, par)):
-        out[vs % par.pp] += per * sum(1 for u in us if u.kind == "layer")
-    return out
 
 
 def recompute_flops(model: ModelSpec, training: TrainingSpec, full: bool,
@@ -697,52 +559,21 @@ def schedule_order(stage: int, par: ParallelSpec, m: int) -> list[tuple[str, int
     return order
 
 
-class _Builder:
-    def __init__(self) -> None:
-        self.ops: list = []
-        self.last: dict[str, int] = {}
-
-    def _add(self, op) -> int:
-        self.ops.append(op)
-        self.last[op.stream] = op.id
-        return op.id
-
-    def compute(self, name, kind, layer, mb, flops, seconds, stream, deps) -> int:
-        return self._add(ComputeOp(len(self.ops), name, kind, layer, mb, flops, seconds,
-                                   stream, _deps(deps)))
-
-    def coll(self, name, op, scope, size, purpose, layer, mb, stream, deps, *, stage, group,
-             scopes, count=1, algo=None, pair=-1) -> int | None:
-        k = 2 if group == "p2p" else scopes.size(scope)
-        if k <= 1 or size <= 0 or count < 1:
-            return None
-        return self._add(GroupOp(len(self.ops), name, op, scope, float(size), purpose, layer,
-                                 mb, stream, _deps(deps), algo=algo, stage=stage, group=group,
-                                 count=count, scopes=scopes, pair=pair))
-
-
-def _deps(deps) -> tuple[int, ...]:
-    return tuple(sorted({d for d in deps if d is not None}))
-
-
-def resolve_recompute_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
-                         training: TrainingSpec, par: ParallelSpec) -> bool:
-    """Full recomputation: as set, or auto (None): on iff it does not fit without."""
-    if training.recompute is not None:
-        return training.recompute
-    return not _memory(model, strategy, cluster, training, par, False).fits
-
-
 def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
-                  training: TrainingSpec, par: ParallelSpec) -> Plan3D:
+                  training: TrainingSpec, par: ParallelSpec, runtime=None) -> Plan3D:
     """The op list of one global step of a TP x PP x DP job (module docstring).
 
     ``training.micro_batch`` is per DP replica and ``training.accum_steps`` is m, the
-    micro-batches each replica's pipeline runs per step.
+    micro-batches each replica's pipeline runs per step. ``runtime``: a
+    :class:`parosim.runtime.RuntimeSpec` (:func:`check_runtime_3d`): its boundary buckets and
+    per-call algorithm; None = ideal.
     """
     from .compute import compute_seconds
+    from .runtime import as_runtime
 
+    rt = as_runtime(runtime)
     strategy = parse_strategy(strategy)
+    check_runtime_3d(rt, strategy, par)
     check_cp(cluster, training, par)
     orig, training = training, cp_local(training, par)   # one CP rank: s/cp tokens
     lay = layout_for(cluster, par.tp, par.pp)
@@ -750,12 +581,12 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     m = training.accum_steps
     r = training.trainable_ratio
     sp = par.sequence_parallel
-    recompute = resolve_recompute_3d(model, strategy, cluster, training, par)
+    recompute = resolve_recompute(model, strategy, cluster, training, par=par)
     rc_flops = recompute_flops(model, training, recompute, par.selective_recompute)
     units = chunk_units(model, par)
     last_vs = len(units) - 1
     ks = unit_seconds(model, cluster, training, par, recompute)   # None: flat model
-    b = _Builder()
+    b = Builder(runtime=rt)
     tp_size = tp_buffer_bytes(model, training)
     msg = tp_size / t                    # p2p bytes per rank (scatter/gather or SP shard)
     tp_algo = par.tp_algo if t > cluster.gpus_per_node else Algo.RING
@@ -792,7 +623,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             for op, c in tp_collectives(kind, phase, sp):
                 counts[op] = counts.get(op, 0) + c
         for op, c in counts.items():
-            b.coll(f"tp {op.value} {phase} {label} mb{mb}", op, Scope.GLOBAL, tp_size, "tp",
+            b.collective(f"tp {op.value} {phase} {label} mb{mb}", op, Scope.GLOBAL, tp_size, "tp",
                    None, mb, f"compute/s{k}", [], stage=k, group="tp",
                    scopes=lay.tp_scopes(k), count=c, algo=tp_algo)
 
@@ -821,11 +652,11 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         for i, (sec, fl, size, c) in enumerate(cpp[phase]):
             pre = b.last[cs]
             gid = b.compute(f"{kind} cp-attn{i} {label} mb{mb}", kind, None, mb, n * c * fl,
-                            n * c * sec, cs, [])
-            cid = b.coll(f"cp ring{i} {phase} {label} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL,
+                            n * c * sec, [], cs)
+            cid = b.collective(f"cp ring{i} {phase} {label} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL,
                          size, "cp-ring", None, mb, f"tp-ovl/s{k}", [pre], stage=k,
                          group="p2p", scopes=lay.cp_ring(k, par.cp), count=n * c, pair=gid)
-            b.compute(f"cp wait{i} {label} mb{mb}", "cp-wait", None, mb, 0.0, 0.0, cs, [cid])
+            b.compute(f"cp wait{i} {label} mb{mb}", "cp-wait", None, mb, 0.0, 0.0, [cid], cs)
 
     def overlap_ops(k: int, phase: str, mb: int, label: str, n: int, kind: str) -> None:
         """TP communication overlap: per overlapped collective of n layers, its GEMM on the
@@ -838,25 +669,25 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         for pr in pairs[phase]:
             pre = b.last[cs]
             gid = b.compute(f"{kind} {pr.name} {label} mb{mb}", kind, None, mb,
-                            n * pr.gemm_flops, n * pr.gemm_s, cs, [])
+                            n * pr.gemm_flops, n * pr.gemm_s, [], cs)
             size = tp_size * pr.size_scale
-            cid = b.coll(f"tp {pr.op.value} {pr.name} {label} mb{mb}", pr.op, Scope.GLOBAL,
+            cid = b.collective(f"tp {pr.op.value} {pr.name} {label} mb{mb}", pr.op, Scope.GLOBAL,
                          size, "tp-overlap", None, mb, f"tp-ovl/s{k}", [pre], stage=k,
                          group="tp", scopes=lay.tp_scopes(k), count=n, algo=tp_algo, pair=gid)
             if pr.chunks:
-                b.coll(f"tp {pr.op.value} chunk {pr.name} {label} mb{mb}", pr.op,
+                b.collective(f"tp {pr.op.value} chunk {pr.name} {label} mb{mb}", pr.op,
                        Scope.GLOBAL, size / pr.chunks, "tp-chunk", None, mb, cs, [cid],
                        stage=k, group="tp", scopes=lay.tp_scopes(k), count=n, algo=tp_algo)
             else:
                 b.compute(f"tp-overlap wait {pr.name} {label} mb{mb}", "tp-wait", None, mb,
-                          0.0, 0.0, cs, [cid])
+                          0.0, 0.0, [cid], cs)
 
-    def gather(k: int, u: _Unit, phase: str, mb: int) -> int | None:
+    def gather(k: int, u, phase: str, mb: int) -> int | None:
         if strategy.p is Level.N:
             return None
         d = done[k]
-        return b.coll(f"ag-param {phase} {u.label} mb{mb}", Op.ALL_GATHER,
-                      _LEVEL_SCOPE[strategy.p], BYTES_PER_PARAM * u.params / t,
+        return b.collective(f"ag-param {phase} {u.label} mb{mb}", Op.ALL_GATHER,
+                      LEVEL_SCOPE[strategy.p], BYTES_PER_PARAM * u.params / t,
                       "param-gather", None, mb, f"comm-param/s{k}",
                       [d[-2] if len(d) >= 2 else None], stage=k, group="dp",
                       scopes=lay.dp_scopes(k))
@@ -870,7 +701,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         sizes = {"full": full, "shard": full / lay.m_dp}
         ids = []
         for op, scope, size in table:
-            cid = b.coll(f"{purpose} {op.value} {scope.value} c{vs} b{bi}", op, scope,
+            cid = b.collective(f"{purpose} {op.value} {scope.value} c{vs} b{bi}", op, scope,
                          sizes[size], purpose, None, None, f"{stream}/s{k}", deps, stage=k,
                          group="dp", scopes=lay.dp_scopes(k))
             if cid is not None:
@@ -900,8 +731,8 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
             nl = kinds.count("layer")
             f_r, s_r = rest("fwd", nl, f, secs(f, kinds))
-            b.compute(f"fwd c{vs} b{bi} mb{mb}", "fwd", None, mb, f_r, s_r, cs,
-                      [first, g[-1] if g else None])
+            b.compute(f"fwd c{vs} b{bi} mb{mb}", "fwd", None, mb, f_r, s_r,
+                      [first, g[-1] if g else None], cs)
             overlap_ops(k, "fwd", mb, f"c{vs}b{bi}", nl, "fwd")
             cp_ops(k, "fwd", mb, f"c{vs}b{bi}", nl, "fwd")
             done[k].append(b.last[cs])
@@ -925,7 +756,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 if recompute:
                     f, s_rc = rest("recompute", nl, f, s_rc)
                 b.compute(f"recompute c{vs} b{bi} mb{mb}", "recompute", None, mb, f, s_rc,
-                          cs, first)
+                          first, cs)
                 if recompute:
                     overlap_ops(k, "recompute", mb, f"c{vs}b{bi}", nl, "recompute")
                     tp_ops(k, kinds, "recompute", mb, f"c{vs}b{bi}")
@@ -933,7 +764,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 first = []
             f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
             f_r, s_r = rest("bwd", nl, f, secs(f, kinds, "bwd"))
-            b.compute(f"bwd c{vs} b{bi} mb{mb}", "bwd", None, mb, f_r, s_r, cs, first)
+            b.compute(f"bwd c{vs} b{bi} mb{mb}", "bwd", None, mb, f_r, s_r, first, cs)
             first = []
             overlap_ops(k, "bwd", mb, f"c{vs}b{bi}", nl, "bwd")
             cp_ops(k, "bwd", mb, f"c{vs}b{bi}", nl, "bwd")
@@ -953,7 +784,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
             nl = sum(u.kind == "layer" for u in us)
             f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind for u in us]))
-            b.compute(f"fwd c{vs} mb{mb}", "fwd", None, mb, f_r, s_r, cs, [dep0])
+            b.compute(f"fwd c{vs} mb{mb}", "fwd", None, mb, f_r, s_r, [dep0], cs)
             overlap_ops(k, "fwd", mb, f"c{vs}", nl, "fwd")
             cp_ops(k, "fwd", mb, f"c{vs}", nl, "fwd")
             done[k].append(b.last[cs])
@@ -965,8 +796,8 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 kind = {"layer": "fwd", "head": "head-fwd", "embed": "embed-fwd"}[u.kind]
                 nl = int(u.kind == "layer")
                 f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind]))
-                b.compute(f"fwd {u.label} mb{mb}", kind, None, mb, f_r, s_r, cs,
-                          [g, dep0 if j == 0 else None])
+                b.compute(f"fwd {u.label} mb{mb}", kind, None, mb, f_r, s_r,
+                          [g, dep0 if j == 0 else None], cs)
                 overlap_ops(k, "fwd", mb, u.label, nl, kind)
                 cp_ops(k, "fwd", mb, u.label, nl, kind)
                 done[k].append(b.last[cs])
@@ -979,11 +810,11 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         """Chunk ``vs``'s activation (forward) or gradient (backward) to the stage of chunk
         ``to_vs``: a pipeline send, then (TP without SP) the receivers' all-gather."""
         peer = to_vs % p
-        sid = b.coll(f"send {what} c{vs} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL, msg,
+        sid = b.collective(f"send {what} c{vs} mb{mb}", Op.ALL_GATHER, Scope.GLOBAL, msg,
                      f"p2p-{what}", None, mb, f"p2p-{way}/s{k}", [after], stage=k,
                      group="p2p", scopes=lay.pairs(k, peer))
         if not sp and t > 1:
-            sid = b.coll(f"tp all-gather {what} c{to_vs} mb{mb}", Op.ALL_GATHER,
+            sid = b.collective(f"tp all-gather {what} c{to_vs} mb{mb}", Op.ALL_GATHER,
                          Scope.GLOBAL, tp_size, "tp", None, mb, f"p2p-{way}/s{k}", [sid],
                          stage=peer, group="tp", scopes=lay.tp_scopes(peer), algo=tp_algo)
         sent[(key, vs, mb)] = sid if sid is not None else after
@@ -1002,8 +833,8 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 s_rc = secs(f, [u.kind for u in us if u.kind == "layer"], "recompute")
                 if recompute:
                     f, s_rc = rest("recompute", nl, f, s_rc)
-                b.compute(f"recompute c{vs} mb{mb}", "recompute", None, mb, f, s_rc, cs,
-                          first)
+                b.compute(f"recompute c{vs} mb{mb}", "recompute", None, mb, f, s_rc, first,
+                          cs)
                 if recompute:
                     overlap_ops(k, "recompute", mb, f"c{vs}", nl, "recompute")
                     tp_ops(k, [u.kind for u in us], "recompute", mb, f"c{vs}")
@@ -1011,7 +842,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 first = []
             f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
             f_r, s_r = rest("bwd", nl, f, secs(f, [u.kind for u in us], "bwd"))
-            b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f_r, s_r, cs, first)
+            b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f_r, s_r, first, cs)
             overlap_ops(k, "bwd", mb, f"c{vs}", nl, "bwd")
             cp_ops(k, "bwd", mb, f"c{vs}", nl, "bwd")
             done[k].append(b.last[cs])
@@ -1027,7 +858,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                     if recompute:
                         f, s_rc = rest("recompute", nl, f, s_rc)
                     b.compute(f"recompute {u.label} mb{mb}", "recompute", None, mb, f, s_rc,
-                              cs, [g, *first])
+                              [g, *first], cs)
                     if recompute:
                         overlap_ops(k, "recompute", mb, u.label, nl, "recompute")
                         tp_ops(k, ["layer"], "recompute", mb, u.label)
@@ -1036,15 +867,15 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 f = unit_flops(model, training, u.kind, "bwd") / t
                 kind = {"layer": "bwd", "head": "head-bwd", "embed": "embed-bwd"}[u.kind]
                 f_r, s_r = rest("bwd", nl, f, secs(f, [u.kind], "bwd"))
-                b.compute(f"bwd {u.label} mb{mb}", kind, None, mb, f_r, s_r, cs, [g, *first])
+                b.compute(f"bwd {u.label} mb{mb}", kind, None, mb, f_r, s_r, [g, *first], cs)
                 overlap_ops(k, "bwd", mb, u.label, nl, kind)
                 cp_ops(k, "bwd", mb, u.label, nl, kind)
                 cid = b.last[cs]
                 done[k].append(cid)
                 tp_ops(k, [u.kind], "bwd", mb, u.label)
                 if strategy.g is not Level.N:
-                    b.coll(f"rs-grad {u.label} mb{mb}", Op.REDUCE_SCATTER,
-                           _LEVEL_SCOPE[strategy.g], BYTES_PER_GRAD * u.params * r / t,
+                    b.collective(f"rs-grad {u.label} mb{mb}", Op.REDUCE_SCATTER,
+                           LEVEL_SCOPE[strategy.g], BYTES_PER_GRAD * u.params * r / t,
                            "grad-reduce", None, mb, f"comm-grad/s{k}", [cid], stage=k,
                            group="dp", scopes=lay.dp_scopes(k))
         if vs > 0:
@@ -1071,7 +902,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     sparams = stage_params(model, par)
     fp8p = stage_fp8_params(model, par)
     for k in range(p):
-        _boundary(b, k, strategy, lay, sparams[k] * r, cluster, training, fp8p[k], dpo)
+        _boundary(b, k, strategy, lay, sparams[k] * r, cluster, training, fp8p[k], dpo, rt)
     gch, pch = _dp_chains(p, v, buckets, gchain, pchain) if dpo else ((), ())
     n = cluster.gpus
     tokens = training.micro_batch * training.seq_len * m * lay.d
@@ -1084,7 +915,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                   recompute=recompute, tp=t, pp=p, dp=lay.d, schedule=par.schedule,
                   virtual=v, sequence_parallel=sp, cp=par.cp,
                   selective_recompute=par.selective_recompute, tp_comm_overlap=ovl,
-                  hardware_flops_per_gpu=hw,
+                  hardware_flops_per_gpu=hw, runtime=rt.name,
                   stage_params=tuple(sparams), dp_grad_chains=gch, dp_param_chains=pch)
 
 
@@ -1198,183 +1029,20 @@ def _grad_list(grad) -> list[tuple[float, float]]:
     return gl
 
 
-def _boundary(b: _Builder, k: int, strategy: Strategy, lay: Layout, trainable: float,
+def _boundary(b: Builder, k: int, strategy: Strategy, lay: Layout, trainable: float,
               cluster: ClusterSpec, training: TrainingSpec, fp8_params: float = 0.0,
-              dp_overlap: bool = False) -> None:
-    """Per stage: t_sync_g, the optimizer step, t_sync_p (:mod:`parosim.plan` tables). With
-    DP communication overlap the syncs are the buckets' (in the last backward, the first
-    forward): only the optimizer step stays here."""
-    full = BYTES_PER_GRAD * trainable
-    sizes = {"full": full, "shard": full / lay.m_dp}
-    gs = lay.dp_scopes(k)
-    deps = [b.last.get(f"compute/s{k}"), b.last.get(f"comm-grad/s{k}")]
-    for op, scope, size in () if dp_overlap else SYNC_GRAD[(strategy.g, strategy.os)]:
-        cid = b.coll(f"sync-grad {op.value} {scope.value} s{k}", op, scope, sizes[size],
-                     "sync-grad", None, None, f"comm-grad/s{k}", deps, stage=k, group="dp",
-                     scopes=gs)
-        deps = [cid] if cid is not None else deps
+              dp_overlap: bool = False, runtime=None) -> None:
+    """Per stage: t_sync_g, the optimizer step, t_sync_p (:func:`parosim.planning.boundary`).
+    With DP communication overlap the syncs are the buckets' (in the last backward, the
+    first forward): only the optimizer step stays here."""
     d_os = strategy.os.divisor(lay.d, lay.m_dp)
     opt_s = optimizer_seconds_3d(trainable, d_os, cluster, training, fp8_params)
-    deps = [b.compute(f"optimizer step s{k}", "optimizer", None, None, 0.0, opt_s,
-                      f"compute/s{k}", deps)]
-    for op, scope, size in () if dp_overlap else SYNC_PARAM.get((strategy.os, strategy.p),
-                                                                 ()):
-        cid = b.coll(f"sync-param {op.value} {scope.value} s{k}", op, scope, sizes[size],
-                     "sync-param", None, None, f"comm-param/s{k}", deps, stage=k,
-                     group="dp", scopes=gs)
-        deps = [cid] if cid is not None else deps
+    boundary(b, strategy, BYTES_PER_GRAD * trainable, lay.m_dp,
+             [b.last.get(f"compute/s{k}"), b.last.get(f"comm-grad/s{k}")], opt_s, runtime,
+             stage=k, scopes=lay.dp_scopes(k), syncs=not dp_overlap)
 
 
 # -- memory ------------------------------------------------------------------------------
-
-def layer_activation_bytes_3d(model: ModelSpec, training: TrainingSpec, tp: int, sp: bool,
-                              selective: bool) -> float:
-    """Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022, Table 2):
-
-    no recompute: ``sbh(10 + 24/t + 5as/(ht))``; with SP ``sbh/t (34 + 5as/h)``;
-    selective: ``sbh(10 + 24/t)``; with SP ``34 sbh/t``.
-
-    >>> from parosim.models import preset
-    >>> m, tr = preset("llama-7b"), TrainingSpec(micro_batch=1, seq_len=2048)
-    >>> from parosim.memory import layer_activation_bytes
-    >>> layer_activation_bytes_3d(m, tr, 1, False, False) == layer_activation_bytes(m, 1, 2048)
-    True
-    """
-    if training.precision == "fp8":   # Transformer Engine keeps fp8 GEMM inputs
-        from .fp8mem import fp8_layer_activation_bytes
-
-        return fp8_layer_activation_bytes(model, training, tp, sp, selective)
-    if training.hidden_dropout is not None:   # bf16, explicit dropout: masks only if > 0
-        from .fp8mem import korthikanti_mask_bytes
-
-        return (layer_activation_bytes_3d(model, replace(training, hidden_dropout=None), tp,
-                                          sp, selective)
-                - korthikanti_mask_bytes(model, training, tp, sp))
-    s, b, h, a = training.seq_len, training.micro_batch, model.hidden, model.heads
-    # selective recomputation and FlashAttention both keep no s x s attention matrices;
-    # FlashAttention keeps its fp32 log-sum-exp, 4·b·a·s (split over the heads of the group)
-    attn = 0.0 if selective or training.attention == "flash" else 5 * a * s / h
-    lse = 4 * b * a * s / tp if training.attention == "flash" and not selective else 0.0
-    if sp:
-        return s * b * h * (34 + attn) / tp + lse
-    return s * b * h * (10 + 24 / tp + attn / tp) + lse
-
-
-def in_flight(stage: int, par: ParallelSpec, m: int) -> int:
-    """Chunk forwards whose activations stage ``stage`` holds at its peak (warm-up + 1)."""
-    p, v = par.pp, par.virtual
-    if v == 1:
-        return min(p - stage, m)
-    return min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
-
-
-@dataclass(frozen=True)
-class StageMemory:
-    stage: int
-    breakdown: MemoryBreakdown
-
-
-def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
-                  training: TrainingSpec, par: ParallelSpec, recompute: bool,
-                  lay: Layout) -> list[MemoryBreakdown]:
-    t, sp = par.tp, par.sequence_parallel
-    r = training.trainable_ratio
-    units = chunk_units(model, par)
-    per_chunk = model.layers // par.chunks
-    s, b, h = training.seq_len, training.micro_batch, model.hidden
-    full_layer = layer_activation_bytes_3d(model, training, t, sp, par.selective_recompute)
-    no_rc_layer = layer_activation_bytes_3d(model, training, t, sp, False)
-    kept = BYTES_PER_ACTIVATION * s * b * h / (t if sp else 1) if recompute else full_layer
-    out = []
-    cap = float(cluster.gpu.memory_bytes)
-    fp8p = stage_fp8_params(model, par)
-    for k in range(par.pp):
-        mine = [us for vs, us in enumerate(units) if vs % par.pp == k]
-        psi = sum(u.params for us in mine for u in us) / t
-        states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
-        cache = fp8_weight_cache_bytes(model, training, fp8p[k])
-        states += cache
-        d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)
-        fp8_w = fp8p[k] / d_p if training.fp8_params else 0.0   # 1 byte, not 2 (fp8mem)
-        states -= fp8_w
-        chunks = in_flight(k, par, training.accum_steps)
-        acts = chunks * per_chunk * kept + (no_rc_layer if recompute else 0.0)
-        if k == par.pp - 1:   # final norm + LM-head input and fp32 logits (vocab split by t)
-            logit = training.logit_bytes or 4          # fp32 logits unless told otherwise
-            acts += 4 * s * b * h / (t if sp else 1) + logit * s * b * model.vocab / t
-        biggest = max(u.params for us in mine for u in us) / t
-        bufs = 0.0
-        if strategy.p is not Level.N:
-            bufs += 2 * BYTES_PER_PARAM * biggest
-        if strategy.g is not Level.N:
-            bufs += 2 * BYTES_PER_GRAD * biggest * r
-        if par.tp_comm_overlap:   # TE's userbuffers (docs/parallelism.md)
-            bufs += userbuffer_bytes(training, h)
-        if par.cp > 1:   # TE's CP backward: two [K/V, dK/dV] receive buffers (4 messages)
-            bufs += 4 * cp_kv_bytes(model, training, par)
-        margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
-        total = states + acts + bufs + margin
-        out.append(MemoryBreakdown(
-            model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
-            margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
-            shortfall_bytes=max(0.0, total - cap),
-            params_bytes=BYTES_PER_PARAM * psi / d_p - fp8_w,
-            grads_bytes=BYTES_PER_GRAD * psi * r / d_g,
-            optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute,
-            fp8_weight_cache_bytes=cache))
-    return out
-
-
-def _memory(model, strategy, cluster, training, par, recompute) -> MemoryBreakdown:
-    lay = layout_for(cluster, par.tp, par.pp)
-    stages = _stage_memory(model, strategy, cluster, training, par, recompute, lay)
-    return max(stages, key=lambda mb: mb.total_bytes)
-
-
-def memory_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
-              training: TrainingSpec, par: ParallelSpec) -> MemoryBreakdown:
-    """Bytes per GPU of the most loaded pipeline stage (docs/parallelism.md, "Memory")."""
-    model.require_shape("memory with tensor or pipeline parallelism")
-    if (training.memory_model or "korthikanti") != "korthikanti":
-        raise InputError("--tp / --pp / --sequence-parallel / --recompute selective use the "
-                         "Korthikanti et al. memory estimate; expected no --memory-model "
-                         "runtime with them")
-    strategy = parse_strategy(strategy)
-    if training.precision == "fp8":   # refuses a GPU without FP8 (one line)
-        from .compute import fp8_peak_flops
-
-        fp8_peak_flops(cluster, training)
-    check_cp(cluster, training, par)
-    training = cp_local(training, par)   # one CP rank: s/cp tokens (Korthikanti, s -> s/cp)
-    rc = resolve_recompute_3d(model, strategy, cluster, training, par)
-    return _memory(model, strategy, cluster, training, par, rc)
-
-
-def stage_memory_3d(model, strategy, cluster, training, par) -> list[MemoryBreakdown]:
-    """Per-stage breakdowns (stage 0 first)."""
-    strategy = parse_strategy(strategy)
-    check_cp(cluster, training, par)
-    training = cp_local(training, par)
-    rc = resolve_recompute_3d(model, strategy, cluster, training, par)
-    return _stage_memory(model, strategy, cluster, training, par, rc,
-                         layout_for(cluster, par.tp, par.pp))
-
-
-def max_micro_batch_3d(model, strategy, cluster, training, par, limit: int = 4096) -> int:
-    """The largest micro-batch that fits (0 if 1 does not); memory grows with b."""
-    def fits(b: int) -> bool:
-        return memory_3d(model, strategy, cluster, training.with_micro_batch(b), par).fits
-
-    if not fits(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= limit and fits(hi):
-        lo, hi = hi, hi * 2
-    hi = min(hi, limit + 1)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
 
 
 # -- analytic ----------------------------------------------------------------------------
@@ -1614,10 +1282,10 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
                     comp[k] += n * c
                     busy[k] += n * x
             if strategy.p is not Level.N:
-                dp[k] += n * 2 * coll("dp", Op.ALL_GATHER, _LEVEL_SCOPE[strategy.p],
+                dp[k] += n * 2 * coll("dp", Op.ALL_GATHER, LEVEL_SCOPE[strategy.p],
                                       BYTES_PER_PARAM * params / t, gs)
             if strategy.g is not Level.N:
-                dp[k] += n * coll("dp", Op.REDUCE_SCATTER, _LEVEL_SCOPE[strategy.g],
+                dp[k] += n * coll("dp", Op.REDUCE_SCATTER, LEVEL_SCOPE[strategy.g],
                                   BYTES_PER_GRAD * params * r / t, gs)
         if vs < last_vs:
             nxt = (vs + 1) % p
@@ -1729,162 +1397,115 @@ def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre=None,
 
 # -- one step ----------------------------------------------------------------------------
 
-def replay_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 1.0,
-              trace: bool = False):
-    """Engine replay of a 3D plan; returns (ReplayResult, bubble_fraction, records)."""
-    from .replay import replay
+@dataclass(frozen=True)
+class PipelinePhase:
+    """What a replay of a 3D plan measured (seconds), as :class:`Analytic3D` states it in
+    closed form (docs/parallelism.md, "Bubble and exposed communication").
 
-    lay_period = layout_for(spec, plan.tp, plan.pp).symmetric_period(plan.cp)
-    rep = replay(plan, spec, algo, overlap_slowdown, trace=True, period_nodes=lay_period)
-    lanes: dict[str, float] = {}
+    ``pipeline_s``: the pipeline phase, from the first micro-batch op to the last one over
+    all stages (the accumulation boundary follows it). ``stage_busy_s``: per stage, the time
+    its compute stream runs micro-batch work (compute ops and the TP / CP collectives on that
+    stream). ``compute_s``: the busiest stage's compute ops over the step, its optimizer
+    step included."""
+
+    pipeline_s: float
+    stage_busy_s: tuple[float, ...]
+    compute_s: float
+    pp: int
+    virtual: int
+    micro_batches: int
+
+    @property
+    def bubble_s(self) -> float:
+        """The pipeline's fill and drain: (p - 1) / v x the mean over stages of one
+        micro-batch's busy time (0 with p = 1). Idle time from stage imbalance or waiting
+        for communication is not bubble: it is exposed communication or the busiest
+        stage's own time."""
+        if self.pp <= 1 or not self.stage_busy_s:
+            return 0.0
+        mean = sum(self.stage_busy_s) / len(self.stage_busy_s) / self.micro_batches
+        return (self.pp - 1) * mean / self.virtual
+
+    @property
+    def bubble_fraction(self) -> float:
+        """``bubble_s`` / ``pipeline_s``."""
+        return self.bubble_s / self.pipeline_s if self.pipeline_s > 0 else 0.0
+
+    def exposed_comm_s(self, step_s: float) -> float:
+        """``step - compute_s - bubble_s`` (>= 0)."""
+        return max(0.0, step_s - self.compute_s - self.bubble_s)
+
+
+_BOUNDARY_KINDS = ("optimizer", "sync-grad", "sync-param")
+_COMPUTE_KINDS = ("fwd", "bwd", "recompute", "head-fwd", "head-bwd", "embed-fwd", "embed-bwd",
+                  "optimizer")
+
+
+def pipeline_phase(plan: Plan3D, spans, stage_compute_s=None,
+                   stage_busy_s=None) -> PipelinePhase:
+    """The :class:`PipelinePhase` of a replay from its ``spans``: (stream, kind, start s,
+    end s) of the ops (the engine's records). ``stage_compute_s`` / ``stage_busy_s``: per
+    stage, measured otherwise (per-rank timelines: the mean over the stage's ranks)."""
+    busy = [0.0] * plan.pp
+    comp = [0.0] * plan.pp
     lo, hi = math.inf, 0.0
-    for rec in rep.records:
-        if rec.lane.startswith("compute/") and rec.kind not in ("optimizer", "sync-grad",
-                                                                 "sync-param"):
-            lanes[rec.lane] = lanes.get(rec.lane, 0.0) + rec.end_s - rec.start_s
-            lo, hi = min(lo, rec.start_s), max(hi, rec.end_s)
-    window = hi - lo if hi > lo else 0.0
-    mean_busy = sum(lanes.values()) / plan.pp if lanes else 0.0
-    bubble = 1.0 - mean_busy / window if window > 0 and plan.pp > 1 else 0.0
-    comp = {}
-    for rec in rep.records:
-        if rec.lane.startswith("compute/") and rec.kind in ("fwd", "bwd", "recompute",
-                                                            "head-fwd", "head-bwd",
-                                                            "embed-fwd", "embed-bwd",
-                                                            "optimizer"):
-            comp[rec.lane] = comp.get(rec.lane, 0.0) + rec.end_s - rec.start_s
-    busiest = max(comp.values(), default=0.0)
-    records = rep.records if trace else []
-    return rep, max(0.0, bubble), busiest, window, records
+    for stream, kind, start, end in spans:
+        if not stream.startswith("compute/"):
+            continue
+        k = int(stream.rsplit("/s", 1)[1])
+        if kind in _COMPUTE_KINDS:
+            comp[k] += end - start
+        if kind not in _BOUNDARY_KINDS:
+            busy[k] += end - start
+            lo, hi = min(lo, start), max(hi, end)
+    if stage_compute_s is not None:
+        comp = list(stage_compute_s)
+    if stage_busy_s is not None:
+        busy = list(stage_busy_s)
+    return PipelinePhase(hi - lo if hi > lo else 0.0, tuple(busy), max(comp, default=0.0),
+                         plan.pp, plan.virtual, plan.accum_steps)
 
 
-def check_supported(cluster: ClusterSpec, training: TrainingSpec, algo: Algo | None = None,
-                    mode: str = "analytic") -> None:
+def check_runtime_3d(rt, strategy: Strategy, par: ParallelSpec) -> None:
+    """Refuse, with one line, a runtime profile whose schedule has no meaning on the 3D
+    planner. A framework profile (DeepSpeed, FSDP, PaRO's fork) shapes the per-micro-step
+    parameter gathers and gradient reductions (prefetch, buckets, overlap, persistence): on
+    TP / PP layouts parosim models only strategies that have none (parameters and gradients
+    whole during the micro-steps: p = N, g = N, as DeepSpeed's pipeline engine requires,
+    ZeRO-0 / ZeRO-1), with the profile's boundary buckets, per-call algorithm, compute
+    slowdown, attention kernel and logit bytes (docs/parallelism.md, "Runtime profiles")."""
+    if rt.is_ideal:
+        return
+    if strategy.p is not Level.N or strategy.g is not Level.N:
+        fits = ", ".join(rt.label(s) for s, _ in rt.stages if s[:2] == "NN") or "NNN, NNI, NNG"
+        raise InputError(f"--runtime {rt.name} with --tp / --pp / --cp models strategies "
+                         "whose parameters and gradients stay whole during the micro-steps "
+                         f"(p = N, g = N: {fits}); got --strategy {rt.label(strategy.short)}")
+    if rt.grad_sync_every_micro_step:
+        raise InputError(f"--runtime {rt.name} synchronises gradients every micro-step "
+                         "(grad_sync_every_micro_step), which is not modelled with --tp / "
+                         "--pp / --cp; expected another runtime or no --tp / --pp / --cp")
+    if par.dp_comm_overlap:
+        raise InputError(f"--dp-comm-overlap models Megatron-Core's DDP buckets, not "
+                         f"--runtime {rt.name}'s; expected one of them")
+
+
+def training_for_runtime_3d(training: TrainingSpec, rt) -> TrainingSpec:
+    """A runtime profile's memory settings on the 3D planner: its attention kernel and logit
+    bytes where ``training`` leaves them unset. Its ``memory_model`` is not taken: with TP /
+    PP the layers are Megatron's, whose activations the Korthikanti et al. estimate counts
+    (an explicit ``--memory-model runtime`` is refused). The ideal profile: unchanged."""
+    if rt.is_ideal:
+        return training
+    return replace(training, attention=training.attention or rt.attention,
+                   logit_bytes=(training.logit_bytes if training.logit_bytes is not None
+                                else rt.logit_bytes))
+
+
+def check_supported(cluster: ClusterSpec, training: TrainingSpec,
+                    algo: Algo | None = None) -> None:
     """Refuse, with one line, what the TP/PP model does not honour (never a silent answer)."""
     flags = "--tp / --pp / --sequence-parallel / --recompute selective"
     if (training.memory_model or "korthikanti") != "korthikanti":
         raise InputError(f"{flags} use the Korthikanti et al. memory estimate; expected no "
                          "--memory-model runtime with them")
-    if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or not cluster.closed_form_exact:
-        raise InputError(f"{flags} assume identical GPUs and links; cluster "
-                         f"{cluster.name!r} has overrides, jitter or ECMP hashing")
-    if algo is not None and algo not in (Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING):
-        raise InputError(f"--algo {algo.value} is not modelled with {flags}; expected ring, "
-                         "hierarchical or ho-ring")
-
-
-def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
-                training: TrainingSpec, par: ParallelSpec, algo: Algo | str = Algo.HO_RING,
-                mode: str = "engine", trace: bool = False):
-    """One global step of a TP x PP x DP job: a :class:`parosim.simulate.StepResult` with
-    ``tp``, ``pp``, ``dp`` and ``bubble_fraction`` added (docs/parallelism.md)."""
-    from .simulate import MODES, StepResult
-
-    strategy = parse_strategy(strategy)
-    algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
-    if mode not in MODES:
-        raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
-    model.require_shape("a step simulation with tensor or pipeline parallelism")
-    check_supported(cluster, training, algo, mode)
-    check_cp(cluster, training, par)
-    lay = layout_for(cluster, par.tp, par.pp)
-    chunk_units(model, par)
-    if par.schedule == "interleaved" and training.accum_steps % par.pp:
-        raise InputError(f"the interleaved schedule needs the micro-batches per step "
-                         f"(--accum = {training.accum_steps}) to be a multiple of --pp "
-                         f"{par.pp}")
-    mem = memory_3d(model, strategy, cluster, training, par)
-    res = StepResult(strategy, algo, mode, cluster.gpus, mem)
-    extra = {"tp": par.tp, "pp": par.pp, "dp": lay.d // par.cp, "bubble_fraction": None,
-             "pp_schedule": par.schedule, "virtual_stages": par.virtual,
-             "sequence_parallel": par.sequence_parallel,
-             "tp_comm_overlap": par.tp_comm_overlap,
-             "dp_comm_overlap": par.dp_comm_overlap,
-             "recompute_mode": ("full" if mem.recompute else
-                                "selective" if par.selective_recompute else "none"),
-             "micro_batches": training.accum_steps}
-    if par.cp > 1:   # the key appears only with context parallelism (cp = 1: as before)
-        extra["cp"] = par.cp
-    res.parallel = extra
-    if not mem.fits:
-        return res
-    m = training.accum_steps
-    from .runtime import effective_overlap_slowdown
-
-    slow = effective_overlap_slowdown(training.overlap_slowdown,
-                                      getattr(cluster, "overlap_slowdown", None), None)
-    if mode == "analytic":
-        m_small = par.pp if par.virtual > 1 else 1
-        # the small plan stands for m micro-batches, so it must recompute as the m-micro-batch
-        # step does: auto recomputation resolved on m_small would see fewer activations in
-        # flight (1F1B holds min(p - k, m)) and could drop recomputation the step needs
-        plan = build_plan_3d(model, strategy, cluster,
-                             replace(training, accum_steps=m_small, recompute=mem.recompute),
-                             par)
-        an = evaluate_3d(plan, cluster, algo, m=m, overlap_slowdown=slow)
-        step, exposed, compute = an.step_time_s, an.exposed_comm_s, an.compute_s
-        extra["bubble_fraction"] = an.bubble_fraction
-        scale = m / m_small
-        hw = plan.hardware_flops_per_gpu  # boundary (optimizer) FLOPs are 0
-        hw *= scale
-        b_intra, b_inter = _bytes(plan, cluster, algo, scale)
-        tokens = plan.tokens_per_step * scale
-        model_flops = plan.model_flops_per_step * scale
-    else:
-        plan = build_plan_3d(model, strategy, cluster, training, par)
-        rep, bubble, busiest, _, recs = replay_3d(plan, cluster, algo, slow, trace)
-        step = rep.step_time_s
-        compute = busiest
-        extra["bubble_fraction"] = bubble
-        exposed = max(0.0, step - busiest - bubble * step)
-        n = cluster.gpus
-        b_intra = rep.gpu_egress.get("intra", 0.0) / n
-        b_inter = rep.gpu_egress.get("inter", 0.0) / n
-        if plan.tp_comm_overlap:   # the exposed chunks stand for time, not extra bytes
-            c_intra, c_inter = _bytes(plan, cluster, algo, 1.0, chunks=True)
-            b_intra, b_inter = b_intra - c_intra, b_inter - c_inter
-        res.events, res.records = rep.events, recs
-        hw, tokens, model_flops = (plan.hardware_flops_per_gpu, plan.tokens_per_step,
-                                   plan.model_flops_per_step)
-    res.step_time_s = step
-    res.exposed_comm_s = exposed
-    res.compute_s = compute
-    res.tokens_per_s = tokens / step
-    res.tokens_per_s_per_gpu = res.tokens_per_s / cluster.gpus
-    res.samples_per_s = res.tokens_per_s / training.seq_len
-    res.tflops_per_gpu = hw / step / 1e12
-    res.mfu = model_flops / (step * cluster.gpu.peak_flops)
-    res.bytes_intra, res.bytes_inter = float(b_intra), float(b_inter)
-    return res
-
-
-def _bytes(plan: Plan3D, spec: ClusterSpec, algo: Algo, scale: float,
-           chunks: bool = False) -> tuple[float, float]:
-    """Bytes one GPU sends per step over intra-node and inter-node hops (average over GPUs),
-    from the lowered programs (micro-step ops x ``scale``). The exposed chunks of TP
-    communication overlap (purpose ``tp-chunk``) are left out: they model the time of the
-    pipeline's first / last chunk, whose bytes the overlapped collective already moves;
-    ``chunks``: count only them, as the engine's links carry them (bytes / the protocol's
-    wire efficiency): the engine subtracts them from its link bytes."""
-    from .simulate import cross_node_fraction
-
-    intra = inter = 0.0
-    gpn, n = spec.gpus_per_node, spec.gpus
-    progs: dict = {}
-    for op in plan.ops:
-        if not isinstance(op, GroupOp) or (op.purpose == "tp-chunk") != chunks:
-            continue
-        prog = progs.get(op.cache_key)
-        if prog is None:
-            prog = progs[op.cache_key] = op.lower(spec, algo)
-        times = op.count * (1 if op.micro_step is None else scale)
-        for ph in prog.phases:
-            rings = ph.ringset.rings
-            senders = (len(rings) if isinstance(ph.ringset, PairSet)
-                       else sum(len(r) for r in rings))
-            share = senders / n  # the ranks that send, averaged over all GPUs
-            f = cross_node_fraction(ph.ringset, gpn)
-            sent = ph.bytes_per_rank / ph.bw_eff if chunks else ph.bytes_per_rank  # on the wire
-            inter += times * sent * f * share
-            intra += times * sent * (1 - f) * share
-    return intra, inter

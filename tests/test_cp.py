@@ -26,10 +26,9 @@ from parosim.plan3d import (
     cp_local,
     evaluate_3d,
     memory_3d,
-    simulate_3d,
     summary_3d,
 )
-from parosim.simulate import with_overrides
+from parosim.simulate import simulate_3d, with_overrides
 from parosim.specs import ClusterSpec
 from parosim.training import TrainingSpec
 

@@ -24,10 +24,9 @@ from parosim.plan3d import (
     evaluate_3d,
     grad_chain_exposed,
     param_fill_exposed,
-    simulate_3d,
     summary_3d,
 )
-from parosim.simulate import with_overrides
+from parosim.simulate import simulate_3d, with_overrides
 from parosim.strategies import parse_strategy
 from parosim.training import BYTES_PER_GRAD, TrainingSpec
 

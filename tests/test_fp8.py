@@ -31,8 +31,8 @@ from parosim.kernels import ComputeProfile, gemm_seconds, layer_times
 from parosim.memory import memory_breakdown
 from parosim.models import preset
 from parosim.parallel import ParallelSpec
-from parosim.plan3d import memory_3d, optimizer_seconds_3d, simulate_3d, unit_seconds
-from parosim.simulate import run_point, simulate_step
+from parosim.plan3d import memory_3d, optimizer_seconds_3d, unit_seconds
+from parosim.simulate import run_point, simulate_3d, simulate_step
 from parosim.specs import ClusterSpec, Override
 from parosim.strategies import parse_strategy
 from parosim.training import TrainingSpec

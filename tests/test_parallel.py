@@ -16,10 +16,9 @@ from parosim.plan3d import (
     build_plan_3d,
     memory_3d,
     schedule_order,
-    simulate_3d,
     stage_memory_3d,
 )
-from parosim.simulate import simulate_step
+from parosim.simulate import simulate_3d, simulate_step
 from parosim.specs import ClusterSpec, LinkSpec, NICSpec
 from parosim.training import TrainingSpec
 

@@ -18,9 +18,9 @@ from parosim.plan3d import (
     dp_overlap_bound,
     dp_overlap_exposed,
     grad_chain_slowed,
-    simulate_3d,
 )
 from parosim.replay import replay
+from parosim.simulate import simulate_3d
 from parosim.training import TrainingSpec
 
 M13 = preset("llama-13b")
