@@ -411,11 +411,8 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
         raise InputError("--link-timeline needs --mode engine (the analytic mode has no "
                          "timeline)")
     par = _parallel(a)
-    if not par.trivial and (a.runtime or getattr(a, "deepspeed_config", None)):
-        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
-                         "model the ideal runtime; expected no --runtime or --deepspeed-config")
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode,
-                      trace=bool(a.trace), runtime=rt if par.trivial else None,
+                      trace=bool(a.trace), runtime=rt,
                       repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv,
                       record_links=links, parallel=par)
     out = _dp_keys(r.to_dict())
@@ -599,11 +596,7 @@ def _cmd_compare(a: argparse.Namespace) -> dict:
     par = _parallel(a)
     rows = [_dp_keys(r.to_dict())
             for r in compare(model, cluster, training, _algos(a.algo), a.mode,
-                             workers=a.workers, runtime=rt if par.trivial else a.runtime,
-                             parallel=par)]
-    if not par.trivial and getattr(a, "deepspeed_config", None):
-        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
-                         "model the ideal runtime; expected no --deepspeed-config")
+                             workers=a.workers, runtime=rt, parallel=par)]
     out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
            "mode": a.mode, "runtime": rt.name,
            "settings": _settings(a, cluster, training, rt), "results": rows}
@@ -788,12 +781,9 @@ def _cmd_run(a: argparse.Namespace) -> dict:
         raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
                          "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
                          "nccl")
-    if not _parallel(a).trivial:
-        raise InputError("'parosim run' draws data-parallel steps; --tp / --pp / "
-                         "--sequence-parallel / --recompute selective are for simulate, compare "
-                         "and memory (expected none of them here)")
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode, runtime=rt,
-                      repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv)
+                      repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv,
+                      parallel=_parallel(a))
     if not r.fits:
         raise InputError(f"{r.strategy.name} does not fit in GPU memory (short by "
                          f"{r.memory.shortfall_bytes:.0f} bytes per GPU); expected a "

@@ -473,10 +473,15 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     rt = _runtime(runtime)
     pool = [s for s in (strategies or ALL_STRATEGIES) if strategies or rt.supports(s.short)]
     jobs = [(model, cluster, s, training, a, mode, False, rt) for s in pool for a in algos]
-    if parallel is not None and not parallel.trivial:   # 3D: the ideal runtime only
-        if runtime is not None:
-            raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
-                             "model the ideal runtime; expected no --runtime with them")
+    if parallel is not None and not parallel.trivial:   # 3D
+        if not rt.is_ideal:   # a framework's schedule: p = N, g = N (plan3d.check_runtime_3d)
+            from .strategies import Level
+
+            pool = [s for s in pool if s.p is Level.N and s.g is Level.N]
+            if not pool:
+                raise InputError(f"--runtime {rt.name} with --tp / --pp / --cp models "
+                                 "strategies with p = N and g = N; expected one of them "
+                                 "among the strategies")
         if getattr(parallel, "dp_comm_overlap", False):
             from .strategies import Level
 
@@ -484,7 +489,7 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             if not pool:
                 raise InputError("--dp-comm-overlap applies to PaRO NNN, NNI and NNG; "
                                  "expected one of them among the strategies")
-        jobs = [(model, cluster, s, training, a, mode, False, None, 1, 0, None, False,
+        jobs = [(model, cluster, s, training, a, mode, False, rt, 1, 0, None, False,
                  parallel) for s in pool for a in algos]
     if workers > 1 and mode == "engine" and len(jobs) > 2:
         import multiprocessing as mp
