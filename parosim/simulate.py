@@ -381,9 +381,8 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
         from .ranks import hetero_step
 
         step, _, _, b_intra, b_inter = hetero_step(
-            res, plan, cluster, algo, slow, repeats, seed, cv, True, record_links,
-            keep_records=trace)
-        recs = res.extra.pop("_records")
+            res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
+        ph = _rank_phase(plan, res.last_rank_step, n)
     else:
         from .replay import replay
 
@@ -397,7 +396,7 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
         if record_links:
             res.extra = {"link_timeline": [{"time_s": t, "utilization": u}
                                            for t, u in rep.link_timeline]}
-    ph = pipeline_phase(plan, [(r.lane, r.kind, r.start_s, r.end_s) for r in recs])
+        ph = pipeline_phase(plan, [(r.lane, r.kind, r.start_s, r.end_s) for r in recs])
     extra["bubble_fraction"] = ph.bubble_fraction
     if plan.tp_comm_overlap:   # the exposed chunks stand for time, not extra bytes
         c_intra, c_inter = _bytes_3d(plan, cluster, algo, 1.0, chunks=True)
@@ -405,6 +404,26 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
     return _metrics(res, cluster, training, step, max(0.0, step - ph.compute_s - ph.bubble_s),
                     ph.compute_s, b_intra, b_inter, plan.tokens_per_step,
                     plan.hardware_flops_per_gpu, plan.model_flops_per_step)
+
+
+def _rank_phase(plan, last, n: int):
+    """The pipeline phase of a per-rank replay (:func:`parosim.plan3d.pipeline_phase`): per
+    stage, the busiest rank's compute and the mean rank's busy time (compute less the
+    optimizer step, plus the TP / CP collectives of the stage's compute stream)."""
+    from .plan3d import pipeline_phase
+
+    spans = [(o.stream, o.kind if isinstance(o, ComputeOp) else o.purpose,
+              float(last.op_start_s[o.id]), float(last.op_end_s[o.id])) for o in plan.ops]
+    per = n // plan.pp
+    comp, busy = [], []
+    for k in range(plan.pp):
+        b = last.compute_busy_s[k * per:(k + 1) * per]
+        opt = sum(e - s0 for st, kd, s0, e in spans if st == f"compute/s{k}" and kd == "optimizer")
+        coll = sum(e - s0 for o, (st, kd, s0, e) in zip(plan.ops, spans, strict=True)
+                   if st == f"compute/s{k}" and isinstance(o, CollectiveOp))
+        comp.append(float(b.max()))
+        busy.append(float(b.mean()) - opt + coll)
+    return pipeline_phase(plan, spans, comp, busy)
 
 
 def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
