@@ -1481,6 +1481,10 @@ def check_runtime_3d(rt, strategy: Strategy, par: ParallelSpec) -> None:
         raise InputError(f"--runtime {rt.name} with --tp / --pp / --cp models strategies "
                          "whose parameters and gradients stay whole during the micro-steps "
                          f"(p = N, g = N: {fits}); got --strategy {rt.label(strategy.short)}")
+    if par.cp > 1:
+        raise InputError(f"--runtime {rt.name}: context parallelism is Megatron-Core / "
+                         "Transformer Engine's, not this framework's; --tp / --pp / --cp / "
+                         "--sequence-parallel with a runtime profile expect --cp 1")
     if rt.grad_sync_every_micro_step:
         raise InputError(f"--runtime {rt.name} synchronises gradients every micro-step "
                          "(grad_sync_every_micro_step), which is not modelled with --tp / "
