@@ -8,9 +8,10 @@ import pytest
 from parosim.cli.commands import main
 from parosim.collectives.types import Algo
 from parosim.errors import InputError
+from parosim.evaluate.threed import evaluate_3d, summary_3d
 from parosim.io import load_cluster
 from parosim.plan.layout import ParallelSpec
-from parosim.plan.threed import build_plan_3d, evaluate_3d, summary_3d
+from parosim.plan.threed import build_plan_3d
 from parosim.simulate.step import simulate_step
 from parosim.spec.model import ModelSpec, preset
 from parosim.spec.strategy import parse_strategy

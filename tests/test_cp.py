@@ -1,5 +1,5 @@
 """Context parallelism (--cp): Megatron-Core context_parallel_size with Transformer Engine's
-p2p ring attention (docs/context-parallelism.md)."""
+p2p ring attention (docs/parallelism.md, "Context parallelism")."""
 
 import json
 import math
@@ -18,17 +18,10 @@ from parosim.cost.compute import (
     layer_forward_flops,
 )
 from parosim.errors import InputError
+from parosim.evaluate.threed import evaluate_3d, summary_3d
 from parosim.plan.layout import ParallelSpec, layout_for, lower_p2p
-from parosim.plan.threed import (
-    build_plan_3d,
-    cp_kv_bytes,
-    cp_local,
-    evaluate_3d,
-    memory_3d,
-    simulate_3d,
-    summary_3d,
-)
-from parosim.simulate.step import with_overrides
+from parosim.plan.threed import build_plan_3d, cp_kv_bytes, cp_local, memory_3d
+from parosim.simulate.step import simulate_3d, with_overrides
 from parosim.spec.model import preset
 from parosim.spec.system import ClusterSpec
 from parosim.spec.training import TrainingSpec

@@ -1,7 +1,7 @@
 """DP communication overlap on the 3D path (Megatron-Core ``overlap_grad_reduce`` +
 ``overlap_param_gather``, ``--dp-comm-overlap``): refusals, bounds, a hand-computed step,
 closed form == summary == engine, CLI settings echo, sweep key, calibrate column
-(docs/comm-overlap.md, "DP communication overlap")."""
+(docs/parallelism.md, "DP communication overlap")."""
 
 import csv
 import json
@@ -13,20 +13,12 @@ from parosim.cli.commands import main
 from parosim.collectives.cost import program_time
 from parosim.collectives.types import Algo, Op, Scope
 from parosim.errors import InputError
+from parosim.evaluate.threed import evaluate_3d, grad_chain_exposed, param_fill_exposed, summary_3d
 from parosim.io import load_cluster
 from parosim.plan.dataparallel import ComputeOp
 from parosim.plan.layout import ParallelSpec, layout_for, lower_group
-from parosim.plan.threed import (
-    GroupOp,
-    build_plan_3d,
-    dp_buckets,
-    evaluate_3d,
-    grad_chain_exposed,
-    param_fill_exposed,
-    simulate_3d,
-    summary_3d,
-)
-from parosim.simulate.step import with_overrides
+from parosim.plan.threed import GroupOp, build_plan_3d, dp_buckets
+from parosim.simulate.step import simulate_3d, with_overrides
 from parosim.spec.model import preset
 from parosim.spec.strategy import parse_strategy
 from parosim.spec.training import BYTES_PER_GRAD, TrainingSpec

@@ -1,4 +1,4 @@
-"""The overlap-interference gate is per pipeline stage on 3D plans (docs/tensor-pipeline.md,
+"""The overlap-interference gate is per pipeline stage on 3D plans (docs/parallelism.md,
 "Overlap interference per stage"): a collective slows only the compute of the stages whose
 GPUs it involves."""
 
@@ -9,17 +9,12 @@ import pytest
 from parosim.collectives.cost import program_time
 from parosim.collectives.types import Algo, Op, Scope
 from parosim.evaluate.replay import replay
+from parosim.evaluate.threed import dp_overlap_bound, dp_overlap_exposed, grad_chain_slowed
 from parosim.io import load_cluster
 from parosim.plan.dataparallel import ComputeOp
 from parosim.plan.layout import ParallelSpec, layout_for
-from parosim.plan.threed import (
-    GroupOp,
-    build_plan_3d,
-    dp_overlap_bound,
-    dp_overlap_exposed,
-    grad_chain_slowed,
-    simulate_3d,
-)
+from parosim.plan.threed import GroupOp, build_plan_3d
+from parosim.simulate.step import simulate_3d
 from parosim.spec.model import preset
 from parosim.spec.training import TrainingSpec
 

@@ -12,18 +12,17 @@ from parosim.cli.commands import main
 from parosim.collectives.cost import program_time
 from parosim.collectives.types import Algo, Op
 from parosim.errors import InputError
+from parosim.evaluate.threed import evaluate_3d, summary_3d
 from parosim.io import load_cluster
 from parosim.plan.layout import ParallelSpec
 from parosim.plan.threed import (
     UB_PIPELINE_SPLITS,
     GroupOp,
     build_plan_3d,
-    evaluate_3d,
-    layer_gemms,
     memory_3d,
-    summary_3d,
     tp_overlap_pairs,
 )
+from parosim.plan.threed_parts import layer_gemms
 from parosim.simulate.step import simulate_step, with_overrides
 from parosim.spec.model import preset
 from parosim.spec.strategy import parse_strategy
@@ -59,10 +58,15 @@ def test_api_refuses_too():
         ParallelSpec(tp=1, sequence_parallel=True, tp_comm_overlap=True)
 
 
-def test_run_refuses_it_with_one_line(capsys):
-    rc = main(["run", "--tp", "2", "--sequence-parallel", "--tp-comm-overlap"])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "'parosim run' draws data-parallel" in err
+def test_run_draws_the_step_that_simulate_gives(capsys):
+    """A whole run with TP comm overlap is costed on the same step as ``simulate``."""
+    flags = ["--tp", "2", "--sequence-parallel", "--tp-comm-overlap", "--mode", "analytic",
+             "--json"]
+    assert main(["simulate", *flags]) == 0
+    step = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(["run", *flags]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["step_time_s"] == step and run["wall_clock_s"] > run["steps"] * step
 
 
 # -- the formula, by hand ------------------------------------------------------------------

@@ -214,7 +214,7 @@ def simulate_run(run: StepRun, base, profile, mode: str = "analytic",
     from ..evaluate.analytic import evaluate
     from ..evaluate.replay import replay
     from ..plan.dataparallel import build_plan
-    from ..simulate.step import _runtime
+    from ..simulate.step import resolve_runtime
     from ..spec.runtime import effective_overlap_slowdown
     from ..spec.strategy import parse_strategy
 
@@ -225,7 +225,7 @@ def simulate_run(run: StepRun, base, profile, mode: str = "analytic",
     try:
         strategy = parse_strategy(run.strategy)
         algo = parse_enum(Algo, run.algo, "algo")
-        rt = _runtime(run.runtime)
+        rt = resolve_runtime(run.runtime)
         rt.require(strategy.short)
     except InputError as e:
         raise InputError(f"--steps line {run.line}: {e}") from None

@@ -10,8 +10,14 @@ import sys
 
 def main(argv=None):
     """Run the command line (``argv`` without the program name); returns the exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args == ["--version"]:    # fast path: no parser, no command module
+        from .. import __version__  # deferred: the package is already imported
+
+        print(f"parosim {__version__}")
+        return 0
     from .commands import main as _main  # deferred: keeps ``import parosim.cli`` cheap
-    return _main(argv)
+    return _main(args)
 
 
 def __getattr__(name):

@@ -104,11 +104,8 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
         raise InputError("--link-timeline needs --mode engine (the analytic mode has no "
                          "timeline)")
     par = parallel_of(a)
-    if not par.trivial and (a.runtime or getattr(a, "deepspeed_config", None)):
-        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
-                         "model the ideal runtime; expected no --runtime or --deepspeed-config")
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode,
-                      trace=bool(a.trace), runtime=rt if par.trivial else None,
+                      trace=bool(a.trace), runtime=rt,
                       repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv,
                       record_links=links, parallel=par)
     out = dp_keys(r.to_dict())
@@ -177,11 +174,7 @@ def cmd_compare(a: argparse.Namespace) -> dict:
     par = parallel_of(a)
     rows = [dp_keys(r.to_dict())
             for r in compare(model, cluster, training, algos_of(a.algo), a.mode,
-                             workers=a.workers, runtime=rt if par.trivial else a.runtime,
-                             parallel=par)]
-    if not par.trivial and getattr(a, "deepspeed_config", None):
-        raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
-                         "model the ideal runtime; expected no --deepspeed-config")
+                             workers=a.workers, runtime=rt, parallel=par)]
     out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
            "mode": a.mode, "runtime": rt.name,
            "settings": settings_of(a, cluster, training, rt), "results": rows}

@@ -66,12 +66,9 @@ def cmd_run(a: argparse.Namespace) -> dict:
         raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
                          "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
                          "nccl")
-    if not parallel_of(a).trivial:
-        raise InputError("'parosim run' draws data-parallel steps; --tp / --pp / "
-                         "--sequence-parallel / --recompute selective are for simulate, compare "
-                         "and memory (expected none of them here)")
     r = simulate_step(model, cluster, strategy, training, algo[0], a.mode, runtime=rt,
-                      repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv)
+                      repeats=a.repeats, seed=a.seed, jitter_cv=a.jitter_cv,
+                      parallel=parallel_of(a))
     if not r.fits:
         raise InputError(f"{r.strategy.name} does not fit in GPU memory (short by "
                          f"{r.memory.shortfall_bytes:.0f} bytes per GPU); expected a "

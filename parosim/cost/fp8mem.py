@@ -152,14 +152,20 @@ def korthikanti_mask_bytes(model: ModelSpec, training: TrainingSpec, tp: int = 1
     return 2 * MASK_BYTES * sbh / (tp if sp else 1)
 
 
+def output_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
+                            logit_bytes: int = 4) -> float:
+    """Final norm + LM-head inputs and fp32 logits: 4·s·b·h + 4·s·b·vocab (Korthikanti 4.3)."""
+    model.require_shape("activation memory")
+    sb = seq_len * micro_batch
+    return 4 * sb * model.hidden + logit_bytes * sb * model.vocab
+
+
 def fp8_activation_bytes(model: ModelSpec, training: TrainingSpec, recompute: bool) -> float:
     """Korthikanti-model activations of a whole model on one GPU (no TP/PP) under
     ``precision = "fp8"``: :func:`fp8_layer_activation_bytes` per layer (with full
     recomputation each layer's bf16 input ``2·s·b·h`` plus one layer's working set), and the
     output side as for bf16 (final-norm and LM-head inputs ``4·s·b·h``: the LM head is
     Megatron's bf16 ``ColumnParallelLinear``, not a TE module; ``logit_bytes`` per logit)."""
-    from .memory import output_activation_bytes
-
     per_layer = fp8_layer_activation_bytes(model, training)
     out = output_activation_bytes(model, training.micro_batch, training.seq_len,
                                   training.logit_bytes or 4)

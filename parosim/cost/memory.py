@@ -82,10 +82,16 @@ from ..spec.training import (
     BYTES_PER_PARAM,
     TrainingSpec,
 )
+from .fp8mem import (  # noqa: F401  (output_activation_bytes: re-exported)
+    FP8_PARAMS_CACHE_BYTES_PER_PARAM,
+    fp8_activation_bytes,
+    korthikanti_mask_bytes,
+    output_activation_bytes,
+)
+from .runtime_memory import BUFFERED_LAYERS, runtime_memory_terms
 
 MARGIN_FRACTION = 0.10             # allocator fragmentation, fraction of everything else
 RUNTIME_RESERVE_BYTES = 2**30      # CUDA context + cuBLAS workspace + NCCL buffers, 1 GiB
-BUFFERED_LAYERS = 2                # the layer in use + the one being prefetched / reduced
 # Runtime memory model. Bytes per logit at the loss: bf16 logits (2) + fp32 upcast (4) + fp32
 # log-softmax saved for backward (4) (PyTorch autocast + F.cross_entropy).
 LOGIT_BYTES = 10
@@ -142,14 +148,6 @@ def layer_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
     if attention == "flash":
         return s * b * h * 34 + 4 * b * a * s
     return s * b * h * (34 + 5 * a * s / h)
-
-
-def output_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
-                            logit_bytes: int = 4) -> float:
-    """Final norm + LM-head inputs and fp32 logits: 4·s·b·h + 4·s·b·vocab (Korthikanti 4.3)."""
-    model.require_shape("activation memory")
-    sb = seq_len * micro_batch
-    return 4 * sb * model.hidden + logit_bytes * sb * model.vocab
 
 
 def runtime_layer_activation_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
@@ -220,8 +218,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     states = model_states_bytes(strategy, psi, psi_t, n, m)
     shaped = nominal_shape(model)
     if training.precision == "fp8" and training.memory_model == "korthikanti":
-        from .fp8mem import fp8_activation_bytes  # TE keeps fp8 GEMM inputs (docs/memory.md)
-
+        # TE keeps fp8 GEMM inputs (docs/memory.md)
         acts = fp8_activation_bytes(shaped, training, recompute)
     else:
         acts = activation_bytes(shaped, training.micro_batch, training.seq_len, recompute,
@@ -231,9 +228,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             acts += _dropout_adjust(shaped, training, recompute)
     bufs = buffer_bytes(shaped, strategy, training.trainable_ratio)
     extra_params = 0.0
-    if not runtime.is_ideal:  # parosim.plan.runtime: the framework's
-        from ..plan.runtime import runtime_memory_terms  # persistence and buffers
-
+    if not runtime.is_ideal:  # the framework's persistence and buffers
         extra_params, bufs = runtime_memory_terms(shaped, strategy, cluster, training, runtime)
         states += extra_params
     cache = fp8_weight_cache_bytes(shaped, training)
@@ -270,8 +265,6 @@ def _dropout_adjust(model: ModelSpec, training: TrainingSpec, recompute: bool) -
     """An explicit ``hidden_dropout`` on a bf16 (or runtime-model) estimate: the Korthikanti
     estimate drops its two per-layer masks when it is 0; the runtime model (no masks) adds
     them when it is > 0 (``2·s·b·h`` bytes per layer, :mod:`parosim.cost.fp8mem`)."""
-    from .fp8mem import korthikanti_mask_bytes
-
     sbh = training.seq_len * training.micro_batch * model.hidden
     if training.memory_model == "runtime":
         per = 2.0 * sbh if training.hidden_dropout else 0.0
@@ -302,8 +295,6 @@ def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
     if fp8_params is None:
         fp8_params = model.layers * layer_fp8_params(model)
     if training.fp8_params:   # the weight is fp8 itself; only its transpose is cached
-        from .fp8mem import FP8_PARAMS_CACHE_BYTES_PER_PARAM
-
         return FP8_PARAMS_CACHE_BYTES_PER_PARAM * fp8_params
     return FP8_WEIGHT_CACHE_BYTES_PER_PARAM * fp8_params
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..collectives.types import Algo
 from ..errors import InputError
-from ..fabric.engine import CountingEnvironment, OverlapGate, Record, run_program
+from ..fabric.engine import CountingEnvironment, OverlapGate, Record, run_program, run_repeated
 from ..fabric.network import PS, Network
 from ..fabric.topology import cluster_graph
 from ..plan.dataparallel import ComputeOp, Plan
@@ -72,6 +72,34 @@ def jitter_factors(rng: np.random.Generator, cv: float, shape: tuple[int, int]) 
     return rng.lognormal(-sigma2 / 2, np.sqrt(sigma2), size=shape)
 
 
+def stream_ranks(plan: Plan, n: int) -> dict[str, np.ndarray]:
+    """The ranks each compute stream runs on: every rank for a data-parallel plan's one
+    ``compute`` stream; stage k's ranks (``k·t·d .. (k+1)·t·d - 1``, the layout's rank
+    order) for a 3D plan's ``compute/s{k}``."""
+    streams = {o.stream for o in plan.ops if isinstance(o, ComputeOp)}
+    pp = getattr(plan, "pp", 1)
+    if pp == 1 and len(streams) == 1:
+        return {s: np.arange(n) for s in streams}
+    per = n // pp
+    return {s: np.arange(o * per, (o + 1) * per)
+            for s in streams for o in [next(op.stage for op in plan.ops
+                                             if isinstance(op, ComputeOp) and op.stream == s)]}
+
+
+def _stream_order_deps(ops, is_comp) -> dict[int, tuple[int, ...]]:
+    """Implicit deps of stream order between a compute op and a collective on the same
+    stream (the compute process and the collective lanes are separate): each op waits for
+    the op before it on its stream when that one is of the other type."""
+    out: dict[int, tuple[int, ...]] = {}
+    last: dict[str, int] = {}
+    for i, o in enumerate(ops):
+        p = last.get(o.stream)
+        if p is not None and bool(is_comp[p]) != bool(is_comp[i]):
+            out[i] = (p,)
+        last[o.stream] = i
+    return out
+
+
 @dataclass
 class RankStepResult:
     """One step with per-rank timelines. Seconds; bytes."""
@@ -89,6 +117,8 @@ class RankStepResult:
     hot_links: list[dict] = field(default_factory=list)
     link_timeline: list = field(default_factory=list)
     symmetry_period_nodes: int = 0
+    op_start_s: np.ndarray | None = None   # per op: its first rank's start
+    op_end_s: np.ndarray | None = None     # per op: its last rank's end
 
     @property
     def exposed_comm_s(self) -> float:
@@ -138,11 +168,16 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     ops = plan.ops
     n = spec.gpus
     comp = [i for i, o in enumerate(ops) if isinstance(o, ComputeOp)]
-    if len({ops[i].stream for i in comp}) > 1:
-        raise InputError("per-rank timelines need every compute op of the plan on one stream; "
-                         f"got {sorted({ops[i].stream for i in comp})}")
     is_comp = np.zeros(len(ops), dtype=bool)
     is_comp[comp] = True
+    sranks = stream_ranks(plan, n)
+    streams = sorted({ops[i].stream for i in comp})
+    if len(streams) > 1 and overlap_slowdown != 1.0:
+        raise InputError(f"per-rank timelines (GPU overrides, --jitter-cv) of a pipelined plan "
+                         f"model no compute slowdown beside collectives; got overlap slowdown "
+                         f"{overlap_slowdown:g}; expected --overlap-slowdown 1")
+    # a collective on a compute stream (3D plans: TP collectives) runs in that stream's order
+    xdeps = _stream_order_deps(ops, is_comp)
     dur = _durations_ps(plan, comp, spec, jitter)
     if jitter is not None and jitter.shape != dur.shape:
         raise ValueError(f"jitter has shape {jitter.shape}; expected {dur.shape}")
@@ -219,10 +254,24 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
                 if left_c[k] == 0:
                     finish(k, i)
 
-    def compute_proc():
-        t = np.zeros(n, dtype=np.int64)
-        for k, i in enumerate(comp):
-            cdeps = [d for d in ops[i].deps if not is_comp[d]]
+    kpos = {i: k for k, i in enumerate(comp)}
+    bound.extend([None] * len(comp) if elapsed is None else [])
+    if len(tr) and elapsed is None:
+        starts_tr.extend([None] * len(comp))
+        ends_tr.extend([None] * len(comp))
+    prev_same = [-1] * len(comp)      # the previous compute op of the same stream
+
+    def compute_proc(stream: str):
+        rk = sranks[stream]
+        t = np.zeros(len(rk), dtype=np.int64)
+        mine = [i for i in comp if ops[i].stream == stream]
+        prev = -1
+        for i in mine:
+            k = kpos[i]
+            prev_same[k] = prev
+            prev = k
+            cdeps = [d for d in ops[i].deps + xdeps.get(i, ())
+                     if not (is_comp[d] and ops[d].stream == stream)]
             if cdeps:
                 yield env.all_of([done[d] for d in cdeps])
                 j = max(cdeps, key=lambda d: (end_ps[d], d))
@@ -230,23 +279,27 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
                 floor_dep[k] = j
             else:
                 floor = 0
-            b = t < floor
-            bound.append(b)
+            d = dur[k][rk]
+            b = np.zeros(n, dtype=bool)
+            b[rk] = t < floor
+            bound[k] = b
             s = np.maximum(t, floor)
-            t = s + dur[k]
-            busy[:] += dur[k]
+            t = s + d
+            busy[rk] += d
             r = int(np.argmax(t))
-            gate[i], end_ps[i], start_ps[i] = r, t[r], int(s.min())
+            gate[i], end_ps[i], start_ps[i] = int(rk[r]), t[r], int(s.min())
             if len(tr):
-                starts_tr.append(s[tr])
-                ends_tr.append(t[tr])
+                full_s = np.zeros(n, dtype=np.int64)
+                full_e = np.zeros(n, dtype=np.int64)
+                full_s[rk], full_e[rk] = s, t
+                starts_tr[k], ends_tr[k] = full_s[tr], full_e[tr]
             ev = env.timeout(int(t[r]) - env.now)
             ev.callbacks.append(fire(i))
 
     def lane_proc(idx: list[int]):
         prev = -1
         for i in idx:
-            deps = list(ops[i].deps)
+            deps = list(ops[i].deps + xdeps.get(i, ()))
             if deps:
                 yield env.all_of([done[d] for d in deps])
             start = env.now
@@ -256,7 +309,11 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
                 pred[i] = p if end_ps[p] == start else -1
             start_ps[i] = start
             overlap.flip(+1)
-            yield from run_program(env, net, cache.get(ops[i]), spec.collective)
+            count = getattr(ops[i], "count", 1)   # 3D plans coalesce identical collectives
+            if count == 1:
+                yield from run_program(env, net, cache.get(ops[i]), spec.collective)
+            else:
+                yield from run_repeated(env, net, cache.get(ops[i]), spec.collective, count)
             overlap.flip(-1)
             end_ps[i] = env.now
             if trace:
@@ -270,8 +327,10 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
         if not is_comp[i]:
             lanes.setdefault(o.stream, []).append(i)
     if elapsed is None:
-        env.process(compute_proc())
+        for stream in streams:
+            env.process(compute_proc(stream))
     else:
+        prev_same[:] = [k - 1 for k in range(len(comp))]
         for c in range(n_cls):
             env.process(class_proc(c))
     for idx in lanes.values():
@@ -284,7 +343,6 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     step_ps = int(end_ps.max()) if len(ops) else 0  # a superseded rate timer may fire later
 
     # critical path, backwards from the item that ended last
-    kpos = {i: k for k, i in enumerate(comp)}
     on_path = np.zeros(n, dtype=np.int64)
     comm_ps = 0
     last = max(range(len(ops)), key=lambda i: (end_ps[i], is_comp[i], i))
@@ -300,7 +358,7 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
             if bound[k][rank]:
                 item = floor_dep[k]
             else:
-                item = comp[k - 1] if k > 0 else -1
+                item = comp[prev_same[k]] if prev_same[k] >= 0 else -1
         else:
             comm_ps += int(end_ps[item] - start_ps[item])
             p = pred[item]
@@ -309,7 +367,10 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
             item = p
     if trace and len(tr):
         for k, i in enumerate(comp):
+            mine = set(sranks[ops[i].stream].tolist())
             for col, r in enumerate(trace_ranks):
+                if r not in mine:
+                    continue
                 records.append(Record(f"rank {r} compute", ops[i].name,
                                       starts_tr[k][col] / PS, ends_tr[k][col] / PS,
                                       ops[i].kind))
@@ -317,7 +378,8 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     res = RankStepResult(step_ps / PS, busy / PS, env.events, int(np.argmax(on_path)),
                          float(on_path.sum() / PS), comm_ps / PS, st.bytes, st.busy_s,
                          st.gpu_egress, records, net.hot_links(step_ps / PS, hot_links),
-                         symmetry_period_nodes=net.period)
+                         symmetry_period_nodes=net.period, op_start_s=start_ps / PS,
+                         op_end_s=end_ps / PS)
     if record_links:
         names = [h["link"] for h in res.hot_links]
         res.link_timeline = net.link_timeline(names)
@@ -393,6 +455,7 @@ def hetero_step(res, plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown
     dist = step_distribution(plan, spec, algo, repeats, seed, jitter_cv, trace, record_links,
                              overlap_slowdown)
     last = dist.last
+    res.last_rank_step = last      # the last repeat's timelines (3D: the pipeline phase)
     summ = dist.summary()
     step = summ["step_time_s"]
     res.events, res.records = last.events, last.records

@@ -80,6 +80,8 @@ def plan_period(plan: Plan, spec: ClusterSpec, cache: ProgramCache) -> int:
     a collective is lowered to an NCCL tree (not translation-invariant: no reduction)."""
     if any(cache.get(op).tree for op in plan.ops if isinstance(op, CollectiveOp)):
         return spec.nodes
+    if hasattr(plan, "layout"):   # a 3D plan: its group sets' period (parosim.plan.threed)
+        return plan.layout(spec).symmetric_period(plan.cp)
     return symmetry_period(spec)
 
 

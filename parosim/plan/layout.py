@@ -399,14 +399,13 @@ def lower_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, algo: Algo
     """
     from ..collectives.nccl import make_phase
 
-    if algo not in (Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING):
-        raise InputError(f"--algo {algo.value} is not modelled for tensor / pipeline-parallel "
-                         "groups; expected ring, hierarchical or ho-ring")
     if gs.native:   # the cluster's own scopes: exactly the data-parallel lowering
         from ..collectives.lowering import lower
 
         return lower(spec, op, scope, size, algo)
     k = gs.size(scope)
+    if algo is Algo.NCCL:
+        return _nccl_group(spec, op, scope, size, gs, k)
     if scope is not Scope.GLOBAL or algo is Algo.RING or gs.m == 1 or gs.ng == 1:
         rs = gs.rings(scope)
         return Program(op, scope, algo, size, k,
@@ -414,6 +413,35 @@ def lower_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, algo: Algo
     chunks = (1 if algo is Algo.HIERARCHICAL
               else best_chunks(spec, op, size, gs.intra, gs.inter, gs.m))
     return Program(op, scope, algo, size, k, _phases(spec, op, gs, size, chunks), chunks)
+
+
+def _nccl_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, gs: GroupScopes,
+                k: int) -> Program:
+    """NCCL's tuner on a group set (:class:`parosim.collectives.lowering.NCCL`): the ring
+    over each group's ranks with the protocol of least cost, and, for an all-reduce whose
+    groups span several nodes with the same local GPUs on each, the NCCL tree over those
+    (nodes, local GPUs); the cheaper in the closed form (ties: ring)."""
+    from ..collectives.cost import program_time
+    from ..collectives.nccl import make_phase, tree_phase
+
+    rs = gs.rings(scope)
+    best = Program(op, scope, Algo.NCCL, size, k,
+                   (make_phase(spec, f"{op.value} {rs.label}", op, rs, size, "main"),),
+                   choice="ring")
+    tun = spec.collective
+    if op is not Op.ALL_REDUCE or "tree" not in tun.algorithms:
+        return best
+    gpn = spec.gpus_per_node
+    parts = []
+    for ring in rs.rings:
+        nodes = sorted({r // gpn for r in ring})
+        local = tuple(sorted({r % gpn for r in ring}))
+        if len(nodes) < 2 or len(ring) != len(nodes) * len(local):
+            return best
+        parts.append((tuple(nodes), local))
+    ph = tree_phase(spec, scope.value, size, None, tuple(parts))
+    tree = Program(op, scope, Algo.NCCL, size, ph.ringset.size, (ph,), choice="tree")
+    return tree if program_time(spec, tree) < program_time(spec, best) * (1 - 1e-12) else best
 
 
 def lower_p2p(pairs: PairSet, message_bytes: float) -> Program:

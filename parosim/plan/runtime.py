@@ -50,7 +50,7 @@ ideal schedule); a :class:`~parosim.spec.runtime.RuntimeSpec` changes:
 
 from __future__ import annotations
 
-from ..collectives.types import Algo, Op, Scope
+from ..collectives.types import Op, Scope
 from ..cost.compute import (
     head_backward_flops,
     head_forward_flops,
@@ -59,118 +59,37 @@ from ..cost.compute import (
     op_seconds,
     step_flops,
 )
+from ..cost.runtime_memory import (  # noqa: F401  (re-exported)
+    ELEMENT_BYTES,
+    kept_at_turn,
+    model_persistent_params,
+    persistent_params,
+    runtime_memory_terms,
+    unit_tensor_sizes,
+)
 from ..io.runtime import training_for_runtime
 from ..spec.model import ModelSpec
 from ..spec.runtime import RuntimeSpec
 from ..spec.strategy import Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import BYTES_PER_GRAD, BYTES_PER_PARAM, TrainingSpec
-from .dataparallel import (
-    _LEVEL_SCOPE,
+from .builder import (
     COMM_GRAD,
     COMM_PARAM,
+    LEVEL_SCOPE,
     SYNC_GRAD,
-    SYNC_PARAM,
-    CollectiveOp,
+    Builder,
     ComputeOp,
     Plan,
-    _Builder,
-    _deps,
-    _units,
+    boundary,
+    model_units,
+    resolve_recompute,
 )
-
-ELEMENT_BYTES = 2   # bf16/fp16 elements: bucket sizes in elements x 2 bytes
-
-
-def unit_tensor_sizes(model: ModelSpec, kind: str) -> list[int]:
-    """Parameter tensors (elements) of a unit, HuggingFace layout: q, k, v, o projections
-    (k and v of width kv_dim under grouped-query attention), the MLP's matrices (SwiGLU gate,
-    up, down or GELU up, down), biases (one per projection) and the norms' weight (and bias
-    for LayerNorm); the embedding (plus learned positions) and the LM head with the final
-    norm.
-
-    >>> from parosim.spec.model import preset
-    >>> m = preset("llama-7b")
-    >>> all(sum(unit_tensor_sizes(m, k)) == p for k, p in
-    ...     (("layer", m.layer_params), ("embed", m.embedding_params), ("head", m.head_params)))
-    True
-    """
-    h, ffn = model.hidden, model.ffn_hidden
-    kv = getattr(model, "kv_dim", h)
-    norm = [h] * (2 if getattr(model, "norm", "rmsnorm") == "layernorm" else 1)
-    if kind == "embed":
-        pos = getattr(model, "pos_embedding", 0) * h
-        return [model.embedding_params - pos] + ([pos] if pos else [])
-    if kind == "head":
-        return ([model.head_params - sum(norm)] if model.head_params > sum(norm) else []) + norm
-    swiglu = getattr(model, "mlp", "swiglu") == "swiglu"
-    mats = [h * h, h * kv, h * kv, h * h] + [h * ffn] * (3 if swiglu else 2)
-    sizes = mats + norm * 2
-    if getattr(model, "bias", False):
-        sizes += [h, kv, kv, h] + ([ffn, ffn] if swiglu else [ffn]) + [h]
-    rest = model.layer_params - sum(sizes)          # anything a richer model adds
-    return sizes + ([rest] if rest > 0 else [])
-
-
-def persistent_params(model: ModelSpec, kind: str, threshold: int) -> int:
-    """Parameters of a unit that stay replicated: tensors with fewer than ``threshold``
-    elements (DeepSpeed ``stage3_param_persistence_threshold``)."""
-    if threshold <= 0:
-        return 0
-    return sum(s for s in unit_tensor_sizes(model, kind) if s < threshold)
-
-
-def model_persistent_params(model: ModelSpec, threshold: int) -> int:
-    """All replicated (persistent) parameters of the model.
-
-    >>> from parosim.spec.model import preset
-    >>> model_persistent_params(preset("llama-7b"), 100_000)   # 65 RMSNorm weights of 4096
-    266240
-    """
-    return sum(persistent_params(model, u.kind, threshold) for u in _units(model))
-
-
-class _RtBuilder(_Builder):
-    """A plan builder that stamps each collective with the runtime's algorithm."""
-
-    def __init__(self, n: int, m: int, runtime: RuntimeSpec) -> None:
-        super().__init__(n, m)
-        self.rt = runtime
-
-    def algo_for(self, op: Op, scope: Scope, size: float, purpose: str) -> Algo | None:
-        rule = self.rt.collective_algo
-        if rule is None:
-            return None
-        if rule == "ring":
-            return Algo.RING
-        # paro-cc: list-API calls of global scope (boundary all-gather / all-reduce) above
-        # the element threshold go hierarchical; tensor-API calls stay flat NCCL rings.
-        listapi = (scope is Scope.GLOBAL and op in (Op.ALL_GATHER, Op.ALL_REDUCE)
-                   and purpose in ("sync-grad", "sync-param"))
-        big = size / ELEMENT_BYTES >= self.rt.paro_cc_min_elements
-        return Algo.HIERARCHICAL if listapi and big else Algo.RING
-
-    def collective(self, name, op, scope, size, purpose, layer, mb, stream, deps):
-        if self.k[scope] <= 1 or size <= 0:
-            return None
-        c = CollectiveOp(len(self.ops), name, op, scope, float(size), purpose, layer, mb,
-                         stream, _deps(deps), self.algo_for(op, scope, size, purpose))
-        return self._add(c)
-
-
-def _pieces(size: float, cap_elements: int | None) -> list[float]:
-    """``size`` bytes cut into equal pieces of at most ``cap_elements`` elements."""
-    if cap_elements is None or size <= 0:
-        return [size]
-    k = max(1, -(-int(round(size)) // (cap_elements * ELEMENT_BYTES)))
-    return [size / k] * k
 
 
 def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
                        training: TrainingSpec, runtime: RuntimeSpec) -> Plan:
     """The op list of one global step under ``runtime`` (see the module docstring)."""
-    from ..cost.memory import resolve_recompute
-
     model.require_shape("a training-step plan")
     strategy = parse_strategy(strategy)
     runtime.require(strategy.short)
@@ -178,9 +97,9 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
     n, m = cluster.gpus, cluster.group_size
     r = training.trainable_ratio
     recompute = resolve_recompute(model, strategy, cluster, training, runtime)
-    b = _RtBuilder(n, m, runtime)
+    b = Builder(n, m, runtime)
     fwd_only = strategy.short in runtime.forward_only_gather
-    gather_scope = Scope.GLOBAL if fwd_only else _LEVEL_SCOPE.get(strategy.p)
+    gather_scope = Scope.GLOBAL if fwd_only else LEVEL_SCOPE.get(strategy.p)
     gathers = fwd_only or strategy.p is not Level.N
     overlap = runtime.overlaps_grad_reduce(strategy.p is not Level.N)
     t_layer_f = layer_forward_flops(model, training)
@@ -192,17 +111,17 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
              ("head", "bwd"): "head-bwd", ("embed", "fwd"): "embed-fwd",
              ("embed", "bwd"): "embed-bwd"}
     seconds = op_seconds(model, cluster, training)
-    units = _units(model)
+    units = model_units(model)
     gathered = {u.label: u.params - persistent_params(model, u.kind,
                                                       runtime.persistence_threshold)
                 for u in units}
-    kept = _kept_at_turn(units, gathered, runtime) if gathers else set()
+    kept = kept_at_turn(units, gathered, runtime) if gathers else set()
     uses = [("fwd", u) for u in units] + [("bwd", u) for u in reversed(units)]
     cap = runtime.grad_bucket_elements
     cap_bytes = None if cap is None else cap * ELEMENT_BYTES
     done: list[int] = []          # compute op ending each use, across micro-steps
     block: list[int | None] = []  # reductions the next compute op must wait for
-    g_scope = _LEVEL_SCOPE.get(strategy.g)
+    g_scope = LEVEL_SCOPE.get(strategy.g)
     every = runtime.grad_sync_every_micro_step
     reduces = strategy.g is not Level.N or every
 
@@ -268,7 +187,12 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
                 block += ids
         if runtime.sync_grads_end_of_backward and reduces:
             block.append(b.last.get(COMM_GRAD))
-    _boundary(b, model, strategy, cluster, training, done[-1], runtime, fwd_only, block)
+    from ..cost.compute import optimizer_step_seconds
+
+    boundary(b, strategy, BYTES_PER_GRAD * model.params * r, m,
+             [done[-1], b.last.get(COMM_GRAD), *block],
+             optimizer_step_seconds(model, strategy, cluster, training), runtime,
+             fwd_only=fwd_only)
     tokens_gpu = training.tokens_per_gpu_step
     return Plan(ops=tuple(b.ops), strategy=strategy, gpus=n, group_size=m, model=model.name,
                 micro_batch=training.micro_batch, accum_steps=training.accum_steps,
@@ -277,99 +201,11 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
                 recompute=recompute, runtime=runtime.name)
 
 
-def _kept_at_turn(units, gathered: dict[str, int], runtime: RuntimeSpec) -> set[str]:
-    """Units not gathered again in backward: reuse distance (elements fetched between the
-    forward and the backward use) below ``max_reuse_distance`` while the kept units' live
-    elements stay within ``max_live_parameters`` (DeepSpeed ZeRO-3 defaults 1e9 and 1e9)."""
-    if runtime.max_reuse_distance <= 0:
-        return set()
-    kept: set[str] = set()
-    distance = live = 0
-    for u in reversed(units):             # the last unit of the forward is reused first
-        if distance >= runtime.max_reuse_distance:
-            break
-        if live + gathered[u.label] > runtime.max_live_parameters:
-            break
-        kept.add(u.label)
-        live += gathered[u.label]
-        distance += gathered[u.label]
-    return kept
 
 
-def _boundary(b: _RtBuilder, model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
-              training: TrainingSpec, last_compute: int, runtime: RuntimeSpec,
-              fwd_only: bool, block: list) -> None:
-    """t_sync_g (unless synced every micro-step), the optimizer step, t_sync_p (unless the
-    parameters are gathered in forward), in the runtime's buckets."""
-    from ..cost.compute import optimizer_step_seconds
-
-    m = cluster.group_size
-    full = BYTES_PER_GRAD * model.params * training.trainable_ratio      # 2Ψ'
-    sizes = {"full": full, "shard": full / m}
-    deps: list[int | None] = [last_compute, b.last.get(COMM_GRAD), *block]
-    if not runtime.grad_sync_every_micro_step:
-        for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
-            if (op is Op.REDUCE_SCATTER and scope is Scope.GLOBAL and not runtime.reduce_scatter
-                    and strategy.p is Level.N):
-                op = Op.ALL_REDUCE          # ZeRO-1 with reduce_scatter: false
-            for i, piece in enumerate(_pieces(sizes[size], runtime.grad_bucket_elements)):
-                cid = b.collective(f"sync-grad {op.value} {scope.value} #{i}", op, scope,
-                                   piece, "sync-grad", None, None, COMM_GRAD, deps)
-                deps = [cid] if cid is not None else deps
-    opt = b.compute("optimizer step", "optimizer", None, None, 0.0,
-                    optimizer_step_seconds(model, strategy, cluster, training), deps)
-    deps = [opt]
-    if fwd_only:
-        return
-    for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
-        for i, piece in enumerate(_pieces(sizes[size], runtime.allgather_bucket_elements)):
-            cid = b.collective(f"sync-param {op.value} {scope.value} #{i}", op, scope, piece,
-                               "sync-param", None, None, COMM_PARAM, deps)
-            deps = [cid] if cid is not None else deps
 
 
 __all__ = ["ComputeOp", "build_runtime_plan", "model_persistent_params", "persistent_params",
            "unit_tensor_sizes"]
 
 
-def runtime_memory_terms(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
-                         training: TrainingSpec, runtime: RuntimeSpec) -> tuple[float, float]:
-    """(extra model-state bytes, buffer bytes) per GPU under ``runtime``.
-
-    * persistent parameters (below ``persistence_threshold``) are replicated on every GPU:
-      ``2 x persistent x (1 - 1/d_p)`` more than the partitioned count;
-    * gathered parameters: the unit in use plus ``max(prefetch)`` units in flight, or the
-      units kept live at the forward-to-backward turn plus the unit in use, whichever is
-      larger (bf16);
-    * gradient buckets: ``grad_bucket_elements`` bf16 elements, doubled when the reduction
-      overlaps the backward (DeepSpeed allocates two IPG buffers with ``overlap_comm``);
-      without buckets, the unit being reduced and the next one, as in the ideal model.
-    """
-    from ..cost.memory import BUFFERED_LAYERS
-
-    n, m = cluster.gpus, cluster.group_size
-    d_p = strategy.p.divisor(n, m)
-    persistent = model_persistent_params(model, runtime.persistence_threshold)
-    extra = 0.0
-    if strategy.p is not Level.N:
-        extra = BYTES_PER_PARAM * persistent * (1 - 1 / d_p)
-    units = _units(model)
-    gathered = {u.label: u.params - persistent_params(model, u.kind,
-                                                      runtime.persistence_threshold)
-                for u in units}
-    biggest = max(gathered.values())
-    bufs = 0.0
-    fwd_only = strategy.short in runtime.forward_only_gather
-    if strategy.p is not Level.N and not fwd_only:
-        ahead = max(runtime.prefetch_forward, runtime.prefetch_backward)
-        kept = sum(gathered[k] for k in _kept_at_turn(units, gathered, runtime))
-        bufs += BYTES_PER_PARAM * max((1 + ahead) * biggest, kept + biggest)
-    r = training.trainable_ratio
-    if strategy.g is not Level.N or runtime.grad_sync_every_micro_step:
-        overlap = runtime.overlaps_grad_reduce(strategy.p is not Level.N)
-        if runtime.grad_bucket_elements is None:
-            bufs += BUFFERED_LAYERS * BYTES_PER_GRAD * max(u.params for u in units) * r
-        else:
-            bucket = min(runtime.grad_bucket_elements, model.params * r)
-            bufs += (2 if overlap else 1) * ELEMENT_BYTES * bucket
-    return extra, bufs

@@ -188,20 +188,37 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
     >>> r.fits and r.step_time_s > 0
     True
     """
-    if parallel is not None and not parallel.trivial:
-        from ..plan.threed import simulate_3d
+    three_d = parallel is not None and not parallel.trivial
+    return _step(model, cluster, strategy, training, algo, mode, trace, runtime, repeats, seed,
+                 jitter_cv, record_links, parallel if three_d else None)
 
-        if (_runtime(runtime).name != "ideal" or repeats != 1 or jitter_cv
-                or record_links):
-            raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
-                             "model the ideal runtime's single step; expected no --runtime, "
-                             "--repeats, --jitter-cv or --link-timeline with them")
-        return simulate_3d(model, cluster, strategy, training, parallel, algo, mode, trace)
+
+def simulate_3d(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | str,
+                training: TrainingSpec, par, algo: Algo | str = Algo.HO_RING,
+                mode: str = "engine", trace: bool = False, runtime=None, repeats: int = 1,
+                seed: int = 0, jitter_cv: float | None = None,
+                record_links: bool = False) -> StepResult:
+    """One global step of a TP x PP x DP job (docs/parallelism.md): :func:`simulate_step`
+    on the 3D layout's planner even when ``par`` is trivial (tp = pp = 1; the tests compare
+    it with the data-parallel planner). The result has ``tp``, ``pp``, ``dp`` and
+    ``bubble_fraction`` added."""
+    return _step(model, cluster, strategy, training, algo, mode, trace, runtime, repeats, seed,
+                 jitter_cv, record_links, par)
+
+
+def _step(model, cluster, strategy, training, algo, mode, trace, runtime, repeats, seed,
+          jitter_cv, record_links, par) -> StepResult:
+    """The one step driver of every layout: ``par`` None = the data-parallel planner
+    (:mod:`parosim.plan`), else the TP x PP x DP planner (:mod:`parosim.plan.threed`). Both then
+    go through the same checks, runtime profile, memory test, engine / per-rank / analytic
+    evaluation and metrics."""
+    three_d = par is not None
     strategy = parse_strategy(strategy)
     algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
     if mode not in MODES:
         raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
-    model.require_shape("a step simulation")
+    model.require_shape("a step simulation with tensor or pipeline parallelism" if three_d
+                        else "a step simulation")
     cv = cluster.jitter_cv if jitter_cv is None else jitter_cv
     per_rank = cluster.compute_heterogeneous or cv > 0
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -212,19 +229,33 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
                else "ECMP hashing")
         raise InputError(f"mode analytic assumes identical ranks and links, but cluster "
                          f"{cluster.name!r} has {why}; expected --mode engine")
-    rt = _runtime(runtime)
+    rt = resolve_runtime(runtime)
     rt.require(strategy.short)
-    training = training_for_runtime(training, rt)   # memory settings the profile sets
+    if three_d:
+        from ..plan.threed import check_runtime_3d, training_for_runtime_3d
+
+        check_runtime_3d(rt, strategy, par)
+        training = training_for_runtime_3d(training, rt)
+    else:
+        training = training_for_runtime(training, rt)   # memory settings the profile sets
     if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
         algo = Algo.RING
     slow = effective_overlap_slowdown(training.overlap_slowdown,
                                       getattr(cluster, "overlap_slowdown", None), rt)
-    mem = memory_breakdown(model, strategy, cluster, training, rt)
+    if three_d:
+        mem, extra3 = _setup_3d(model, cluster, strategy, training, par, algo)
+    else:
+        mem = memory_breakdown(model, strategy, cluster, training, rt)
     res = StepResult(strategy, algo, mode, cluster.gpus, mem, runtime=rt.name,
                      framework_stage=rt.stage(strategy.short), overlap_slowdown=slow,
                      algo_label=rt.collective_algo or "")
+    if three_d:
+        res.parallel = extra3
     if not mem.fits:
         return res
+    if three_d:
+        return _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
+                       slow, per_rank, repeats, seed, cv, record_links)
     repeat = 1
     if mode == "analytic":  # micro-steps are identical: evaluate one, count it s times
         repeat = training.accum_steps
@@ -263,22 +294,173 @@ def simulate_step(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy | s
         res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
                      "step_time_p99_s": step, "repeats": repeats, "seed": seed,
                      "jitter_cv": 0.0, "critical_rank": None}
+    return _metrics(res, cluster, training, step, exposed, compute, b_intra, b_inter,
+                    plan.tokens_per_step * repeat, hardware_flops(plan, repeat),
+                    plan.model_flops_per_step * repeat)
+
+
+def _metrics(res: StepResult, cluster: ClusterSpec, training: TrainingSpec, step: float,
+             exposed: float, compute: float, b_intra: float, b_inter: float, tokens: float,
+             hw_flops: float, model_flops: float) -> StepResult:
+    """The per-step metrics of every layout from its step time, exposed communication,
+    compute time, bytes and per-GPU FLOPs (module docstring)."""
     res.step_time_s = step
     res.exposed_comm_s = exposed
     res.compute_s = compute
-    res.tokens_per_s = plan.tokens_per_step * repeat / step
+    res.tokens_per_s = tokens / step
     res.tokens_per_s_per_gpu = res.tokens_per_s / cluster.gpus
     res.samples_per_s = res.tokens_per_s / training.seq_len
-    res.tflops_per_gpu = hardware_flops(plan, repeat) / step / 1e12
+    res.tflops_per_gpu = hw_flops / step / 1e12
     peak = cluster.gpu.peak_flops
     if cluster.compute_heterogeneous:  # mean peak over the ranks' GPU types
         peak = sum(g.peak_flops for g, _, _ in cluster.gpu_specs()) / cluster.gpus
-    res.mfu = plan.model_flops_per_step * repeat / (step * peak)
+    res.mfu = model_flops / (step * peak)
     res.bytes_intra, res.bytes_inter = float(b_intra), float(b_inter)
     return res
 
 
-def _runtime(runtime):
+def _setup_3d(model, cluster, strategy, training, par, algo):
+    """Checks, memory and the 3D result keys of a TP x PP x DP step."""
+    from ..plan.layout import layout_for
+    from ..plan.threed import check_cp, check_supported, chunk_units, memory_3d
+
+    check_supported(cluster, training, algo)
+    check_cp(cluster, training, par)
+    lay = layout_for(cluster, par.tp, par.pp)
+    chunk_units(model, par)
+    if par.schedule == "interleaved" and training.accum_steps % par.pp:
+        raise InputError(f"the interleaved schedule needs the micro-batches per step "
+                         f"(--accum = {training.accum_steps}) to be a multiple of --pp "
+                         f"{par.pp}")
+    mem = memory_3d(model, strategy, cluster, training, par)
+    extra = {"tp": par.tp, "pp": par.pp, "dp": lay.d // par.cp, "bubble_fraction": None,
+             "pp_schedule": par.schedule, "virtual_stages": par.virtual,
+             "sequence_parallel": par.sequence_parallel,
+             "tp_comm_overlap": par.tp_comm_overlap,
+             "dp_comm_overlap": par.dp_comm_overlap,
+             "recompute_mode": ("full" if mem.recompute else
+                                "selective" if par.selective_recompute else "none"),
+             "micro_batches": training.accum_steps}
+    if par.cp > 1:   # the key appears only with context parallelism (cp = 1: as before)
+        extra["cp"] = par.cp
+    return mem, extra
+
+
+def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt, slow,
+            per_rank, repeats, seed, cv, record_links) -> StepResult:
+    """The evaluation of a TP x PP x DP step: closed form, engine replay or per-rank
+    timelines; then the shared metrics (:func:`_metrics`).
+
+    ``bubble_fraction`` and ``exposed_comm_s`` mean the same in every mode
+    (docs/parallelism.md, "Bubble and exposed communication"): bubble_s = (p - 1)/v x T,
+    T the mean over stages of one micro-batch's busy time on the stage's compute stream;
+    bubble_fraction = bubble_s / the pipeline phase; exposed_comm_s = step - compute_s -
+    bubble_s, compute_s the busiest stage's compute ops (its optimizer step included)."""
+    from ..evaluate.threed import evaluate_3d, pipeline_phase
+    from ..plan.threed import build_plan_3d
+
+    extra = res.parallel
+    m = training.accum_steps
+    if mode == "analytic":
+        m_small = par.pp if par.virtual > 1 else 1
+        # the small plan stands for m micro-batches, so it must recompute as the m-micro-batch
+        # step does: auto recomputation resolved on m_small would see fewer activations in
+        # flight (1F1B holds min(p - k, m)) and could drop recomputation the step needs
+        plan = build_plan_3d(model, strategy, cluster,
+                             replace(training, accum_steps=m_small,
+                                     recompute=res.memory.recompute), par, rt)
+        an = evaluate_3d(plan, cluster, algo, m=m, overlap_slowdown=slow)
+        step, exposed, compute = an.step_time_s, an.exposed_comm_s, an.compute_s
+        extra["bubble_fraction"] = an.bubble_fraction
+        scale = m / m_small
+        b_intra, b_inter = _bytes_3d(plan, cluster, algo, scale)
+        return _metrics(res, cluster, training, step, exposed, compute, b_intra, b_inter,
+                        plan.tokens_per_step * scale, plan.hardware_flops_per_gpu * scale,
+                        plan.model_flops_per_step * scale)
+    plan = build_plan_3d(model, strategy, cluster, training, par, rt)
+    n = cluster.gpus
+    if per_rank:
+        from ..evaluate.ranks import hetero_step
+
+        step, _, _, b_intra, b_inter = hetero_step(
+            res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
+        ph = _rank_phase(plan, res.last_rank_step, n)
+    else:
+        from ..evaluate.replay import replay
+
+        period = plan.layout(cluster).symmetric_period(plan.cp)
+        rep = replay(plan, cluster, algo, slow, trace=True, period_nodes=period,
+                     record_links=record_links)
+        step, recs = rep.step_time_s, rep.records
+        b_intra = rep.gpu_egress.get("intra", 0.0) / n
+        b_inter = rep.gpu_egress.get("inter", 0.0) / n
+        res.events, res.records = rep.events, (rep.records if trace else [])
+        if record_links:
+            res.extra = {"link_timeline": [{"time_s": t, "utilization": u}
+                                           for t, u in rep.link_timeline]}
+        ph = pipeline_phase(plan, [(r.lane, r.kind, r.start_s, r.end_s) for r in recs])
+    extra["bubble_fraction"] = ph.bubble_fraction
+    if plan.tp_comm_overlap:   # the exposed chunks stand for time, not extra bytes
+        c_intra, c_inter = _bytes_3d(plan, cluster, algo, 1.0, chunks=True)
+        b_intra, b_inter = b_intra - c_intra, b_inter - c_inter
+    return _metrics(res, cluster, training, step, max(0.0, step - ph.compute_s - ph.bubble_s),
+                    ph.compute_s, b_intra, b_inter, plan.tokens_per_step,
+                    plan.hardware_flops_per_gpu, plan.model_flops_per_step)
+
+
+def _rank_phase(plan, last, n: int):
+    """The pipeline phase of a per-rank replay (:func:`parosim.plan.threed.pipeline_phase`): per
+    stage, the busiest rank's compute and the mean rank's busy time (compute less the
+    optimizer step, plus the TP / CP collectives of the stage's compute stream)."""
+    from ..evaluate.threed import pipeline_phase
+
+    spans = [(o.stream, o.kind if isinstance(o, ComputeOp) else o.purpose,
+              float(last.op_start_s[o.id]), float(last.op_end_s[o.id])) for o in plan.ops]
+    per = n // plan.pp
+    comp, busy = [], []
+    for k in range(plan.pp):
+        b = last.compute_busy_s[k * per:(k + 1) * per]
+        opt = sum(e - s0 for st, kd, s0, e in spans if st == f"compute/s{k}" and kd == "optimizer")
+        coll = sum(e - s0 for o, (st, kd, s0, e) in zip(plan.ops, spans, strict=True)
+                   if st == f"compute/s{k}" and isinstance(o, CollectiveOp))
+        comp.append(float(b.max()))
+        busy.append(float(b.mean()) - opt + coll)
+    return pipeline_phase(plan, spans, comp, busy)
+
+
+def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
+              chunks: bool = False) -> tuple[float, float]:
+    """Bytes one GPU sends per step over intra-node and inter-node hops (average over GPUs),
+    from the lowered programs (micro-step ops x ``scale``). The exposed chunks of TP
+    communication overlap (purpose ``tp-chunk``) are left out: they model the time of the
+    pipeline's first / last chunk, whose bytes the overlapped collective already moves;
+    ``chunks``: count only them, as the engine's links carry them (bytes / the protocol's
+    wire efficiency): the engine subtracts them from its link bytes."""
+    from ..plan.layout import PairSet
+
+    intra = inter = 0.0
+    gpn, n = spec.gpus_per_node, spec.gpus
+    progs: dict = {}
+    for op in plan.ops:
+        if not isinstance(op, CollectiveOp) or (op.purpose == "tp-chunk") != chunks:
+            continue
+        prog = progs.get(op.cache_key)
+        if prog is None:
+            prog = progs[op.cache_key] = op.lower(spec, algo)
+        times = op.count * (1 if op.micro_step is None else scale)
+        for ph in prog.phases:
+            rings = ph.ringset.rings
+            senders = (len(rings) if isinstance(ph.ringset, PairSet)
+                       else sum(len(r) for r in rings))
+            share = senders / n  # the ranks that send, averaged over all GPUs
+            f = cross_node_fraction(ph.ringset, gpn)
+            sent = ph.bytes_per_rank / ph.bw_eff if chunks else ph.bytes_per_rank  # on the wire
+            inter += times * sent * f * share
+            intra += times * sent * (1 - f) * share
+    return intra, inter
+
+
+def resolve_runtime(runtime):
     """A RuntimeSpec from None (ideal), a profile name or a spec."""
     from ..io.runtime import as_runtime
 
@@ -309,13 +491,18 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     function of its inputs, so the result is the same).
     """
     algos = algos or [Algo.HO_RING]
-    rt = _runtime(runtime)
+    rt = resolve_runtime(runtime)
     pool = [s for s in (strategies or ALL_STRATEGIES) if strategies or rt.supports(s.short)]
     jobs = [(model, cluster, s, training, a, mode, False, rt) for s in pool for a in algos]
-    if parallel is not None and not parallel.trivial:   # 3D: the ideal runtime only
-        if runtime is not None:
-            raise InputError("--tp / --pp / --cp / --sequence-parallel / --recompute selective "
-                             "model the ideal runtime; expected no --runtime with them")
+    if parallel is not None and not parallel.trivial:   # 3D
+        if not rt.is_ideal:   # a framework's schedule: p = N, g = N (plan3d.check_runtime_3d)
+            from ..spec.strategy import Level
+
+            pool = [s for s in pool if s.p is Level.N and s.g is Level.N]
+            if not pool:
+                raise InputError(f"--runtime {rt.name} with --tp / --pp / --cp models "
+                                 "strategies with p = N and g = N; expected one of them "
+                                 "among the strategies")
         if getattr(parallel, "dp_comm_overlap", False):
             from ..spec.strategy import Level
 
@@ -323,7 +510,7 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             if not pool:
                 raise InputError("--dp-comm-overlap applies to PaRO NNN, NNI and NNG; "
                                  "expected one of them among the strategies")
-        jobs = [(model, cluster, s, training, a, mode, False, None, 1, 0, None, False,
+        jobs = [(model, cluster, s, training, a, mode, False, rt, 1, 0, None, False,
                  parallel) for s in pool for a in algos]
     if workers > 1 and mode == "engine" and len(jobs) > 2:
         import multiprocessing as mp
@@ -410,7 +597,7 @@ def point_setup(point: dict):
         raise InputError(f"mode {p['mode']!r} is not known; expected one of "
                          f"{', '.join(MODES)}")
     return (load_model(p["model"]), cluster, training, parse_strategy(p["strategy"]),
-            parse_enum(Algo, p["algo"], "algo"), p["mode"], _runtime(p["runtime"]))
+            parse_enum(Algo, p["algo"], "algo"), p["mode"], resolve_runtime(p["runtime"]))
 
 
 def point_parallel(point: dict):

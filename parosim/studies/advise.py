@@ -175,7 +175,8 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
            dp_comm_overlap: bool = False) -> dict:
     """Search the configurations (module docstring); return the ranked top ``top`` and every
     screened fitting point's (memory, throughput) for the Pareto plot."""
-    from ..plan.threed import memory_3d, summary_3d
+    from ..evaluate.threed import summary_3d
+    from ..plan.threed import memory_3d
     from ..simulate.step import simulate_step
     from ..spec.runtime import effective_overlap_slowdown
 

@@ -47,7 +47,7 @@ from ..fabric.engine import CountingEnvironment, OverlapGate, Record, run_lanes,
 from ..fabric.network import PS, Network, to_ps
 from ..fabric.topology import cluster_graph
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
-from ..simulate.step import _runtime
+from ..simulate.step import resolve_runtime
 from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import Strategy, parse_strategy
@@ -89,7 +89,7 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
         raise InputError(f"job {name!r}: nodes is empty; expected a list of node indices")
     spec = job_view(cluster, name, nodes, group_nodes)
     model.require_shape("a step simulation")
-    rt = _runtime(runtime)
+    rt = resolve_runtime(runtime)
     rt.require(strategy.short)
     if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
         algo = Algo.RING

@@ -16,9 +16,10 @@ from __future__ import annotations
 from ..collectives import Algo, Op, Scope, lower, program_time, simulate_program
 from ..errors import InputError
 from ..evaluate.replay import replay
+from ..evaluate.threed import replay_3d
 from ..plan.dataparallel import ComputeOp, build_plan
 from ..plan.layout import PairSet, ParallelSpec, layout_for
-from ..plan.threed import build_plan_3d, check_supported, replay_3d
+from ..plan.threed import build_plan_3d, check_supported
 from ..spec.model import ModelSpec
 from ..spec.strategy import parse_strategy
 from ..spec.system import ClusterSpec

@@ -1,0 +1,132 @@
+"""Every layout through one step driver: runtime profiles, NCCL, jitter, run with TP / PP;
+bubble_fraction and exposed_comm_s mean the same in engine and analytic mode."""
+
+import json
+
+import pytest
+
+from parosim.cli.commands import main
+from parosim.plan.layout import ParallelSpec
+from parosim.simulate.step import simulate_step
+from parosim.spec.model import preset
+from parosim.spec.system import ClusterSpec
+from parosim.spec.training import TrainingSpec
+
+M = preset("llama-7b")
+C = ClusterSpec(nodes=2, gpus_per_node=8)
+
+
+def _json(capsys, *args):
+    assert main([*args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+# (tp, pp, v, m, strategy, exposed agrees within 5 %): the exposed time of the other cases
+# differs by the closed form's step-time error (interleaved and imbalanced stages, up to
+# ~3 % of the step), which is many times the exposed time itself (docs/parallelism.md)
+@pytest.mark.parametrize("tp,pp,v,m,strat,exp_ok", [
+    (2, 2, 1, 4, "NNN", True), (2, 4, 1, 8, "NNG", False), (2, 2, 2, 4, "NNN", False),
+    (1, 4, 2, 8, "NNN", False), (2, 2, 1, 8, "NIG", False), (4, 4, 1, 4, "NNG", False)])
+def test_bubble_and_exposed_agree_between_modes(tp, pp, v, m, strat, exp_ok):
+    from parosim.io import load_cluster
+
+    c = load_cluster("paper-a100-roce", 2)
+    par = ParallelSpec(tp=tp, pp=pp, schedule="interleaved" if v > 1 else "1f1b", virtual=v)
+    tr = TrainingSpec(micro_batch=1, accum_steps=m, seq_len=512)
+    e = simulate_step(M, c, strat, tr, "ho-ring", "engine", parallel=par)
+    a = simulate_step(M, c, strat, tr, "ho-ring", "analytic", parallel=par)
+    assert e.parallel["bubble_fraction"] == pytest.approx(a.parallel["bubble_fraction"],
+                                                          rel=0.05)
+    assert e.exposed_comm_s > 1e-3 and a.exposed_comm_s > 1e-3   # was 0.0 in engine mode
+    if exp_ok:
+        assert e.exposed_comm_s == pytest.approx(a.exposed_comm_s, rel=0.05)
+    else:   # the same meaning: within the two modes' step-time difference
+        assert abs(e.exposed_comm_s - a.exposed_comm_s) <= (
+            abs(e.step_time_s - a.step_time_s) + 0.05 * a.exposed_comm_s)
+
+
+def test_runtime_deepspeed_with_tp_pp_is_the_closed_form(capsys):
+    d = _json(capsys, "simulate", "--nodes", "2", "--tp", "2", "--pp", "2", "--strategy",
+              "NNG", "--accum", "4", "--runtime", "deepspeed")
+    a = _json(capsys, "simulate", "--nodes", "2", "--tp", "2", "--pp", "2", "--strategy",
+              "NNG", "--accum", "4", "--runtime", "deepspeed", "--mode", "analytic")
+    ideal = _json(capsys, "simulate", "--nodes", "2", "--tp", "2", "--pp", "2", "--strategy",
+                  "NNG", "--accum", "4")
+    assert (d["runtime"], d["framework_stage"], d["algo"]) == ("deepspeed", "ZeRO-1", "ring")
+    assert d["overlap_slowdown"] == pytest.approx(1.189)
+    assert d["step_time_s"] == pytest.approx(a["step_time_s"], rel=0.02)
+    assert d["step_time_s"] > ideal["step_time_s"]     # slowdown beside the collectives
+
+
+def test_runtime_with_pp_refuses_zero2(capsys):
+    assert main(["simulate", "--nodes", "2", "--tp", "2", "--pp", "2", "--strategy", "NGG",
+                 "--runtime", "deepspeed"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NGG (ZeRO-2)" in err[0] and "NNG (ZeRO-1)" in err[0]
+
+
+def test_nccl_with_tp_engine_vs_analytic(capsys):
+    e = _json(capsys, "simulate", "--nodes", "2", "--tp", "2", "--algo", "nccl", "--accum",
+              "2", "--strategy", "NNG")
+    a = _json(capsys, "simulate", "--nodes", "2", "--tp", "2", "--algo", "nccl", "--accum",
+              "2", "--strategy", "NNG", "--mode", "analytic")
+    assert e["algo"] == "nccl"
+    assert e["step_time_s"] == pytest.approx(a["step_time_s"], rel=0.02)
+
+
+def test_compare_algo_all_with_tp(capsys):
+    d = _json(capsys, "compare", "--nodes", "2", "--tp", "2", "--algo", "all", "--accum", "2",
+              "--mode", "analytic")
+    assert {r["algo"] for r in d["results"]} == {"ring", "hierarchical", "ho-ring", "nccl"}
+
+
+def test_jitter_on_3d_plans_tends_to_the_plain_replay():
+    par = ParallelSpec(tp=2, pp=2)
+    tr = TrainingSpec(micro_batch=1, accum_steps=4, seq_len=512)
+    plain = simulate_step(M, C, "NNN", tr, "ring", parallel=par)
+    tiny = simulate_step(M, C, "NNN", tr, "ring", parallel=par, jitter_cv=1e-12, repeats=2)
+    assert tiny.step_time_s == pytest.approx(plain.step_time_s, rel=1e-9)
+    assert tiny.exposed_comm_s == pytest.approx(plain.exposed_comm_s, rel=1e-6)
+    assert tiny.parallel["bubble_fraction"] == pytest.approx(
+        plain.parallel["bubble_fraction"], rel=1e-6)
+    j = simulate_step(M, C, "NNN", tr, "ring", parallel=ParallelSpec(tp=2), jitter_cv=0.05,
+                      repeats=20, seed=3)
+    again = simulate_step(M, C, "NNN", tr, "ring", parallel=ParallelSpec(tp=2),
+                          jitter_cv=0.05, repeats=20, seed=3)
+    base = simulate_step(M, C, "NNN", tr, "ring", parallel=ParallelSpec(tp=2))
+    assert j.extra["repeats"] == 20 and j.extra["step_times_s"] == again.extra["step_times_s"]
+    assert j.step_time_s > base.step_time_s       # the slowest rank sets every collective
+    assert j.extra["step_time_p99_s"] >= j.extra["step_time_p50_s"]
+
+
+def test_run_with_tp_pp(capsys):
+    d = _json(capsys, "run", "--nodes", "2", "--tp", "2", "--pp", "2", "--strategy", "NNN",
+              "--accum", "4")
+    s = _json(capsys, "simulate", "--nodes", "2", "--tp", "2", "--pp", "2", "--strategy",
+              "NNN", "--accum", "4")
+    assert d["step_time_s"] == pytest.approx(s["step_time_s"], rel=1e-12)
+
+
+def test_no_import_circles():
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent / "parosim"
+    names = ["simulate", "plan3d", "plan", "runtime_plan", "memory", "fp8mem", "planning",
+             "memory3d", "runtime_memory", "plan_units"]
+    graph = {}
+    for n in names:
+        tree = ast.parse((root / f"{n}.py").read_text())
+        graph[n] = {a.module for a in ast.walk(tree)
+                    if isinstance(a, ast.ImportFrom) and a.level == 1 and a.module in names}
+
+    def reach(a, seen):
+        for b in graph[a]:
+            if b not in seen:
+                seen.add(b)
+                reach(b, seen)
+        return seen
+
+    for n in names:
+        assert n not in reach(n, set()), n
+    assert not graph["memory"] & {"plan", "plan3d", "runtime_plan", "planning"}
