@@ -139,7 +139,7 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama-7b",
                    help="a preset (llama-7b/13b/30b/65b, llama-2-7b/13b/70b, llama-3-8b/70b, "
                         "gpt3-175b, mpt-125m ... mpt-70b) or a YAML path")
-    p.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per micro-step")
+    p.add_argument("--micro-batch", type=int, default=4, action=_Explicit, help="sequences per GPU per micro-step")
     p.add_argument("--accum", type=int, default=10, action=_Explicit,
                    help="accumulation micro-steps s")
     p.add_argument("--global-batch", default=None, metavar="SEQS|TOKENS",
@@ -269,14 +269,30 @@ def _runtime_setup(a: argparse.Namespace, cluster, training):
     strategy = None
     if ds:
         rt, strategy, tr, no_effect = deepspeed_config_runtime(ds, rt, cluster.gpus)
-        for key, flag, default in (("micro_batch", "--micro-batch", 4),
-                                   ("accum", "--accum", 10)):
+        keys = tr.pop("keys", "")
+        gb = getattr(a, "global_batch", None)
+        for key, flag, what in (("micro_batch", "--micro-batch", "micro-batch"),
+                                ("accum", "--accum", "accumulation")):
             given = getattr(a, key)
-            if key in tr and given != default and given != tr[key]:
-                raise InputError(f"{flag} = {given} disagrees with the DeepSpeed config's "
-                                 f"{tr[key]}; expected one of them")
+            explicit = getattr(a, f"_given_{key}", False) and not (key == "accum" and gb)
+            if key in tr and explicit and given != tr[key]:
+                raise InputError(f"{flag} {given} disagrees with --deepspeed-config {ds}: "
+                                 f"{keys} (gives {what} {tr[key]}); expected one of them")
         training = replace(training, micro_batch=tr.get("micro_batch", training.micro_batch),
                            accum_steps=tr.get("accum", training.accum_steps))
+        if gb is not None and keys:
+            from .training import accum_for_global_batch
+
+            seqs = training.micro_batch * training.accum_steps * cluster.gpus
+            try:
+                ok = accum_for_global_batch(gb, training.micro_batch, cluster.gpus,
+                                            training.seq_len) == training.accum_steps
+            except InputError:
+                ok = False
+            if not ok:
+                raise InputError(f"--global-batch {gb} disagrees with --deepspeed-config "
+                                 f"{ds}: {keys} (gives {seqs} sequences on {cluster.gpus} "
+                                 "GPUs); expected one of them")
         if no_effect:
             print("parosim: note: DeepSpeed config keys without effect on the simulated step "
                   f"(not used): {', '.join(no_effect)}", file=sys.stderr)

@@ -50,6 +50,8 @@ ideal schedule); a :class:`~parosim.runtime.RuntimeSpec` changes:
 
 from __future__ import annotations
 
+import math
+
 from .collectives.types import Algo, Op, Scope
 from .compute import (
     head_backward_flops,
@@ -59,6 +61,7 @@ from .compute import (
     op_seconds,
     step_flops,
 )
+from .errors import InputError
 from .models import ModelSpec
 from .plan import (
     _LEVEL_SCOPE,
@@ -165,6 +168,34 @@ def _pieces(size: float, cap_elements: int | None) -> list[float]:
     return [size / k] * k
 
 
+def check_bucket_count(model: ModelSpec, training: TrainingSpec, runtime: RuntimeSpec) -> None:
+    """Refuse, before building anything, buckets so small that the step has more collectives
+    than the engine's op limit (:data:`parosim.simulate.MAX_ENGINE_OPS`): a bucket of 1
+    element would be billions of ops (a hang, not an answer). Gradient buckets are counted
+    per micro-step and once more at the boundary; all-gather buckets at the boundary."""
+    from .simulate import MAX_ENGINE_OPS
+
+    ds = runtime.name.startswith("deepspeed (")   # from --deepspeed-config: its key names
+    grad_elems = BYTES_PER_GRAD * model.params * training.trainable_ratio / ELEMENT_BYTES
+    for fld, key, count_of in (
+            ("grad_bucket_elements", "reduce_bucket_size", training.accum_steps + 1),
+            ("allgather_bucket_elements", "allgather_bucket_size", 1)):
+        cap = getattr(runtime, fld)
+        if cap is None:
+            continue
+        name = key if ds else fld
+        where = f"--deepspeed-config {runtime.name[11:-1]}" if ds else f"runtime {runtime.name!r}"
+        if cap < 1:
+            raise InputError(f"{where}: {name} = {cap} must be at least 1 element")
+        buckets = math.ceil(grad_elems / cap) * count_of
+        if buckets > MAX_ENGINE_OPS:
+            least = math.ceil(grad_elems * count_of / MAX_ENGINE_OPS)
+            raise InputError(f"{where}: {name} = {cap} elements makes {buckets:.3g} buckets of "
+                             f"{model.name}'s gradients per step, more than the engine's "
+                             f"limit of {MAX_ENGINE_OPS} operations; expected {name} >= "
+                             f"{least}")
+
+
 def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
                        training: TrainingSpec, runtime: RuntimeSpec) -> Plan:
     """The op list of one global step under ``runtime`` (see the module docstring)."""
@@ -176,6 +207,7 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
     training = training_for_runtime(training, runtime)   # the profile's memory settings
     n, m = cluster.gpus, cluster.group_size
     r = training.trainable_ratio
+    check_bucket_count(model, training, runtime)
     recompute = resolve_recompute(model, strategy, cluster, training, runtime)
     b = _RtBuilder(n, m, runtime)
     fwd_only = strategy.short in runtime.forward_only_gather

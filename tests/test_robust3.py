@@ -21,7 +21,7 @@ from parosim.cli import main
 from parosim.errors import InputError
 from parosim.io.nccltests import parse_nccl_tests, read_nccl_tests
 
-CASE_TIMEOUT_S = 60
+CASE_TIMEOUT_S = int(__import__("os").environ.get("R3_TIMEOUT", "60"))
 REALDATA = Path("/work/shared/realdata/logs")
 
 
