@@ -23,7 +23,6 @@ from pathlib import Path
 
 from .errors import InputError
 
-
 #: sizes one ``calibrate --nccl-tests`` fits at most: each is simulated at every iteration of
 #: the least-squares fit (~0.13 s per size on 16 ranks, and tens of iterations), so 128 sizes
 #: bound a fit to minutes; nccl-tests' ``-b 8 -e 16G -f 2`` gives 32 sizes per log.

@@ -11,7 +11,6 @@ no traceback) or ``OK`` (exit 0). nccl-tests logs are generated here in the real
 from __future__ import annotations
 
 import json
-import math
 import signal
 from pathlib import Path
 
