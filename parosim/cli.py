@@ -402,8 +402,10 @@ def _cmd_simulate(a: argparse.Namespace) -> dict:
         return _cmd_jobs(a)
     model, cluster, training = _setup(a)
     cluster = _seeded(cluster, a.seed)
-    if a.jitter_cv is not None and not a.jitter_cv >= 0:
-        raise InputError(f"--jitter-cv = {a.jitter_cv} must be a non-negative number")
+    if a.jitter_cv is not None:
+        from .specs import check_jitter_cv
+
+        check_jitter_cv(a.jitter_cv, "--jitter-cv")
     if a.repeats < 1:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
     rt, training, ds_strategy, info = _runtime_setup(a, cluster, training)
@@ -788,8 +790,10 @@ def _cmd_run(a: argparse.Namespace) -> dict:
     restart = parse_time(a.restart_time, "--restart-time")
     if a.repeats < 1:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
-    if a.jitter_cv is not None and not a.jitter_cv >= 0:
-        raise InputError(f"--jitter-cv = {a.jitter_cv} must be a non-negative number")
+    if a.jitter_cv is not None:
+        from .specs import check_jitter_cv
+
+        check_jitter_cv(a.jitter_cv, "--jitter-cv")
     model, cluster, training = _setup(a)
     cluster = _seeded(cluster, a.seed)
     rt, training, ds_strategy, _ = _runtime_setup(a, cluster, training)

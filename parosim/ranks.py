@@ -34,7 +34,7 @@ import numpy as np
 from .collectives.types import Algo
 from .engine import CountingEnvironment, OverlapGate, Record, run_program
 from .errors import InputError
-from .network import PS, Network
+from .network import MAX_SIM_SECONDS, PS, Network, horizon_error
 from .plan import ComputeOp, Plan
 from .replay import ProgramCache, plan_period
 from .specs import ClusterSpec
@@ -106,6 +106,8 @@ def _durations_ps(plan: Plan, comp: list[int], spec: ClusterSpec,
     if jitter is not None:
         f = f * jitter
     sec = d[:, None] * f
+    if sec.size and not float(sec.max()) <= MAX_SIM_SECONDS:   # an int64 cast would wrap
+        raise horizon_error(float(sec.max()))
     return np.ceil(sec * PS - 1e-6).astype(np.int64)
 
 
