@@ -417,9 +417,9 @@ CASES: list[tuple[str, list[str], tuple]] = [
     ("ov-gpu-unknown-full", ["collective", "--cluster", "{d}/ov_gpu_unknown_full.yaml"], OK()),
     # --- errors naming the real input ------------------------------------------------------------
     ("jobs-efficiency-2", ["simulate", "--jobs", "{d}/jobs_eff.yaml"],
-     ERR("jobs[0]: efficiency = 2")),
+     ERR("job 'a': efficiency = 2 must be")),
     ("jobs-overlap-0.5", ["simulate", "--jobs", "{d}/jobs_accum0.yaml"],
-     ERR("jobs[0]: overlap_slowdown = 0.5")),
+     ERR("job 'a': overlap_slowdown = 0.5")),
     ("tp-algo-nccl", ["simulate", "--tp", "16", "--nodes", "4", "--tp-algo", "nccl", *A],
      ERR("--tp-algo nccl")),
     # --- extreme values ---------------------------------------------------------------------------
