@@ -476,3 +476,20 @@ def test_case(name, argv, expect, d, capsys):
         assert rc == 0, f"{name}: expected success, got rc {rc}: {err}"
         return
     check_err(rc, out, err, needle)
+
+
+def test_fp8_through_an_override_of_every_node_equals_the_top_level_fp8(d, capsys):
+    """'What if these A100s had FP8': an override of every node giving peak_fp8_tflops 624 is
+    the same cluster as gpu.peak_fp8_tflops 624 at the top level (hand value: identical)."""
+    top = d / "fp8_top.yaml"
+    top.write_text(CL.replace("{model: A100-SXM4-80GB}",
+                              "{model: A100-SXM4-80GB, peak_fp8_tflops: 624}"))
+    steps = []
+    for path in (top, d / "ov_fp8_all.yaml"):
+        rc, out, err = run_case(["simulate", "--precision", "fp8", "--cluster", str(path),
+                                 "--accum", "2", "--json"], capsys)
+        assert rc == 0, err
+        steps.append(json.loads(out)["step_time_s"])
+    rc, out, _ = run_case(["simulate", "--cluster", str(top), "--accum", "2", "--json"], capsys)
+    bf16 = json.loads(out)["step_time_s"]
+    assert steps[1] == pytest.approx(steps[0], rel=1e-9) and steps[0] < bf16
