@@ -269,8 +269,9 @@ def _runtime_setup(a: argparse.Namespace, cluster, training):
     rt = load_runtime(name or ("deepspeed" if ds else "ideal"))
     strategy = None
     if ds:
-        rt, strategy, tr, no_effect = deepspeed_config_runtime(ds, rt, cluster.gpus)
-        keys = tr.pop("keys", "")
+        said: dict = {}
+        rt, strategy, tr, no_effect = deepspeed_config_runtime(ds, rt, cluster.gpus, said)
+        keys = said.get("keys", "")
         gb = getattr(a, "global_batch", None)
         for key, flag, what in (("micro_batch", "--micro-batch", "micro-batch"),
                                 ("accum", "--accum", "accumulation")):

@@ -212,7 +212,8 @@ def _ds_number(v: Any, name: str, low: int = 0) -> int:
     return int(v)
 
 
-def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
+def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int,
+                             keys_out: dict | None = None
                              ) -> tuple[RuntimeSpec, str, dict[str, int], list[str]]:
     """(runtime, strategy short name, training settings, keys without effect) from a
     DeepSpeed JSON config; ``base`` is the ``deepspeed`` profile whose defaults fill in
@@ -331,6 +332,6 @@ def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
         training["micro_batch"] = mb
     if acc is not None:
         training["accum"] = acc
-    if said:   # the keys the settings come from, for messages naming them
-        training["keys"] = said   # type: ignore[assignment]
+    if keys_out is not None:   # the keys the settings come from, for messages naming them
+        keys_out["keys"] = said
     return rt, DS_STAGES[stage], training, no_effect
