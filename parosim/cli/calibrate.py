@@ -23,6 +23,11 @@ from pathlib import Path
 
 from ..errors import InputError
 
+#: sizes one ``calibrate --nccl-tests`` fits at most: each is simulated at every iteration of
+#: the least-squares fit (~0.13 s per size on 16 ranks, and tens of iterations), so 128 sizes
+#: bound a fit to minutes; nccl-tests' ``-b 8 -e 16G -f 2`` gives 32 sizes per log.
+MAX_FIT_SIZES = 128
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     mode = p.add_mutually_exclusive_group(required=True)
@@ -91,6 +96,10 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
         meas += measurements_from_log(base, lg, a.nodes, min_size=min_size)
     if not meas:
         raise InputError(f"--min-size {a.min_size}: no measurement of the logs is that large")
+    if len(meas) > MAX_FIT_SIZES:   # every size is simulated at every iteration of the fit
+        raise InputError(f"--nccl-tests: the logs hold {len(meas)} sizes (>= --min-size), more "
+                         f"than the {MAX_FIT_SIZES} a fit takes in bounded time; expected "
+                         "fewer sizes (an -f 2 sweep has 32) or a larger --min-size")
     fitted, held = split_holdout(meas, a.holdout)
     params = [p.strip() for p in a.params.split(",") if p.strip()] if a.params else None
     f = fit(base, fitted, algos[0], params, held, a.holdout)

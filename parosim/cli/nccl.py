@@ -96,6 +96,13 @@ def _compare(a: argparse.Namespace, algos) -> dict:
 
     if a.plot is not None and not str(a.plot).strip():
         raise InputError("--plot '' is empty; expected a file name like compare.png")
+    from ..collectives import Scope
+
+    scope = parse_enum(Scope, a.scope, "--scope")
+    if scope is not Scope.GLOBAL:
+        raise InputError(f"--scope {scope.value} cannot apply with --compare: an nccl-tests "
+                         "log times the collective over all its ranks (scope global); "
+                         "expected no --scope with --compare")
     base = load_cluster(a.cluster, None, a.group_nodes)
     want_op = parse_enum(Op, a.op, "--op").value if a.op else None
     logs, rows = [], []

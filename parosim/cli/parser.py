@@ -81,7 +81,8 @@ def training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama-7b",
                    help="a preset (llama-7b/13b/30b/65b, llama-2-7b/13b/70b, llama-3-8b/70b, "
                         "gpt3-175b, mpt-125m ... mpt-70b) or a YAML path")
-    p.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per micro-step")
+    p.add_argument("--micro-batch", type=int, default=4, action=Explicit,
+                   help="sequences per GPU per micro-step")
     p.add_argument("--accum", type=int, default=10, action=Explicit,
                    help="accumulation micro-steps s")
     p.add_argument("--global-batch", default=None, metavar="SEQS|TOKENS",

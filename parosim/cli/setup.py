@@ -66,15 +66,32 @@ def runtime_of(a: argparse.Namespace, cluster, training):
     rt = load_runtime(name or ("deepspeed" if ds else "ideal"))
     strategy = None
     if ds:
-        rt, strategy, tr, no_effect = deepspeed_config_runtime(ds, rt, cluster.gpus)
-        for key, flag, default in (("micro_batch", "--micro-batch", 4),
-                                   ("accum", "--accum", 10)):
+        said: dict = {}
+        rt, strategy, tr, no_effect = deepspeed_config_runtime(ds, rt, cluster.gpus, said)
+        keys = said.get("keys", "")
+        gb = getattr(a, "global_batch", None)
+        for key, flag, what in (("micro_batch", "--micro-batch", "micro-batch"),
+                                ("accum", "--accum", "accumulation")):
             given = getattr(a, key)
-            if key in tr and given != default and given != tr[key]:
-                raise InputError(f"{flag} = {given} disagrees with the DeepSpeed config's "
-                                 f"{tr[key]}; expected one of them")
+            explicit = getattr(a, f"_given_{key}", False) and not (key == "accum" and gb)
+            if key in tr and explicit and given != tr[key]:
+                raise InputError(f"{flag} {given} disagrees with --deepspeed-config {ds}: "
+                                 f"{keys} (gives {what} {tr[key]}); expected one of them")
         training = replace(training, micro_batch=tr.get("micro_batch", training.micro_batch),
                            accum_steps=tr.get("accum", training.accum_steps))
+        if gb is not None and keys:
+            from ..spec.training import accum_for_global_batch  # deferred: start-up
+
+            seqs = training.micro_batch * training.accum_steps * cluster.gpus
+            try:
+                ok = accum_for_global_batch(gb, training.micro_batch, cluster.gpus,
+                                            training.seq_len) == training.accum_steps
+            except InputError:
+                ok = False
+            if not ok:
+                raise InputError(f"--global-batch {gb} disagrees with --deepspeed-config "
+                                 f"{ds}: {keys} (gives {seqs} sequences on {cluster.gpus} "
+                                 "GPUs); expected one of them")
         if no_effect:
             print("parosim: note: DeepSpeed config keys without effect on the simulated step "
                   f"(not used): {', '.join(no_effect)}", file=sys.stderr)

@@ -49,8 +49,10 @@ def cmd_run(a: argparse.Namespace) -> dict:
     restart = parse_time(a.restart_time, "--restart-time")
     if a.repeats < 1:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
-    if a.jitter_cv is not None and not a.jitter_cv >= 0:
-        raise InputError(f"--jitter-cv = {a.jitter_cv} must be a non-negative number")
+    if a.jitter_cv is not None:
+        from ..spec.system import check_jitter_cv  # deferred: start-up
+
+        check_jitter_cv(a.jitter_cv, "--jitter-cv")
     model, cluster, training = specs_of(a)
     cluster = seeded(cluster, a.seed)
     rt, training, ds_strategy, _ = runtime_of(a, cluster, training)

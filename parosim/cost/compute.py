@@ -109,21 +109,25 @@ def fp8_peak_flops(cluster: ClusterSpec, training: TrainingSpec) -> float:
     if training.precision != "fp8":
         return 0.0
     base = cluster.gpu
-    gpus = [base]
-    if cluster.overrides:
-        gpus += [g for g, _, _ in cluster.gpu_specs() if g is not base]
+    # the GPUs the ranks have: an override of every node ("what if these GPUs had FP8")
+    # replaces the base GPU, which then need not have FP8 itself
+    gpus = list(dict.fromkeys(g for g, _, _ in cluster.gpu_specs())) if cluster.overrides \
+        else [base]
+    ref = gpus[0]
     for g in gpus:
         if not g.peak_fp8_flops > 0:
             raise InputError(f"--precision fp8 needs FP8 tensor cores; GPU {g.model} has none "
                              "(gpu.peak_fp8_tflops = 0); expected bf16, or a GPU with FP8 "
                              "(H100, H200) or gpu.peak_fp8_tflops in the cluster YAML")
-        if abs(g.peak_fp8_flops * base.peak_flops - base.peak_fp8_flops * g.peak_flops) > (
-                1e-12 * base.peak_fp8_flops * g.peak_flops):
+        if abs(g.peak_fp8_flops * ref.peak_flops - ref.peak_fp8_flops * g.peak_flops) > (
+                1e-12 * ref.peak_fp8_flops * g.peak_flops):
             raise InputError(f"--precision fp8 on cluster {cluster.name!r}: GPU {g.model} has "
                              "another FP8 / bf16 peak ratio than the cluster's "
-                             f"{base.model}; expected GPUs whose FP8 and bf16 peaks scale "
+                             f"{ref.model}; expected GPUs whose FP8 and bf16 peaks scale "
                              "alike (per-rank speeds use the bf16 peak ratio)")
-    return base.peak_fp8_flops
+    # per-rank speeds scale the base GPU's times by the bf16 peak ratio: the base's FP8 peak
+    # at the ranks' FP8 / bf16 ratio gives each rank its own FP8 peak
+    return ref.peak_fp8_flops * base.peak_flops / ref.peak_flops
 
 
 def layer_fp8_params(model: ModelSpec) -> float:

@@ -34,7 +34,7 @@ import numpy as np
 from ..collectives.types import Algo
 from ..errors import InputError
 from ..fabric.engine import CountingEnvironment, OverlapGate, Record, run_program, run_repeated
-from ..fabric.network import PS, Network
+from ..fabric.network import MAX_SIM_SECONDS, PS, Network, horizon_error
 from ..fabric.topology import cluster_graph
 from ..plan.dataparallel import ComputeOp, Plan
 from ..spec.system import ClusterSpec
@@ -136,6 +136,8 @@ def _durations_ps(plan: Plan, comp: list[int], spec: ClusterSpec,
     if jitter is not None:
         f = f * jitter
     sec = d[:, None] * f
+    if sec.size and not float(sec.max()) <= MAX_SIM_SECONDS:   # an int64 cast would wrap
+        raise horizon_error(float(sec.max()))
     return np.ceil(sec * PS - 1e-6).astype(np.int64)
 
 
@@ -411,6 +413,12 @@ class StepDistribution:
                 "critical_rank_share": float(counts.max() / len(t))}
 
 
+#: jittered steps are replayed one by one: repeats x plan ops x ranks at most this (measured
+#: ~2 us per rank-op: the default llama-7b step on 32 GPUs, 1023 ops, takes 0.06 s a repeat,
+#: so ~100 s and 1527 repeats; p99 needs a few hundred)
+MAX_JITTER_WORK = 50_000_000
+
+
 def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 1,
                       seed: int = 0, jitter_cv: float = 0.0, trace: bool = False,
                       record_links: bool = False,
@@ -424,6 +432,12 @@ def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 
         raise InputError(f"--seed = {seed!r} must be a non-negative integer")
     if not (np.isfinite(jitter_cv) and jitter_cv >= 0):
         raise InputError(f"--jitter-cv = {jitter_cv!r} must be a non-negative number")
+    work = repeats * len(plan.ops) * spec.gpus
+    if jitter_cv > 0 and work > MAX_JITTER_WORK:   # jittered repeats are replayed one by one
+        most = max(1, MAX_JITTER_WORK // (len(plan.ops) * spec.gpus))
+        raise InputError(f"--repeats {repeats} x {len(plan.ops)} ops x {spec.gpus} ranks = "
+                         f"{work:.3g} rank-ops of jittered steps, more than the limit of "
+                         f"{MAX_JITTER_WORK:.0e} (~100 s); expected --repeats <= {most}")
     rng = np.random.default_rng(seed)
     comp = sum(1 for o in plan.ops if isinstance(o, ComputeOp))
     env = CountingEnvironment()

@@ -26,6 +26,10 @@ NO_OVERHEAD = CollectiveTuning()  # wire costs only
 if TYPE_CHECKING:  # the collectives package imports this module
     from ..collectives.types import Phase, Program
 
+# the largest Plan the engine replays (ops; docs/limits.md): past it a step is refused before
+# it is built, with the knob that brings it back under
+MAX_ENGINE_OPS = 500_000
+
 
 class DeadlockError(RuntimeError):
     """Work left but no event pending: the message names the blocked items."""

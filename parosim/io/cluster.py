@@ -362,39 +362,67 @@ def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
                                  "names, e.g. [n1/nic0, switch]")
             pairs.append((str(pr[0]), str(pr[1])))
         kw["links"] = tuple(pairs)
+    def unit(v: Any, name: str) -> Any:   # a bare number is refused, as at the top level
+        _with_unit(v, f"{where}.{name}")
+        return v
+
     for key, prefix in (("nic", "nic"), ("intra_node", "intra")):
         if key in o:
             sub = section(o, key, {"bandwidth", "latency"}, where)
             if "bandwidth" in sub:
-                kw[f"{prefix}_bandwidth_Bps"] = parse_bandwidth(sub["bandwidth"],
-                                                                f"{key}.bandwidth")
+                kw[f"{prefix}_bandwidth_Bps"] = _positive_bw(
+                    unit(sub["bandwidth"], f"{key}.bandwidth"), f"{where}.{key}.bandwidth")
             if "latency" in sub:
-                kw[f"{prefix}_latency_s"] = parse_time(sub["latency"], f"{key}.latency")
+                kw[f"{prefix}_latency_s"] = parse_time(unit(sub["latency"], f"{key}.latency"),
+                                                       f"{where}.{key}.latency")
     if "gpu" in o:
+        from ..spec.gpus import KNOWN_GPUS, known_gpu
+
         g = section(o, "gpu", _GPU_KEYS, where)
+        model = str(g.get("model", base_gpu.model))
+        ref = base_gpu
+        if model != base_gpu.model:   # another GPU type: its datasheet, never the base's
+            ref = known_gpu(model)
+            missing = [k for k in ("memory", "peak_tflops", "hbm_bandwidth") if k not in g]
+            if ref is None and missing:
+                raise InputError(f"{where}.gpu.model {model!r} is not in the table of known "
+                                 f"GPUs ({', '.join(sorted(KNOWN_GPUS))}); expected it to "
+                                 f"give {', '.join(missing)} too")
+            ref = ref or GPUSpec(model=model)
         kw["gpu"] = GPUSpec(
-            model=str(g.get("model", base_gpu.model)),
-            memory_bytes=parse_size(g["memory"], "gpu.memory") if "memory" in g
-            else base_gpu.memory_bytes,
+            model=model,
+            memory_bytes=parse_size(unit(g["memory"], "gpu.memory"), f"{where}.gpu.memory")
+            if "memory" in g else ref.memory_bytes,
             peak_flops=parse_flops(g["peak_tflops"]) if "peak_tflops" in g
-            else base_gpu.peak_flops,
-            hbm_bandwidth_Bps=parse_bandwidth(g["hbm_bandwidth"], "gpu.hbm_bandwidth")
-            if "hbm_bandwidth" in g else base_gpu.hbm_bandwidth_Bps,
+            else ref.peak_flops,
+            hbm_bandwidth_Bps=parse_bandwidth(unit(g["hbm_bandwidth"], "gpu.hbm_bandwidth"),
+                                              f"{where}.gpu.hbm_bandwidth")
+            if "hbm_bandwidth" in g else ref.hbm_bandwidth_Bps,
             peak_fp8_flops=_fp8_flops(g, _override_fp8_default(g, base_gpu)))
     if "speed" in o:
         kw["speed"] = number(o["speed"], f"{where}: speed")
     if "memory" in o:
-        kw["memory_bytes"] = parse_size(o["memory"], "memory")
+        kw["memory_bytes"] = parse_size(unit(o["memory"], "memory"), f"{where}.memory")
     if "bandwidth" in o:
-        kw["bandwidth_Bps"] = parse_bandwidth(o["bandwidth"], "bandwidth")
+        kw["bandwidth_Bps"] = _positive_bw(unit(o["bandwidth"], "bandwidth"),
+                                           f"{where}.bandwidth")
     if "latency" in o:
-        kw["latency_s"] = parse_time(o["latency"], "latency")
+        kw["latency_s"] = parse_time(unit(o["latency"], "latency"), f"{where}.latency")
     if "failed" in o:
         kw["failed"] = _flag(o["failed"], "failed")
     try:
         return Override(**kw)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
+
+
+def _positive_bw(v: Any, name: str) -> float:
+    """An override's bandwidth: parsed, and > 0 (a dead link is ``failed: true``)."""
+    bw = parse_bandwidth(v, name)
+    if not bw > 0:
+        raise InputError(f"{name} = {v!r} must be positive; expected e.g. 25Gbps (a link that "
+                         "carries nothing is 'failed: true')")
+    return bw
 
 
 def _flag(v: Any, name: str) -> bool:

@@ -50,6 +50,25 @@ def _int(v: Any, where: str, low: int = 1) -> int:
     return v
 
 
+# TrainingSpec field names -> the jobs file's keys
+_FIELDS = {"compute_efficiency": "efficiency", "accum_steps": "accum",
+           "trainable ratio": "trainable_ratio"}
+
+
+def _training(TrainingSpec, p: dict, eff, recompute, parse_trainable_ratio, default_eff,
+              jw: str):
+    return TrainingSpec(
+        micro_batch=_int(p["micro_batch"], f"{jw}: micro_batch"),
+        accum_steps=_int(p["accum"], f"{jw}: accum"),
+        seq_len=_int(p["seq_len"], f"{jw}: seq_len"),
+        trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
+        recompute=recompute,
+        compute_efficiency=default_eff if eff is None else eff,
+        overlap_slowdown=p["overlap_slowdown"], compute_model=p["compute_model"],
+        attention=p["attention"], memory_model=p["memory_model"],
+        logit_bytes=p["logit_bytes"], precision=p["precision"])
+
+
 def load_jobs(path: str | Path):
     """(cluster spec, list of :class:`~parosim.studies.jobs.Job`, steps) from a jobs YAML."""
     from ..simulate.step import with_overrides
@@ -100,16 +119,15 @@ def load_jobs(path: str | Path):
         if recompute is None and rc != "auto":
             raise InputError(f"{jw}: recompute = {rc!r} is not known; expected auto, on or off")
         eff = p["efficiency"]
-        training = TrainingSpec(
-            micro_batch=_int(p["micro_batch"], f"{jw}: micro_batch"),
-            accum_steps=_int(p["accum"], f"{jw}: accum"),
-            seq_len=_int(p["seq_len"], f"{jw}: seq_len"),
-            trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
-            recompute=recompute,
-            compute_efficiency=DEFAULT_COMPUTE_EFFICIENCY if eff is None else eff,
-            overlap_slowdown=p["overlap_slowdown"], compute_model=p["compute_model"],
-            attention=p["attention"], memory_model=p["memory_model"],
-            logit_bytes=p["logit_bytes"], precision=p["precision"])
+        try:
+            training = _training(TrainingSpec, p, eff, recompute, parse_trainable_ratio,
+                                 DEFAULT_COMPUTE_EFFICIENCY, jw)
+        except InputError as e:   # name the jobs file's field, never a simulate flag
+            msg = str(e)
+            for field_name, key in _FIELDS.items():
+                if msg.startswith(field_name + " "):
+                    msg = key + msg[len(field_name):]
+            raise InputError(msg if msg.startswith(jw) else f"{jw}: {msg}") from None
         rt = load_runtime(p["runtime"] or "ideal")
         if rt.collective_algo is not None and p["algo"] is not None:
             raise InputError(f"{jw}: algo {p['algo']} cannot apply: runtime {rt.name} fixes "

@@ -33,6 +33,7 @@ holds only in-place columns, ``note``). nccl-tests ignores ``#`` lines, and so d
 # ruff: noqa: E501  (EXAMPLE is nccl-tests output, whose rows are 116 characters wide)
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,8 @@ $ flux run -n 2 -N 2 -g 1 ./build/all_reduce_perf -b 8 -e 16 -f 2 -g 1
 
 OPS = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter"}
 _PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s|#))")
-_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
+# ``Group N`` is absent in older nccl-tests (e.g. the ABCI 2.0 logs): the host is still there
+_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
                    r"\s+\[[^\]]*\]\s+(.*?)\s*$")
 _META = re.compile(r"^#\s*parosim:\s*([A-Za-z_]+)\s*=\s*(.*?)\s*$")
 _OPNAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|"
@@ -124,8 +126,25 @@ def _num(tok: str, what: str, where: str) -> float:
         raise InputError(f"{where}: {what} {tok!r} is not a number") from None
 
 
+def _count_runs(text: str, path: str) -> None:
+    """One run per file: a second table header (concatenated runs, with or without their
+    command lines) is refused, never merged into one log."""
+    heads = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _PREFIX.sub("", raw, count=1).strip()
+        if line.startswith("#"):
+            toks = line.lstrip("#").split()
+            if "algbw" in toks and "busbw" in toks and "size" in toks:
+                heads.append(lineno)
+    if len(heads) > 1:
+        raise InputError(f"nccl-tests log {path!r} holds {len(heads)} runs (table headers at "
+                         f"lines {', '.join(map(str, heads))}); expected one run per file "
+                         "(split the file)")
+
+
 def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
     """Parse nccl-tests output (see the module docstring); errors name ``path`` and the line."""
+    _count_runs(text, path)
     meta: dict[str, str] = {}
     ranks: dict[int, tuple[str, str]] = {}
     columns: list[str] | None = None
@@ -177,6 +196,9 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
                          "all_gather_perf or reduce_scatter_perf")
     if not rows:
         raise InputError(f"nccl-tests log {path!r}: the table has no rows")
+    if not any(r.size_bytes > 0 for r in rows):
+        raise InputError(f"nccl-tests log {path!r}: the table has no row of size > 0 (only "
+                         "size-0 rows, which time no transfer); expected a log with sizes > 0")
     op = _op(path, rows, meta, op_named)
     nranks, nranks_from = _nranks(path, op, rows, ranks, meta)
     hosts = {h for h, _ in ranks.values()}
@@ -208,6 +230,9 @@ def _row(columns: list[str], toks: list[str], which: str, where: str) -> NcclTes
             if c == "time":
                 groups.append({})
             v = _num(t, c, where)
+            if not math.isfinite(v):
+                raise InputError(f"{where}: {c} {t!r} must be finite; expected a number as "
+                                 "nccl-tests prints it")
             if v < 0 or (c == "time" and v <= 0):
                 raise InputError(f"{where}: {c} {t!r} must be positive")
             groups[-1][c] = v
@@ -231,14 +256,53 @@ def _row(columns: list[str], toks: list[str], which: str, where: str) -> NcclTes
                         s(ip, "time"), ip.get("algbw"), ip.get("busbw"))
 
 
-def _ratio(rows: list[NcclTestsRow]) -> float | None:
-    """busbw / algbw from the rows printed with the most precision (largest algbw)."""
+#: half the last printed digit of algbw and busbw (nccl-tests prints both with 2 decimals)
+PRINT_HALF_UNIT = 0.005
+
+
+def _ratio_row(rows: list[NcclTestsRow]) -> tuple[float, float] | None:
+    """(busbw, algbw) as printed in the row with the most precision (largest algbw)."""
     best = max(rows, key=lambda r: (r.algbw_oop_GBps or r.algbw_ip_GBps or 0.0))
     alg = best.algbw_oop_GBps if best.algbw_oop_GBps else best.algbw_ip_GBps
     bus = best.busbw_oop_GBps if best.algbw_oop_GBps else best.busbw_ip_GBps
     if not alg or alg < 1.0 or bus is None:
         return None
-    return bus / alg
+    return bus, alg
+
+
+def _ratio(rows: list[NcclTestsRow]) -> float | None:
+    """busbw / algbw from the rows printed with the most precision (largest algbw)."""
+    ba = _ratio_row(rows)
+    return None if ba is None else ba[0] / ba[1]
+
+
+def ratio_bounds(bus: float, alg: float) -> tuple[float, float]:
+    """The interval the true busbw / algbw lies in when both are printed with 2 decimals:
+    each printed value is within :data:`PRINT_HALF_UNIT` of the true one, so the true ratio is
+    in [(bus - h) / (alg + h), (bus + h) / (alg - h)] (``alg >= 1``; widened by 1e-9 for the
+    float arithmetic). At algbw ~ 100 GB/s this is +-1e-4 relative: 16 ranks (factor 1.875 vs
+    1.867 / 1.882) are told apart, 128 from 129 (1.98438 vs 1.98450) are not.
+
+    >>> lo, hi = ratio_bounds(22.97, 12.25)
+    >>> round(lo, 5), round(hi, 5)
+    (1.87393, 1.87628)
+    """
+    h = PRINT_HALF_UNIT
+    return (bus - h) / (alg + h) * (1 - 1e-9), (bus + h) / (alg - h) * (1 + 1e-9)
+
+
+def _factor(op: str, n: int) -> float:
+    return 2 * (n - 1) / n if op == "all-reduce" else (n - 1) / n
+
+
+def _rank_candidates(op: str, lo: float, hi: float) -> tuple[int, int | None]:
+    """The whole rank counts n >= 2 whose busbw factor lies in [lo, hi]: (first, last), last
+    None when unbounded (the factor's limit is inside); first > last when there is none."""
+    k = 2.0 if op == "all-reduce" else 1.0
+    flo, fhi = lo / k, hi / k            # = 1 - 1/n
+    n_lo = 2 if flo < 0.5 else math.ceil(1 / (1 - flo) - 1e-9)
+    n_hi = None if fhi >= 1 else math.floor(1 / (1 - fhi) + 1e-9)
+    return n_lo, n_hi
 
 
 def _op(path: str, rows, meta, named: str | None) -> str:
@@ -265,7 +329,9 @@ def _op(path: str, rows, meta, named: str | None) -> str:
 
 
 def _nranks(path: str, op: str, rows, ranks: dict, meta) -> tuple[int, str]:
-    """(nranks, where it came from); header, metadata and busbw/algbw must agree."""
+    """(nranks, where it came from). A header (``# Rank`` lines) or ``# parosim: nranks``
+    decides; busbw / algbw is then only a consistency check within the printed rounding
+    (:func:`ratio_bounds`). Without them the ratio must single out one rank count."""
     found: list[tuple[int, str]] = []
     if ranks and max(ranks) + 1 == len(ranks):
         found.append((len(ranks), "header"))
@@ -277,27 +343,40 @@ def _nranks(path: str, op: str, rows, ranks: dict, meta) -> tuple[int, str]:
         except ValueError:
             raise InputError(f"nccl-tests log {path!r}: '# parosim: nranks = {meta['nranks']}' "
                              "is not an integer") from None
-    r = _ratio(rows)
-    if r is not None:
-        f = r / 2 if op == "all-reduce" else r  # = (n-1)/n
-        if f < 0.999:
-            n = round(1 / (1 - f))
-            # the ratio of two 2-decimal numbers: accept the n whose factor is within 1%
-            nf = (n - 1) / n
-            if abs(nf - f) <= 0.01 * nf:
-                found.append((n, "busbw/algbw"))
-            else:
-                raise InputError(f"nccl-tests log {path!r}: busbw/algbw = {r:.4f} is no "
-                                 f"{op} factor of a whole number of ranks; expected "
-                                 "busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n")
+    for n, src in found[1:]:
+        if n != found[0][0]:
+            raise InputError(f"nccl-tests log {path!r}: {found[0][1]} gives {found[0][0]} "
+                             f"ranks but {src} gives {n}")
+    ba = _ratio_row(rows)
+    if ba is not None:
+        bus, alg = ba
+        lo, hi = ratio_bounds(bus, alg)
+        n_lo, n_hi = _rank_candidates(op, lo, hi)
+        said = (f"busbw/algbw = {bus:.2f}/{alg:.2f} (true ratio in {lo:.5f}..{hi:.5f} at the "
+                "printed 2 decimals)")
+        if n_hi is not None and n_lo > n_hi:
+            raise InputError(f"nccl-tests log {path!r}: {said} is no {op} factor of a whole "
+                             "number of ranks; expected busbw = algbw x 2(n-1)/n (all-reduce) "
+                             "or (n-1)/n")
+        if found:
+            n0, src0 = found[0]
+            if not (n_lo <= n0 and (n_hi is None or n0 <= n_hi)):
+                gives = (str(n_lo) if n_lo == n_hi else f"{n_lo} or more" if n_hi is None
+                         else f"{n_lo} to {n_hi}")
+                raise InputError(f"nccl-tests log {path!r}: {src0} gives {n0} ranks but "
+                                 f"busbw/algbw gives {gives} ({said}; {src0}'s factor "
+                                 f"{_factor(op, n0):.5f})")
+        elif n_lo == n_hi:
+            found.append((n_lo, "busbw/algbw"))
+        else:
+            fits = f"{n_lo} or more" if n_hi is None else f"any of {n_lo} to {n_hi}"
+            raise InputError(f"nccl-tests log {path!r}: cannot tell the number of ranks: no "
+                             f"'#  Rank N ...' header, and {said} fits {fits} ranks; expected "
+                             "the log's '#  Rank' lines or a line '# parosim: nranks = N'")
     if not found:
         raise InputError(f"nccl-tests log {path!r}: cannot tell the number of ranks (no "
                          "'#  Rank N ...' header and no row with algbw >= 1 GB/s)")
     n0, src0 = found[0]
-    for n, src in found[1:]:
-        if n != n0:
-            raise InputError(f"nccl-tests log {path!r}: {src0} gives {n0} ranks but {src} "
-                             f"gives {n}")
     if n0 < 2:
         raise InputError(f"nccl-tests log {path!r}: {n0} rank; a collective needs at least 2")
     return n0, src0

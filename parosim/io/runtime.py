@@ -187,17 +187,33 @@ _ZERO_NO_EFFECT = {"load_from_fp32_weights", "elastic_checkpoint", "sub_group_si
                    "stage3_model_persistence_threshold", "model_persistence_threshold"}
 
 
-def _ds_number(v: Any, name: str) -> int:
+def _ds_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique (DeepSpeed refuses duplicate keys too)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise InputError(f"duplicate key {k!r}; expected each key once (DeepSpeed refuses "
+                             "duplicates too)")
+        out[k] = v
+    return out
+
+
+def _ds_constant(name: str) -> Any:
+    raise InputError(f"{name} is not a JSON number; expected a finite number")
+
+
+def _ds_number(v: Any, name: str, low: int = 0) -> int:
     if isinstance(v, str) and v.strip().lower() == "auto":
         raise InputError(f"--deepspeed-config: {name} = 'auto' is filled in by the HF "
                          "Trainer at launch; expected the number it resolves to")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != int(v):
-        raise InputError(f"--deepspeed-config: {name} = {v!r} must be a non-negative whole "
-                         "number")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < low or v != int(v):
+        raise InputError(f"--deepspeed-config: {name} = {v!r} must be a "
+                         + ("non-negative" if low == 0 else f">= {low}") + " whole number")
     return int(v)
 
 
-def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
+def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int,
+                             keys_out: dict | None = None
                              ) -> tuple[RuntimeSpec, str, dict[str, int], list[str]]:
     """(runtime, strategy short name, training settings, keys without effect) from a
     DeepSpeed JSON config; ``base`` is the ``deepspeed`` profile whose defaults fill in
@@ -207,9 +223,12 @@ def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
     """
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(), object_pairs_hook=_ds_pairs,
+                          parse_constant=_ds_constant)
     except FileNotFoundError:
         raise InputError(f"--deepspeed-config file {str(p)!r} does not exist") from None
+    except InputError as e:
+        raise InputError(f"--deepspeed-config file {str(p)!r}: {e}") from None
     except (OSError, ValueError) as e:
         raise InputError(f"--deepspeed-config file {str(p)!r} is not valid JSON: {e}") from None
     if not isinstance(data, dict):
@@ -232,7 +251,9 @@ def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
                          "not modelled by parosim; expected "
                          + ", ".join(sorted(_ZERO_USED | set(_ZERO_FIXED))))
     for k, want in _ZERO_FIXED.items():
-        if k in z and z[k] != want and not (want is None and not z[k]):
+        off = (want is None and isinstance(z.get(k), dict)   # DeepSpeed's "no offload"
+               and str(z[k].get("device", "none")).lower() == "none")
+        if k in z and z[k] != want and not (want is None and not z[k]) and not off:
             raise InputError(f"--deepspeed-config: zero_optimization.{k} = {z[k]!r} is not "
                              f"modelled by parosim; expected {json.dumps(want)} (DeepSpeed's "
                              "default)")
@@ -250,11 +271,11 @@ def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
 
     kw: dict[str, Any] = {"name": f"deepspeed ({p.name})"}
     if "reduce_bucket_size" in z:
-        kw["grad_bucket_elements"] = max(1, _ds_number(z["reduce_bucket_size"],
-                                                       "reduce_bucket_size"))
+        kw["grad_bucket_elements"] = _ds_number(z["reduce_bucket_size"],
+                                                "reduce_bucket_size", low=1)
     if "allgather_bucket_size" in z:
-        kw["allgather_bucket_elements"] = max(1, _ds_number(z["allgather_bucket_size"],
-                                                            "allgather_bucket_size"))
+        kw["allgather_bucket_elements"] = _ds_number(z["allgather_bucket_size"],
+                                                     "allgather_bucket_size", low=1)
     if "overlap_comm" in z:
         if not isinstance(z["overlap_comm"], bool):
             raise InputError(f"--deepspeed-config: overlap_comm = {z['overlap_comm']!r} must "
@@ -280,9 +301,12 @@ def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
     mb = data.get("train_micro_batch_size_per_gpu")
     acc = data.get("gradient_accumulation_steps")
     tb = data.get("train_batch_size")
-    mb = None if mb is None else _ds_number(mb, "train_micro_batch_size_per_gpu")
-    acc = None if acc is None else _ds_number(acc, "gradient_accumulation_steps")
-    tb = None if tb is None else _ds_number(tb, "train_batch_size")
+    mb = None if mb is None else _ds_number(mb, "train_micro_batch_size_per_gpu", low=1)
+    acc = None if acc is None else _ds_number(acc, "gradient_accumulation_steps", low=1)
+    tb = None if tb is None else _ds_number(tb, "train_batch_size", low=1)
+    given = {"train_micro_batch_size_per_gpu": mb, "gradient_accumulation_steps": acc,
+             "train_batch_size": tb}
+    said = ", ".join(f"{k} = {v}" for k, v in given.items() if v is not None)
     if tb is not None:   # DeepSpeed: train_batch_size = micro x accumulation x GPUs
         if mb is not None and acc is not None and tb != mb * acc * gpus:
             raise InputError(f"--deepspeed-config: train_batch_size = {tb} but "
@@ -308,6 +332,8 @@ def deepspeed_config_runtime(path: str | Path, base: RuntimeSpec, gpus: int
         training["micro_batch"] = mb
     if acc is not None:
         training["accum"] = acc
+    if keys_out is not None:   # the keys the settings come from, for messages naming them
+        keys_out["keys"] = said
     return rt, DS_STAGES[stage], training, no_effect
 
 

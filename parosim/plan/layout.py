@@ -124,6 +124,9 @@ class ParallelSpec:
                              "over the tensor-parallel group)")
         if self.tp_algo is not None and not isinstance(self.tp_algo, Algo):
             object.__setattr__(self, "tp_algo", parse_enum(Algo, self.tp_algo, "--tp-algo"))
+        if self.tp_algo not in (None, Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING):
+            raise InputError(f"--tp-algo {self.tp_algo.value} is not modelled for tensor-"
+                             "parallel groups; expected ring, hierarchical or ho-ring")
 
     @property
     def trivial(self) -> bool:

@@ -50,6 +50,8 @@ ideal schedule); a :class:`~parosim.spec.runtime.RuntimeSpec` changes:
 
 from __future__ import annotations
 
+import math
+
 from ..collectives.types import Op, Scope
 from ..cost.compute import (
     head_backward_flops,
@@ -67,6 +69,8 @@ from ..cost.runtime_memory import (  # noqa: F401  (re-exported)
     runtime_memory_terms,
     unit_tensor_sizes,
 )
+from ..errors import InputError
+from ..fabric.engine import MAX_ENGINE_OPS
 from ..io.runtime import training_for_runtime
 from ..spec.model import ModelSpec
 from ..spec.runtime import RuntimeSpec
@@ -87,6 +91,32 @@ from .builder import (
 )
 
 
+def check_bucket_count(model: ModelSpec, training: TrainingSpec, runtime: RuntimeSpec) -> None:
+    """Refuse, before building anything, buckets so small that the step has more collectives
+    than the engine's op limit (:data:`parosim.fabric.engine.MAX_ENGINE_OPS`): a bucket of 1
+    element would be billions of ops (a hang, not an answer). Gradient buckets are counted
+    per micro-step and once more at the boundary; all-gather buckets at the boundary."""
+    ds = runtime.name.startswith("deepspeed (")   # from --deepspeed-config: its key names
+    grad_elems = BYTES_PER_GRAD * model.params * training.trainable_ratio / ELEMENT_BYTES
+    for fld, key, count_of in (
+            ("grad_bucket_elements", "reduce_bucket_size", training.accum_steps + 1),
+            ("allgather_bucket_elements", "allgather_bucket_size", 1)):
+        cap = getattr(runtime, fld)
+        if cap is None:
+            continue
+        name = key if ds else fld
+        where = f"--deepspeed-config {runtime.name[11:-1]}" if ds else f"runtime {runtime.name!r}"
+        if cap < 1:
+            raise InputError(f"{where}: {name} = {cap} must be at least 1 element")
+        buckets = math.ceil(grad_elems / cap) * count_of
+        if buckets > MAX_ENGINE_OPS:
+            least = math.ceil(grad_elems * count_of / MAX_ENGINE_OPS)
+            raise InputError(f"{where}: {name} = {cap} elements makes {buckets:.3g} buckets of "
+                             f"{model.name}'s gradients per step, more than the engine's "
+                             f"limit of {MAX_ENGINE_OPS} operations; expected {name} >= "
+                             f"{least}")
+
+
 def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
                        training: TrainingSpec, runtime: RuntimeSpec) -> Plan:
     """The op list of one global step under ``runtime`` (see the module docstring)."""
@@ -96,6 +126,7 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
     training = training_for_runtime(training, runtime)   # the profile's memory settings
     n, m = cluster.gpus, cluster.group_size
     r = training.trainable_ratio
+    check_bucket_count(model, training, runtime)
     recompute = resolve_recompute(model, strategy, cluster, training, runtime)
     b = Builder(n, m, runtime)
     fwd_only = strategy.short in runtime.forward_only_gather

@@ -27,6 +27,7 @@ from ..cost.memory import MemoryBreakdown, memory_breakdown
 from ..errors import InputError
 from ..evaluate.analytic import evaluate
 from ..evaluate.replay import replay
+from ..fabric.engine import MAX_ENGINE_OPS
 from ..fabric.network import MAX_SIM_SECONDS, horizon_error
 from ..io.runtime import training_for_runtime
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
@@ -38,10 +39,9 @@ from ..spec.training import TrainingSpec
 
 MODES = ("engine", "analytic")
 
-# The engine replays every operation of the step (docs/limits.md): at most this many, counted
-# from a one-micro-step plan before the full plan is built. ~2 s and ~100 MB per 100,000 ops.
-# The analytic mode evaluates one micro-step and has no such limit.
-MAX_ENGINE_OPS = 500_000
+# The engine replays every operation of the step (docs/limits.md): at most MAX_ENGINE_OPS
+# (parosim.fabric.engine), counted from a one-micro-step plan before the full plan is built;
+# ~2 s and ~100 MB per 100,000 ops. The analytic mode evaluates one micro-step: no such limit.
 
 
 def check_engine_size(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,

@@ -48,6 +48,24 @@ def _pos(value: float, name: str, allow_zero: bool = False) -> None:
     _require(ok, f"{name} = {value!r} must be {'non-negative' if allow_zero else 'positive'}")
 
 
+#: Compute jitter: lognormal factors of mean 1 and coefficient of variation cv in [0, 1].
+#: Beyond 1 the median draw is under 0.71 x the mean and single ops of 10x the mean are
+#: routine: that is not jitter but failures (``parosim run``). 1e10 would make almost every
+#: op ~0 and a few overflow the clock, a step faster than without jitter.
+MAX_JITTER_CV = 1.0
+#: An override's GPU speed factor (compute time x 1/speed): 0.01 (a GPU 100x slower; slower
+#: is a failure) to 2 (faster GPU types belong in ``gpu: {model: ...}``; beyond 1 / efficiency
+#: the MFU would exceed 1).
+SPEED_RANGE = (0.01, 2.0)
+
+
+def check_jitter_cv(cv: float, name: str) -> None:
+    """Refuse a jitter cv outside [0, :data:`MAX_JITTER_CV`] (also NaN), with one line."""
+    if not (0 <= cv <= MAX_JITTER_CV):
+        raise InputError(f"{name} = {cv!r} must be in [0, {MAX_JITTER_CV:g}] (the lognormal "
+                         "coefficient of variation of compute jitter; larger is not jitter)")
+
+
 @dataclass(frozen=True)
 class GPUSpec:
     """One accelerator. ``peak_flops`` is dense bf16/fp16 FLOP/s from the datasheet.
@@ -329,6 +347,10 @@ class Override:
         for f in ("nic_latency_s", "intra_latency_s", "latency_s"):
             if getattr(self, f) is not None:
                 _pos(getattr(self, f), f"override {f}", allow_zero=True)
+        lo, hi = SPEED_RANGE
+        _require(self.speed is None or lo <= self.speed <= hi,
+                 f"speed = {self.speed!r} must be in [{lo:g}, {hi:g}] (a compute-time factor "
+                 "1/speed; another GPU type goes in gpu: {model: ...})")
         if self.failed:
             _require(self.bandwidth_Bps is None and self.latency_s is None,
                      "override of a failed link cannot also set its bandwidth or latency")
@@ -415,7 +437,7 @@ class ClusterSpec:
                      or self.nic.per_node % self.gpus_per_node == 0,
                      f"nic.per_node = {self.nic.per_node} and gpus_per_node = "
                      f"{self.gpus_per_node}: expected one to divide the other")
-        _pos(self.jitter_cv, "jitter.cv", allow_zero=True)
+        check_jitter_cv(self.jitter_cv, "jitter.cv")
         for k, o in enumerate(self.overrides):
             _require(isinstance(o, Override), f"overrides[{k}] = {o!r} is not an Override")
             for i in o.nodes:

@@ -181,6 +181,11 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
     from ..spec.runtime import effective_overlap_slowdown
 
     model.require_shape("advise")
+    if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or not cluster.closed_form_exact:
+        raise InputError(f"parosim advise ranks layouts with the model of identical ranks and "
+                         f"links; cluster {cluster.name!r} has GPU or link overrides, jitter "
+                         "or ECMP hashing; expected a cluster without them (parosim simulate "
+                         "--mode engine models stragglers)")
     for name, v in (("--top", top), ("--max-micro-batch", max_micro_batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"{name} = {v!r} must be a positive integer")
