@@ -130,3 +130,42 @@ def test_no_import_circles():
     for n in names:
         assert n not in reach(n, set()), n
     assert not graph["memory"] & {"plan", "plan3d", "runtime_plan", "planning"}
+
+
+# -- several jobs: a TP x PP job shares the fabric like a data-parallel one -----------------
+
+JOBS_3D = """cluster: dgx-a100-ib
+nodes: 4
+jobs:
+  - {{name: a, model: llama-7b, strategy: NNG, tp: 2, pp: 2, micro_batch: 1, accum: 4,
+     overlap_slowdown: {f}, nodes: [0, 1]}}
+  - {{name: b, model: llama-7b, strategy: IIG, micro_batch: 1, accum: 4, nodes: [2, 3]}}
+"""
+
+
+@pytest.mark.parametrize("f", [1.0, 1.3])
+def test_tp_pp_job_alone_is_the_simulated_step(f, tmp_path, capsys):
+    """Alone on its two nodes, the TP2 x PP2 job takes exactly the step ``simulate`` gives
+    for the same layout (the same Plan on the same fabric; with f > 1 the per-stage overlap
+    gates of the replay); shared with a data-parallel job on other nodes it is never faster."""
+    path = tmp_path / "jobs.yaml"
+    path.write_text(JOBS_3D.format(f=f))
+    assert main(["simulate", "--jobs", str(path), "--json"]) == 0
+    jobs = {j["name"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
+    assert main(["simulate", "--model", "llama-7b", "--cluster", "dgx-a100-ib", "--nodes", "2",
+                 "--strategy", "NNG", "--tp", "2", "--pp", "2", "--micro-batch", "1",
+                 "--accum", "4", "--overlap-slowdown", str(f), "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["step_time_s"]
+    a = jobs["a"]
+    assert a["step_time_alone_s"] == pytest.approx(step, rel=1e-9)
+    assert a["step_time_shared_s"] >= a["step_time_alone_s"] * (1 - 1e-9)
+    assert a["settings"]["tp"] == 2 and a["settings"]["pp"] == 2
+    assert "tp" not in jobs["b"]["settings"]          # data-parallel job: keys as before
+
+
+def test_tp_not_dividing_the_job_is_refused(tmp_path, capsys):
+    path = tmp_path / "jobs.yaml"
+    path.write_text(JOBS_3D.format(f=1.0).replace("tp: 2", "tp: 3"))
+    assert main(["simulate", "--jobs", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "3" in err and "Traceback" not in err

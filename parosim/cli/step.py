@@ -26,9 +26,9 @@ JOBS_OWN_FLAGS = ("command", "jobs", "json", "trace", "seed")
 
 
 def cmd_jobs(a: argparse.Namespace) -> dict:
-    from ..io.jobs import JOB_KEYS, TOP_KEYS, load_jobs
+    from ..io.jobs import JOB_KEYS, TOP_KEYS
     from ..io.trace import write_chrome_trace
-    from ..studies.jobs import run_jobs
+    from ..studies.jobs import load_jobs, run_jobs
 
     defaults = vars(build_parser().parse_args(["simulate"]))
     for f, default in defaults.items():

@@ -243,7 +243,7 @@ def _step(model, cluster, strategy, training, algo, mode, trace, runtime, repeat
     slow = effective_overlap_slowdown(training.overlap_slowdown,
                                       getattr(cluster, "overlap_slowdown", None), rt)
     if three_d:
-        mem, extra3 = _setup_3d(model, cluster, strategy, training, par, algo)
+        mem, extra3 = setup_3d(model, cluster, strategy, training, par, algo)
     else:
         mem = memory_breakdown(model, strategy, cluster, training, rt)
     res = StepResult(strategy, algo, mode, cluster.gpus, mem, runtime=rt.name,
@@ -319,7 +319,7 @@ def _metrics(res: StepResult, cluster: ClusterSpec, training: TrainingSpec, step
     return res
 
 
-def _setup_3d(model, cluster, strategy, training, par, algo):
+def setup_3d(model, cluster, strategy, training, par, algo):
     """Checks, memory and the 3D result keys of a TP x PP x DP step."""
     from ..plan.layout import layout_for
     from ..plan.threed import check_cp, check_supported, chunk_units, memory_3d

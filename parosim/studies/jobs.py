@@ -36,6 +36,8 @@ directed link, with the jobs whose flows use the link.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,16 +45,31 @@ from ..collectives.lowering import lower
 from ..collectives.types import Algo, Program, RingSet, parse_enum
 from ..cost.memory import memory_breakdown
 from ..errors import InputError
-from ..fabric.engine import CountingEnvironment, OverlapGate, Record, run_lanes, run_program
+from ..fabric.engine import (
+    CountingEnvironment,
+    OverlapGate,
+    Record,
+    run_lanes,
+    run_program,
+    run_repeated,
+)
 from ..fabric.network import PS, Network, to_ps
 from ..fabric.topology import cluster_graph
+from ..io.cluster import load_cluster
+from ..io.jobs import JOB_DEFAULTS, JOB_KEYS, TOP_KEYS
+from ..io.model import load_model
+from ..io.runtime import load_runtime
+from ..io.yamlspec import check_keys, read_yaml
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
-from ..simulate.step import resolve_runtime
+from ..plan.layout import ParallelSpec
+from ..plan.threed import build_plan_3d, check_runtime_3d, training_for_runtime_3d
+from ..simulate.step import resolve_runtime, setup_3d, with_overrides
 from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import Strategy, parse_strategy
 from ..spec.system import ClusterSpec
-from ..spec.training import TrainingSpec
+from ..spec.training import DEFAULT_COMPUTE_EFFICIENCY, TrainingSpec, parse_trainable_ratio
+from ..units import parse_bandwidth, parse_size
 
 
 @dataclass(frozen=True)
@@ -77,9 +94,10 @@ class Job:
 
 def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
              nodes, training: TrainingSpec, algo: Algo | str = Algo.HO_RING,
-             group_nodes: int = 1, runtime=None) -> Job:
+             group_nodes: int = 1, runtime=None, parallel: ParallelSpec | None = None) -> Job:
     """Build a job's Plan for its own nodes (as :func:`parosim.simulate.simulate_step` does:
-    a runtime profile, if given, shapes the Plan and may fix each call's algorithm); raises
+    a runtime profile, if given, shapes the Plan and may fix each call's algorithm; a
+    non-trivial ``parallel`` layout gives the TP x PP x CP x DP plan); raises
     :class:`InputError` if it does not fit."""
 
     strategy = parse_strategy(strategy)
@@ -91,22 +109,36 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
     model.require_shape("a step simulation")
     rt = resolve_runtime(runtime)
     rt.require(strategy.short)
+    three_d = parallel is not None and not parallel.trivial
+    if three_d:
+        check_runtime_3d(rt, strategy, parallel)
+        training = training_for_runtime_3d(training, rt)
     if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
         algo = Algo.RING
     slow = effective_overlap_slowdown(training.overlap_slowdown,
                                       getattr(cluster, "overlap_slowdown", None), rt)
-    mem = memory_breakdown(model, strategy, spec, training, rt)
+    if three_d:
+        mem = setup_3d(model, spec, strategy, training, parallel, algo)[0]
+    else:
+        mem = memory_breakdown(model, strategy, spec, training, rt)
     if not mem.fits:
         raise InputError(f"job {name!r}: {strategy.name} of {model.name} on {spec.gpus} GPUs "
                          f"does not fit in GPU memory (short by {mem.shortfall_bytes:.0f} "
                          "bytes per GPU); expected a configuration that fits")
-    plan = build_plan(model, strategy, spec, training, rt)
+    if three_d:
+        plan = build_plan_3d(model, strategy, spec, training, parallel, rt)
+    else:
+        plan = build_plan(model, strategy, spec, training, rt)
     settings = {"micro_batch": training.micro_batch, "accum_steps": training.accum_steps,
                 "seq_len": training.seq_len, "trainable_ratio": training.trainable_ratio,
                 "recompute": mem.recompute, "group_nodes": group_nodes,
                 "compute_efficiency": training.compute_efficiency, "overlap_slowdown": slow}
     if training.precision != "bf16":     # shown when not the default (bf16 outputs unchanged)
         settings["precision"] = training.precision
+    if three_d:                          # shown with a layout (data-parallel outputs unchanged)
+        settings.update(tp=parallel.tp, pp=parallel.pp, pp_schedule=parallel.schedule,
+                        virtual_stages=parallel.virtual,
+                        sequence_parallel=parallel.sequence_parallel)
     return Job(name, nodes, plan, spec, algo, strategy, model.name, slow, rt.name, settings)
 
 
@@ -186,11 +218,13 @@ class _JobPrograms:
         return out
 
     def get(self, op: CollectiveOp) -> Program:
+        own = getattr(op, "lower", None)   # group collectives of 3D plans lower themselves
         algo = getattr(op, "algo", None) or self.job.algo   # a runtime may fix it per call
-        key = (op.op, op.scope, op.size_bytes, algo)
+        key = (op.cache_key, algo) if own is not None else (op.op, op.scope, op.size_bytes, algo)
         p = self._c.get(key)
         if p is None:
-            p = lower(self.job.spec, op.op, op.scope, op.size_bytes, algo)
+            p = (own(self.job.spec, algo) if own is not None
+                 else lower(self.job.spec, op.op, op.scope, op.size_bytes, algo))
             phases = tuple(replace(ph, ringset=self.ringset(ph.ringset)) for ph in p.phases)
             p = self._c[key] = replace(p, phases=phases)
         return p
@@ -263,6 +297,12 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
         tuning = job.spec.collective
         slow = job.overlap_slowdown
         gate = OverlapGate(env, slow)  # this job's compute vs its own collectives
+        # 3D plans: one gate per pipeline stage, as in parosim.evaluate.replay (an op's gates
+        # are those of the stages whose GPUs run it)
+        keys = job.plan.overlap_gates() if (slow != 1.0
+                                            and hasattr(job.plan, "overlap_gates")) else None
+        gates = ({k: OverlapGate(env, slow) for ks in keys for k in ks}
+                 if keys is not None else {})
 
         def compute(op: ComputeOp):
             # the fluid overlap slowdown of parosim.evaluate.replay: compute runs at 1/slow of its
@@ -271,16 +311,24 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
             if slow == 1.0:
                 yield env.timeout(work)
                 return
-            yield from gate.compute(work)
+            yield from (gates[keys[op.id][0]] if keys is not None else gate).compute(work)
+
+        def flip(i: int, delta: int) -> None:
+            for g in ([gates[k] for k in keys[i]] if keys is not None else [gate]):
+                g.flip(delta)
 
         def body(i: int):
             op = ops[i]
             if isinstance(op, ComputeOp):
                 yield from compute(op)
             else:
-                gate.flip(+1)
-                yield from run_program(env, net, cache.get(op), tuning)
-                gate.flip(-1)
+                flip(i, +1)
+                count = getattr(op, "count", 1)   # 3D plans coalesce a chunk's TP collectives
+                if count == 1:
+                    yield from run_program(env, net, cache.get(op), tuning)
+                else:
+                    yield from run_repeated(env, net, cache.get(op), tuning, count)
+                flip(i, -1)
 
         it = 0
         while not all_done.triggered:
@@ -333,3 +381,95 @@ def run_jobs(cluster: ClusterSpec, jobs: list[Job], steps: int = 2, trace: bool 
            for j, a, s in zip(jobs, alone, shared, strict=True)]
     return JobsResult(cluster.name, cluster.gpus, steps, res,
                       _link_usage(net, progs, dur, top_links), dur / PS, events, records)
+
+def _int(v: Any, where: str, low: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise InputError(f"{where} = {v!r} must be an integer >= {low}")
+    return v
+
+
+# TrainingSpec field names -> the jobs file's keys
+_FIELDS = {"compute_efficiency": "efficiency", "accum_steps": "accum",
+           "trainable ratio": "trainable_ratio"}
+
+
+def _training(TrainingSpec, p: dict, eff, recompute, parse_trainable_ratio, default_eff,
+              jw: str):
+    return TrainingSpec(
+        micro_batch=_int(p["micro_batch"], f"{jw}: micro_batch"),
+        accum_steps=_int(p["accum"], f"{jw}: accum"),
+        seq_len=_int(p["seq_len"], f"{jw}: seq_len"),
+        trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
+        recompute=recompute,
+        compute_efficiency=default_eff if eff is None else eff,
+        overlap_slowdown=p["overlap_slowdown"], compute_model=p["compute_model"],
+        attention=p["attention"], memory_model=p["memory_model"],
+        logit_bytes=p["logit_bytes"], precision=p["precision"])
+
+
+def load_jobs(path: str | Path):
+    """(cluster spec, list of :class:`Job`, steps) from a jobs YAML (its format:
+    :mod:`parosim.io.jobs`)."""
+    where = f"jobs file {str(path)!r}"
+    data = read_yaml(path, "jobs")
+    check_keys(data, TOP_KEYS, where)
+    if "cluster" not in data:
+        raise InputError(f"{where}: missing required key 'cluster'")
+    nodes = data.get("nodes")
+    if nodes is not None:
+        _int(nodes, f"{where}: nodes")
+    cluster = load_cluster(data["cluster"], nodes)
+    cluster = with_overrides(
+        cluster,
+        parse_bandwidth(data["nic_bandwidth"], "nic_bandwidth") if "nic_bandwidth" in data
+        else None,
+        parse_bandwidth(data["intra_bandwidth"], "intra_bandwidth")
+        if "intra_bandwidth" in data else None,
+        parse_size(data["gpu_memory"], "gpu_memory") if "gpu_memory" in data else None)
+    steps = _int(data.get("steps", 2), f"{where}: steps")
+    raw = data.get("jobs")
+    if not isinstance(raw, list) or not raw:
+        raise InputError(f"{where}: 'jobs' must be a non-empty list of jobs, got {raw!r}")
+    jobs = []
+    for i, j in enumerate(raw):
+        if not isinstance(j, dict):
+            raise InputError(f"{where}: job {i} must be a mapping, got {j!r}")
+        jw = f"{where}: job {j.get('name', i)!r}"
+        check_keys(j, JOB_KEYS, jw)
+        for req in ("name", "nodes"):
+            if req not in j:
+                raise InputError(f"{jw}: missing required key {req!r}")
+        nd = j["nodes"]
+        if not isinstance(nd, list) or not nd:
+            raise InputError(f"{jw}: nodes = {nd!r} must be a non-empty list of node indices")
+        for n in nd:
+            _int(n, f"{jw}: node", low=0)
+        p = {**JOB_DEFAULTS, **j}
+        rc = p["recompute"]
+        recompute = {"auto": None, "on": True, "off": False, True: True, False: False}.get(rc)
+        if recompute is None and rc != "auto":
+            raise InputError(f"{jw}: recompute = {rc!r} is not known; expected auto, on or off")
+        eff = p["efficiency"]
+        try:
+            training = _training(TrainingSpec, p, eff, recompute, parse_trainable_ratio,
+                                 DEFAULT_COMPUTE_EFFICIENCY, jw)
+        except InputError as e:   # name the jobs file's field, never a simulate flag
+            msg = str(e)
+            for field_name, key in _FIELDS.items():
+                if msg.startswith(field_name + " "):
+                    msg = key + msg[len(field_name):]
+            raise InputError(msg if msg.startswith(jw) else f"{jw}: {msg}") from None
+        rt = load_runtime(p["runtime"] or "ideal")
+        if rt.collective_algo is not None and p["algo"] is not None:
+            raise InputError(f"{jw}: algo {p['algo']} cannot apply: runtime {rt.name} fixes "
+                             f"each collective's algorithm ({rt.collective_algo}); expected "
+                             "no algo, or runtime ideal")
+        par = ParallelSpec(tp=_int(p["tp"], f"{jw}: tp"), pp=_int(p["pp"], f"{jw}: pp"),
+                           schedule=str(p["pp_schedule"]).strip().lower(),
+                           virtual=p["virtual_stages"],
+                           sequence_parallel=bool(p["sequence_parallel"]))
+        jobs.append(make_job(str(p["name"]), load_model(p["model"]), p["strategy"], cluster,
+                             nd, training, p["algo"] or "ho-ring",
+                             _int(p["group_nodes"], f"{jw}: group_nodes"), rt,
+                             None if par.trivial else par))
+    return cluster, jobs, steps
