@@ -175,7 +175,7 @@ def test_old_import_paths_are_aliases_of_the_new_modules():
 def test_function_local_imports_are_explained():
     """A deferred import says why (a comment on its line or the line above)."""
     bad = defaultdict(list)
-    for mod, path in MODULES.items():
+    for path in MODULES.values():
         lines = path.read_text().splitlines()
         tree = ast.parse("\n".join(lines))
         for fn in ast.walk(tree):
@@ -183,7 +183,7 @@ def test_function_local_imports_are_explained():
                 continue
             for node in ast.walk(fn):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    here = lines[node.lineno - 1]
+                    here = " ".join(lines[node.lineno - 1:node.end_lineno])
                     above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
                     first = next((i for i in range(node.lineno - 2, fn.lineno - 1, -1)
                                   if not lines[i].strip().startswith(("from ", "import ", ")"))

@@ -189,7 +189,8 @@ def test_notebook_timeline(tmp_path):
     r = simulate_step(preset("llama-7b"), load_cluster("paper-a100-roce", 2), "IIG",
                       TrainingSpec(accum_steps=2), "ho-ring", trace=True)
     def make():
-        return parosim.plots.figures.timeline(r.records, title="PaRO-IIG, LLaMA-7B on paper-a100-roce")
+        return parosim.plots.figures.timeline(
+            r.records, title="PaRO-IIG, LLaMA-7B on paper-a100-roce")
 
     title = check_figure(make(), ["LLaMA-7B", "paper-a100-roce"], categorical=("stream",))
     assert re.search(r"time \((s|ms)\) per stream", title)

@@ -63,7 +63,7 @@ def test_breakdown_sums_and_states_formula(strategy, memory_model):
     frac = MARGIN_FRACTION if memory_model == "korthikanti" else FRAGMENTATION_FRACTION
     assert mb.margin_bytes == pytest.approx(frac * rest + RUNTIME_RESERVE_BYTES)
     assert mb.total_bytes == pytest.approx(rest + mb.margin_bytes)
-    assert mb.capacity_bytes == 81920 * 2**20   # A100-SXM4-80GB nvidia-smi total (parosim/spec/gpus.py)
+    assert mb.capacity_bytes == 81920 * 2**20  # A100-SXM4-80GB nvidia-smi total (spec/gpus.py)
     assert mb.fits == (mb.total_bytes <= mb.capacity_bytes)
     assert mb.shortfall_bytes == max(0.0, mb.total_bytes - mb.capacity_bytes)
     assert (mb.buffers_bytes == 0) == (p == "N" and gr == "N")

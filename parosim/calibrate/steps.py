@@ -196,7 +196,7 @@ def _setup(run: StepRun, base):
             precision=run.precision)
         model = load_model(run.model)
         if training.precision == "fp8":   # a GPU without FP8: refused, naming the line
-            from ..cost.compute import fp8_peak_flops
+            from ..cost.compute import fp8_peak_flops  # deferred: the simulator loads to fit
 
             fp8_peak_flops(cluster, training)
     except InputError as e:

@@ -19,6 +19,7 @@ the same under ``large`` for sizes >= 64 KiB; rows have ``what`` (fit | held-out
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError
@@ -31,7 +32,9 @@ MAX_FIT_SIZES = 128
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     mode = p.add_mutually_exclusive_group(required=True)
-    from ..calibrate.steps import add_steps_argument
+    from ..calibrate.steps import (  # deferred: loaded when the command runs (start-up)
+        add_steps_argument,  # deferred: loaded when the command runs (start-up)
+    )
 
     add_steps_argument(mode)
     mode.add_argument("--nccl-tests", nargs="+", default=None, metavar="LOG",
@@ -61,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> dict:
     if getattr(a, "steps", None):
-        from ..calibrate.steps import run_steps
+        from ..calibrate.steps import run_steps  # deferred: loaded when the command runs (start-up)
 
         return run_steps(a)
     if a.nccl_tests:
@@ -70,8 +73,8 @@ def run(a: argparse.Namespace) -> dict:
 
 
 def _stats(rows: list[dict]) -> dict:
-    from ..calibrate.links import Fit
-    from ..collectives.bench import SMALL_BYTES
+    from ..calibrate.links import Fit  # deferred: loaded when the command runs (start-up)
+    from ..collectives.bench import SMALL_BYTES  # deferred: loaded when the command runs (start-up)
 
     d = Fit._stats(rows)
     d["large"] = Fit._stats(rows, SMALL_BYTES)
@@ -79,11 +82,18 @@ def _stats(rows: list[dict]) -> dict:
 
 
 def _run_nccl_tests(a: argparse.Namespace) -> dict:
-    from ..calibrate.links import fit, measurements_from_log, split_holdout
-    from ..collectives.bench import default_compare_algo, parse_algos
-    from ..io import load_cluster
-    from ..io.nccltests import read_nccl_tests
-    from ..units import parse_size
+    from ..calibrate.links import (  # deferred: loaded when the command runs (start-up)
+        fit,
+        measurements_from_log,
+        split_holdout,
+    )
+    from ..collectives.bench import (  # deferred: loaded when the command runs (start-up)
+        default_compare_algo,
+        parse_algos,
+    )
+    from ..io import load_cluster  # deferred: loaded when the command runs (start-up)
+    from ..io.nccltests import read_nccl_tests  # deferred: loaded when the command runs (start-up)
+    from ..units import parse_size  # deferred: loaded when the command runs (start-up)
 
     base = load_cluster(a.cluster)
     algos = parse_algos(a.algo) if a.algo else [default_compare_algo()]
@@ -104,7 +114,6 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
     params = [p.strip() for p in a.params.split(",") if p.strip()] if a.params else None
     f = fit(base, fitted, algos[0], params, held, a.holdout)
     name = a.name or f"{base.name}-calibrated"
-    from dataclasses import replace
 
     spec = replace(f.spec, name=name)
     fit_s, held_s = _stats(f.fit_rows), _stats(f.held_rows)
@@ -129,7 +138,7 @@ def _fmt(v: float | None) -> str:
 def calibrated_yaml(spec, f, logs, fit_s: dict, held_s: dict) -> str:
     """The cluster YAML of ``spec`` with a comment on every fitted value (from which logs,
     with what error) and a header naming the sources."""
-    from ..io import cluster_to_yaml
+    from ..io import cluster_to_yaml  # deferred: loaded when the command runs (start-up)
 
     srcs = "; ".join(f"{lg.path} ({lg.source})" for lg in logs)
     err = (f"fit |error| median {_fmt(fit_s['median_abs_error_pct'])} %, worst "
@@ -150,7 +159,7 @@ def calibrated_yaml(spec, f, logs, fit_s: dict, held_s: dict) -> str:
             f"# {err}",
             "# measurements (file: source):"]
     head += [f"#   {lg.path}: {lg.source}" for lg in logs]
-    from dataclasses import replace
+    from dataclasses import replace  # local: the name is also one of this module's
 
     spec = replace(spec, notes=f"calibrated from {srcs}. Base cluster: {spec.notes}")
     body = annotate_yaml(cluster_to_yaml(spec), comments)
@@ -181,7 +190,9 @@ def annotate_yaml(text: str, comments: dict[tuple[str, ...], str]) -> str:
 
 def print_result(res: dict) -> None:
     if res.get("mode") == "steps":
-        from ..calibrate.steps import print_steps
+        from ..calibrate.steps import (
+            print_steps,  # deferred: loaded when the command runs (start-up)
+        )
 
         print_steps(res)
         return

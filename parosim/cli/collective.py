@@ -10,12 +10,17 @@ from .setup import seeded
 
 
 def cmd_collective(a: argparse.Namespace) -> dict:
-    from ..collectives import Op, Scope, parse_enum, simulate_collective
-    from ..collectives.bench import parse_algos
-    from ..io import load_cluster
-    from ..units import parse_size
-    from .nccl import run as run_bench
-    from .nccl import wants_bench
+    from ..collectives import (  # deferred: loaded when the command runs (start-up)
+        Op,
+        Scope,
+        parse_enum,
+        simulate_collective,
+    )
+    from ..collectives.bench import parse_algos  # deferred: loaded when the command runs (start-up)
+    from ..io import load_cluster  # deferred: loaded when the command runs (start-up)
+    from ..units import parse_size  # deferred: loaded when the command runs (start-up)
+    from .nccl import run as run_bench  # deferred: loaded when the command runs (start-up)
+    from .nccl import wants_bench  # deferred: loaded when the command runs (start-up)
 
     if wants_bench(a):  # nccl-tests form: -b/-e/-f sweep or --compare LOG...
         if a.seed is not None:
@@ -43,10 +48,14 @@ def cmd_collective(a: argparse.Namespace) -> dict:
 
 
 def show_collective(res: dict) -> None:
-    from ..units import fmt_bytes, fmt_size, fmt_time
+    from ..units import (  # deferred: loaded when the command runs (start-up)
+        fmt_bytes,
+        fmt_size,
+        fmt_time,
+    )
 
     if "rows" in res:  # nccl-tests form (sweep or --compare)
-        from .nccl import print_result
+        from .nccl import print_result  # deferred: loaded when the command runs (start-up)
 
         return print_result(res)
     rows = res.get("results", [res])

@@ -11,9 +11,15 @@ from .tables import label_width, strategy_label
 
 
 def cmd_memory(a: argparse.Namespace) -> dict:
-    from ..cost.memory import max_micro_batch, memory_breakdown
-    from ..simulate.step import memory_dict
-    from ..spec.strategy import ALL_STRATEGIES, parse_strategy
+    from ..cost.memory import (  # deferred: loaded when the command runs (start-up)
+        max_micro_batch,
+        memory_breakdown,
+    )
+    from ..simulate.step import memory_dict  # deferred: loaded when the command runs (start-up)
+    from ..spec.strategy import (  # deferred: loaded when the command runs (start-up)
+        ALL_STRATEGIES,
+        parse_strategy,
+    )
 
     model, cluster, training = specs_of(a)
     rt, training, ds_strategy, info = runtime_of(a, cluster, training)
@@ -34,8 +40,13 @@ def cmd_memory(a: argparse.Namespace) -> dict:
                          "model the ideal runtime; expected no --runtime or --deepspeed-config")
     for s in strategies:
         if not par.trivial:
-            from ..plan.layout import layout_for
-            from ..plan.threed import max_micro_batch_3d, memory_3d
+            from ..plan.layout import (
+                layout_for,  # deferred: loaded when the command runs (start-up)
+            )
+            from ..plan.threed import (  # deferred: loaded when the command runs (start-up)
+                max_micro_batch_3d,
+                memory_3d,
+            )
 
             d = memory_dict(s, cluster.gpus, memory_3d(model, s, cluster, training, par))
             d["max_micro_batch"] = max_micro_batch_3d(model, s, cluster, training, par)
@@ -57,7 +68,7 @@ def cmd_memory(a: argparse.Namespace) -> dict:
 
 
 def show_memory(res: dict) -> None:
-    from ..units import fmt_bytes
+    from ..units import fmt_bytes  # deferred: loaded when the command runs (start-up)
 
     rows = res.get("results", [res])
     if "model" in res:

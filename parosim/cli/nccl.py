@@ -15,6 +15,7 @@ matplotlib (imported only for ``--plot``). JSON keys (units in names):
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..errors import InputError
 
@@ -41,7 +42,7 @@ def wants_bench(a: argparse.Namespace) -> bool:
 
 def _nccl_size(text: str, what: str) -> int:
     """nccl-tests sizes: ``8``, ``64K``, ``8G`` (binary, like nccl-tests) or parosim units."""
-    from ..units import parse_size
+    from ..units import parse_size  # deferred: loaded when the command runs (start-up)
 
     t = str(text).strip()
     if t and t[-1] in "KMGT" and t[:-1].replace(".", "", 1).isdigit():
@@ -50,7 +51,10 @@ def _nccl_size(text: str, what: str) -> int:
 
 
 def run(a: argparse.Namespace) -> dict:
-    from ..collectives.bench import default_compare_algo, parse_algos
+    from ..collectives.bench import (  # deferred: loaded when the command runs (start-up)
+        default_compare_algo,
+        parse_algos,
+    )
 
     if a.compare and (a.minbytes or a.maxbytes or a.stepfactor):
         raise InputError("--compare takes its sizes from the logs; expected no -b/-e/-f with it")
@@ -65,9 +69,16 @@ def run(a: argparse.Namespace) -> dict:
 
 
 def _sweep(a: argparse.Namespace, algos) -> dict:
-    from ..collectives import Op, Scope, parse_enum
-    from ..collectives.bench import size_range, sweep
-    from ..io import load_cluster
+    from ..collectives import (  # deferred: loaded when the command runs (start-up)
+        Op,
+        Scope,
+        parse_enum,
+    )
+    from ..collectives.bench import (  # deferred: loaded when the command runs (start-up)
+        size_range,
+        sweep,
+    )
+    from ..io import load_cluster  # deferred: loaded when the command runs (start-up)
 
     if a.plot is not None and not str(a.plot).strip():
         raise InputError("--plot '' is empty; expected a file name like sweep.png")
@@ -89,14 +100,18 @@ def _sweep(a: argparse.Namespace, algos) -> dict:
 
 
 def _compare(a: argparse.Namespace, algos) -> dict:
-    from ..collectives import Op, parse_enum
-    from ..collectives.bench import cluster_for_log, compare_log, error_summary
-    from ..io import load_cluster
-    from ..io.nccltests import read_nccl_tests
+    from ..collectives import Op, parse_enum  # deferred: loaded when the command runs (start-up)
+    from ..collectives.bench import (  # deferred: loaded when the command runs (start-up)
+        cluster_for_log,
+        compare_log,
+        error_summary,
+    )
+    from ..io import load_cluster  # deferred: loaded when the command runs (start-up)
+    from ..io.nccltests import read_nccl_tests  # deferred: loaded when the command runs (start-up)
 
     if a.plot is not None and not str(a.plot).strip():
         raise InputError("--plot '' is empty; expected a file name like compare.png")
-    from ..collectives import Scope
+    from ..collectives import Scope  # deferred: loaded when the command runs (start-up)
 
     scope = parse_enum(Scope, a.scope, "--scope")
     if scope is not Scope.GLOBAL:
@@ -132,7 +147,7 @@ def print_result(res: dict) -> None:
 
 
 def _print_sweep(res: dict) -> None:
-    from ..io.nccltests import format_table
+    from ..io.nccltests import format_table  # deferred: loaded when the command runs (start-up)
 
     algos = res["algos"]
     by_size: dict[int, dict] = {}
@@ -150,7 +165,7 @@ def _print_sweep(res: dict) -> None:
 
 
 def _print_compare(res: dict) -> None:
-    from ..units import fmt_bytes
+    from ..units import fmt_bytes  # deferred: loaded when the command runs (start-up)
 
     for lg in res["logs"]:
         rows = [r for r in res["rows"] if r["log"] == lg["log"] and r["algo"] == lg["algo"]]
@@ -178,9 +193,7 @@ def _print_compare(res: dict) -> None:
 
 
 def _savefig(fig, path: str) -> str:
-    from pathlib import Path
-
-    from ..plots.figures import save_as
+    from ..plots.figures import save_as  # deferred: loaded when the command runs (start-up)
 
     p = Path(path)
     try:
@@ -197,9 +210,9 @@ SIZE_LABEL = "message size (bytes, the full buffer as nccl-tests counts it)"
 
 def sweep_figure(res: dict):
     """Simulated time vs message size, one line per algorithm (``collective -b/-e --plot``)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib loads only when this runs
 
-    from ..plots.figures import bytes_x
+    from ..plots.figures import bytes_x  # deferred: loaded when the command runs (start-up)
 
     fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -225,9 +238,9 @@ def _plot_sweep(res: dict, path: str) -> str:
 def compare_figure(res: dict):
     """Measured (points) and simulated (lines) time vs message size, one colour per log and
     algorithm (``collective --compare LOG --plot``)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib loads only when this runs
 
-    from ..plots.figures import COLORS, bytes_x
+    from ..plots.figures import COLORS, bytes_x  # deferred: loaded when the command runs (start-up)
 
     fig = Figure(figsize=(7.5, 4.8), layout="constrained")
     ax = fig.add_subplot()

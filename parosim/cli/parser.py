@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 
 class Explicit(argparse.Action):
@@ -40,8 +41,6 @@ class Parser(argparse.ArgumentParser):
 
 def preset_names() -> list[str]:
     """Preset names for --help (a directory listing; nothing is parsed)."""
-    from pathlib import Path
-
     env = os.environ.get("PAROSIM_TOPOLOGIES")
     d = Path(env) if env else Path(__file__).resolve().parents[2] / "topologies"
     return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
@@ -174,7 +173,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--algo", default=None,
                    help="ring | hierarchical | ho-ring | nccl | all, or a comma list (default "
                    "ho-ring; with --compare: nccl)")
-    from .nccl import add_arguments as _nccl_args
+    from .nccl import (  # deferred: loaded when the command runs (start-up)
+        add_arguments as _nccl_args,  # deferred: loaded when the command runs (start-up)
+    )
 
     _nccl_args(c)
     c.add_argument("--seed", type=int, default=None,
@@ -231,7 +232,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="run the same schedule on real torch.distributed "
                        "ranks and report simulated vs measured")
     if command in (None, "validate"):  # its options import the harness: only when needed
-        from ..validate.cli import add_arguments as _validate_args
+        from ..validate.cli import (
+            add_arguments as _validate_args,  # deferred: loaded when the command runs (start-up)
+        )
 
         _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
@@ -272,7 +275,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="fit a cluster to measurements (nccl-tests logs) "
                          "and write a cluster YAML")
     if command in (None, "calibrate"):  # its options import calibrate_steps: only when needed
-        from .calibrate import add_arguments as _calibrate_args
+        from .calibrate import (
+            add_arguments as _calibrate_args,  # deferred: loaded when the command runs (start-up)
+        )
 
         _calibrate_args(cal)
 

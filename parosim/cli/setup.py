@@ -7,17 +7,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 
 from ..errors import InputError
 
 
 def specs_of(a: argparse.Namespace):
     """model, cluster, training from the common flags (io + specs only)."""
-    from ..io import load_cluster
-    from ..io.model import load_model
-    from ..simulate.step import with_overrides
-    from ..spec.training import DEFAULT_COMPUTE_EFFICIENCY, TrainingSpec, parse_trainable_ratio
-    from ..units import parse_bandwidth, parse_size
+    from ..io import load_cluster  # deferred: loaded when the command runs (start-up)
+    from ..io.model import load_model  # deferred: loaded when the command runs (start-up)
+    from ..simulate.step import with_overrides  # deferred: loaded when the command runs (start-up)
+    from ..spec.training import (  # deferred: loaded when the command runs (start-up)
+        DEFAULT_COMPUTE_EFFICIENCY,
+        TrainingSpec,
+        parse_trainable_ratio,
+    )
+    from ..units import (  # deferred: loaded when the command runs (start-up)
+        parse_bandwidth,
+        parse_size,
+    )
 
     model = load_model(a.model)
     cluster = load_cluster(a.cluster, a.nodes, a.group_nodes)
@@ -29,7 +37,9 @@ def specs_of(a: argparse.Namespace):
         None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
     accum = a.accum
     if getattr(a, "global_batch", None) is not None:
-        from ..spec.training import accum_for_global_batch
+        from ..spec.training import (
+            accum_for_global_batch,  # deferred: loaded when the command runs (start-up)
+        )
 
         dp = (cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
               // (getattr(a, "cp", None) or 1))
@@ -53,9 +63,10 @@ def specs_of(a: argparse.Namespace):
 
 def runtime_of(a: argparse.Namespace, cluster, training):
     """(runtime, training, strategy from the DeepSpeed config or None, config info)."""
-    from dataclasses import replace
-
-    from ..io.runtime import deepspeed_config_runtime, load_runtime
+    from ..io.runtime import (  # deferred: loaded when the command runs (start-up)
+        deepspeed_config_runtime,
+        load_runtime,
+    )
 
     info = None
     name = a.runtime
@@ -105,7 +116,7 @@ def runtime_of(a: argparse.Namespace, cluster, training):
 
 def parallel_of(a: argparse.Namespace):
     """The ParallelSpec of the --tp / --pp / ... flags."""
-    from ..plan.layout import ParallelSpec
+    from ..plan.layout import ParallelSpec  # deferred: loaded when the command runs (start-up)
 
     return ParallelSpec(tp=a.tp, pp=a.pp, schedule=str(a.pp_schedule).strip().lower(),
                         virtual=a.virtual_stages, sequence_parallel=a.sequence_parallel,
@@ -124,8 +135,8 @@ def dp_keys(d: dict) -> dict:
 
 def algos_of(text: str | None):
     """``--algo``: one algorithm, ``all``, or a comma list (``ring,ho-ring``)."""
-    from ..collectives import Algo
-    from ..collectives.bench import parse_algos
+    from ..collectives import Algo  # deferred: loaded when the command runs (start-up)
+    from ..collectives.bench import parse_algos  # deferred: loaded when the command runs (start-up)
 
     if text is None:
         return [Algo.HO_RING]
@@ -133,7 +144,7 @@ def algos_of(text: str | None):
 
 
 def seeded(spec, seed: int):
-    from dataclasses import replace
+    from dataclasses import replace  # local: the name is also one of this module's
 
     if seed < 0:
         raise InputError(f"--seed = {seed} must be a non-negative integer")

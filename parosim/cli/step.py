@@ -26,9 +26,12 @@ JOBS_OWN_FLAGS = ("command", "jobs", "json", "trace", "seed")
 
 
 def cmd_jobs(a: argparse.Namespace) -> dict:
-    from ..io.jobs import JOB_KEYS, TOP_KEYS
-    from ..io.trace import write_chrome_trace
-    from ..studies.jobs import load_jobs, run_jobs
+    from ..io.jobs import JOB_KEYS, TOP_KEYS  # deferred: loaded when the command runs (start-up)
+    from ..io.trace import write_chrome_trace  # deferred: loaded when the command runs (start-up)
+    from ..studies.jobs import (  # deferred: loaded when the command runs (start-up)
+        load_jobs,
+        run_jobs,
+    )
 
     defaults = vars(build_parser().parse_args(["simulate"]))
     for f, default in defaults.items():
@@ -46,7 +49,7 @@ def cmd_jobs(a: argparse.Namespace) -> dict:
 
 
 def show_jobs(r: dict) -> None:
-    from ..units import fmt_bytes
+    from ..units import fmt_bytes  # deferred: loaded when the command runs (start-up)
 
     print(f"{len(r['jobs'])} jobs on {r['cluster']} ({r['gpus']} GPUs), step times over "
           f"{r['steps_measured']} steps, all starting together")
@@ -71,8 +74,11 @@ def show_jobs(r: dict) -> None:
 
 
 def cmd_simulate(a: argparse.Namespace) -> dict:
-    from ..io.trace import write_chrome_trace, write_link_timeline
-    from ..simulate.step import simulate_step
+    from ..io.trace import (  # deferred: loaded when the command runs (start-up)
+        write_chrome_trace,
+        write_link_timeline,
+    )
+    from ..simulate.step import simulate_step  # deferred: loaded when the command runs (start-up)
 
     if getattr(a, "jobs", None):
         return cmd_jobs(a)
@@ -86,7 +92,9 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
     rt, training, ds_strategy, info = runtime_of(a, cluster, training)
     if ds_strategy and a.strategy is not None:
-        from ..spec.strategy import parse_strategy
+        from ..spec.strategy import (
+            parse_strategy,  # deferred: loaded when the command runs (start-up)
+        )
 
         if parse_strategy(a.strategy).short != ds_strategy:
             raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
@@ -123,7 +131,9 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
     if a.link_timeline and r.fits:
         out["link_timeline"] = str(write_link_timeline(a.link_timeline, timeline))
     if a.plot and r.fits:
-        from ..plots.hetero import plot_step_distribution
+        from ..plots.hetero import (
+            plot_step_distribution,  # deferred: loaded when the command runs (start-up)
+        )
 
         out["plot"] = str(plot_step_distribution(
             out.get("step_times_s", [r.step_time_s]), a.plot,
@@ -168,7 +178,7 @@ def show_simulate(r: dict) -> None:
 
 
 def cmd_compare(a: argparse.Namespace) -> dict:
-    from ..simulate.step import compare
+    from ..simulate.step import compare  # deferred: loaded when the command runs (start-up)
 
     check_workers(a.workers)
     model, cluster, training = specs_of(a)

@@ -11,8 +11,8 @@ from .setup import algos_of, parallel_of, runtime_of, seeded, settings_of, setti
 
 
 def cmd_run(a: argparse.Namespace) -> dict:
-    from ..simulate.step import simulate_step
-    from ..studies.run import (
+    from ..simulate.step import simulate_step  # deferred: loaded when the command runs (start-up)
+    from ..studies.run import (  # deferred: loaded when the command runs (start-up)
         LLAMA3_GPU_MTBF_S,
         LLAMA3_NODE_MTBF_S,
         best_interval,
@@ -21,7 +21,7 @@ def cmd_run(a: argparse.Namespace) -> dict:
         run_report,
         simulate_run,
     )
-    from ..units import parse_time
+    from ..units import parse_time  # deferred: loaded when the command runs (start-up)
 
     if a.replications < 1:
         raise InputError(f"--replications = {a.replications} must be a positive integer")
@@ -57,7 +57,9 @@ def cmd_run(a: argparse.Namespace) -> dict:
     cluster = seeded(cluster, a.seed)
     rt, training, ds_strategy, _ = runtime_of(a, cluster, training)
     if ds_strategy and a.strategy is not None:
-        from ..spec.strategy import parse_strategy
+        from ..spec.strategy import (
+            parse_strategy,  # deferred: loaded when the command runs (start-up)
+        )
 
         if parse_strategy(a.strategy).short != ds_strategy:
             raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
@@ -121,11 +123,14 @@ def show_run(r: dict) -> None:
 
 
 def cmd_advise(a: argparse.Namespace) -> dict:
-    from ..io import load_cluster
-    from ..io.model import load_model
-    from ..simulate.step import with_overrides
-    from ..studies.advise import advise, parse_global_batch
-    from ..units import parse_size
+    from ..io import load_cluster  # deferred: loaded when the command runs (start-up)
+    from ..io.model import load_model  # deferred: loaded when the command runs (start-up)
+    from ..simulate.step import with_overrides  # deferred: loaded when the command runs (start-up)
+    from ..studies.advise import (  # deferred: loaded when the command runs (start-up)
+        advise,
+        parse_global_batch,
+    )
+    from ..units import parse_size  # deferred: loaded when the command runs (start-up)
 
     if a.cp != 1:
         raise InputError(f"--cp {a.cp}: advise does not search context parallelism (its "
@@ -144,14 +149,14 @@ def cmd_advise(a: argparse.Namespace) -> dict:
     if a.efficiency is not None and not 0 < a.efficiency <= 1:
         raise InputError(f"--efficiency = {a.efficiency} must be a fraction in (0, 1]")
     if a.plot:
-        from ..plots.advise import plot_path
+        from ..plots.advise import plot_path  # deferred: loaded when the command runs (start-up)
 
         plot_path(a.plot)
     res = advise(model, cluster, batch, a.seq_len, a.top, a.engine_top, a.max_micro_batch,
                  strategies, a.efficiency, tp_comm_overlap=a.tp_comm_overlap,
                  dp_comm_overlap=a.dp_comm_overlap)
     if a.plot:
-        from ..plots.advise import save_pareto
+        from ..plots.advise import save_pareto  # deferred: loaded when the command runs (start-up)
 
         res["plot"] = save_pareto(res, a.plot)
     res["settings"] = {
@@ -169,7 +174,7 @@ def cmd_advise(a: argparse.Namespace) -> dict:
 
 
 def show_advise(res: dict) -> None:
-    from ..studies.advise import format_advice
+    from ..studies.advise import format_advice  # deferred: loaded when the command runs (start-up)
 
     print(format_advice(res))
     s = res.get("settings")

@@ -9,7 +9,7 @@ from .setup import check_workers
 
 
 def cmd_sweep(a: argparse.Namespace) -> dict:
-    from ..sweep.runner import run_sweep_cli
+    from ..sweep.runner import run_sweep_cli  # deferred: loaded when the command runs (start-up)
 
     check_workers(a.workers)
     return run_sweep_cli(a.spec, a.out, a.workers, a.scheduler, progress=not a.no_progress)

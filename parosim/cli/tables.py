@@ -17,7 +17,7 @@ def table_line(cells: list[str], w: int = 10) -> str:
 
 
 def table_row(r: dict, w: int = 10) -> str:
-    from ..units import fmt_bytes
+    from ..units import fmt_bytes  # deferred: loaded when the command runs (start-up)
 
     mem = r["memory"]
     recomp = "yes" if mem.get("recompute") else "no"
@@ -41,7 +41,7 @@ FOOTER = ("TFLOPS: hardware FLOP/s per GPU, recomputation included; MFU: model F
 def strategy_label(r: dict) -> str:
     """``NGG (ZeRO-2)``: the framework name beside the PaRO name, when there is one (the
     runtime's stage, else the strategy's usual framework name)."""
-    from ..spec.strategy import FRAMEWORK_NAMES
+    from ..spec.strategy import FRAMEWORK_NAMES  # deferred: loaded when the command runs (start-up)
 
     st = r.get("framework_stage")
     short = r["strategy"].replace("PaRO-", "")

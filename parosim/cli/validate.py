@@ -14,12 +14,12 @@ def cmd_validate(a: argparse.Namespace) -> dict:
     except ImportError:
         raise InputError("parosim validate needs torch, which is not installed; install the "
                          "extra with: pip install -e \".[validate]\"") from None
-    from ..validate.cli import run_validate
+    from ..validate.cli import run_validate  # deferred: loaded when the command runs (start-up)
 
     return run_validate(a)
 
 
 def show_validate(res: dict) -> None:
-    from ..validate.cli import format_table
+    from ..validate.cli import format_table  # deferred: loaded when the command runs (start-up)
 
     print(format_table(res))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from ..errors import InputError
 from ..fabric.engine import CountingEnvironment, DeadlockError, Record, run_program
 from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period
+from ..fabric.symmetry import transfer_period
 from ..fabric.topology import cluster_graph
 from ..spec.system import ClusterSpec
 from .cost import program_time
@@ -82,7 +83,6 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
     # a tree is not invariant under translation: no symmetry reduction
     period = symmetry_period(spec) if symmetric and not program.tree else spec.nodes
     if period < spec.nodes:  # a hand-made program need not be invariant: check (symmetry.py)
-        from ..fabric.symmetry import transfer_period
 
         period = transfer_period({ph.ringset for ph in program.phases}, spec.nodes,
                                  spec.gpus_per_node, period)

@@ -80,8 +80,10 @@ from ..spec.training import (
     BYTES_PER_GRAD,
     BYTES_PER_OPTIM_STATE,
     BYTES_PER_PARAM,
+    FP8_WEIGHT_CACHE_BYTES_PER_PARAM,
     TrainingSpec,
 )
+from .compute import fp8_peak_flops, layer_fp8_params
 from .fp8mem import (  # noqa: F401  (output_activation_bytes: re-exported)
     FP8_PARAMS_CACHE_BYTES_PER_PARAM,
     fp8_activation_bytes,
@@ -256,8 +258,6 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
 
 
 def _layer_fp8_params(model: ModelSpec) -> float:
-    from .compute import layer_fp8_params
-
     return layer_fp8_params(model)
 
 
@@ -289,8 +289,7 @@ def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
     """
     if training.precision != "fp8":
         return 0.0
-    from ..spec.training import FP8_WEIGHT_CACHE_BYTES_PER_PARAM
-    from .compute import layer_fp8_params
+    from .compute import layer_fp8_params  # local: the name is also one of this module's
 
     if fp8_params is None:
         fp8_params = model.layers * layer_fp8_params(model)
@@ -328,7 +327,6 @@ def memory_breakdown(model: ModelSpec, strategy: Strategy | str, cluster: Cluste
                          f"trainable parameter of the {model.params} of {model.name}; expected "
                          f"a ratio of at least {1 / model.params:.3g}")
     if training.precision == "fp8":   # refuses a GPU without FP8 (one line)
-        from .compute import fp8_peak_flops
 
         fp8_peak_flops(cluster, training)
     runtime = as_runtime(runtime)

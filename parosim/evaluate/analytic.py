@@ -106,7 +106,8 @@ def _chain_from(plan: Plan, c, compute_id: int | None) -> bool:
 def overlapped_time(comp: float, comm: float, f: float) -> float:
     """Wall time of ``comp`` seconds of compute beside ``comm`` seconds of communication when
     compute runs at 1/f of its speed while the communication is in flight (the engine's
-    :class:`~parosim.fabric.engine.OverlapGate`, in closed form): ``max(comm, comp + comm (1 - 1/f))``.
+    :class:`~parosim.fabric.engine.OverlapGate`, in closed form):
+    ``max(comm, comp + comm (1 - 1/f))``.
 
     >>> overlapped_time(2.0, 1.0, 1.0), overlapped_time(2.0, 1.0, 2.0)
     (2.0, 2.5)

@@ -1,6 +1,7 @@
 """Per-rank timelines: stragglers, heterogeneous GPUs and compute jitter in one step.
 
-The default replay (:mod:`parosim.evaluate.replay`) runs one compute stream that stands for every rank,
+The default replay (:mod:`parosim.evaluate.replay`) runs one compute stream that stands for
+every rank,
 which is exact when every rank is identical. Here every rank has its own compute stream:
 
 * compute op i of rank r lasts ``duration_s x factor[i, r]`` (``factor`` = the GPU's speed
@@ -154,7 +155,8 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     first rank of every speed class).
 
     ``overlap_slowdown`` f != 1: a compute op progresses at 1/f of its speed while any
-    collective is in flight (the fluid rule of :func:`parosim.evaluate.replay.replay`). Ranks are then
+    collective is in flight (the fluid rule of :func:`parosim.evaluate.replay.replay`). Ranks are
+    then
     grouped into classes with identical durations (every rank its own class under jitter),
     each class a simpy process with that rule, so one class reproduces the default replay bit
     for bit.

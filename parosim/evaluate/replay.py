@@ -1,6 +1,7 @@
 """The simpy replay of a Plan: one global training step on the flow-level network.
 
-Streams are lanes (:func:`parosim.fabric.engine.run_lanes`): the ``compute`` stream runs compute ops,
+Streams are lanes (:func:`parosim.fabric.engine.run_lanes`): the ``compute`` stream runs compute
+ops,
 ``comm-param`` and ``comm-grad`` run collectives, each lowered by the chosen algorithm and
 executed phase by phase on the shared network, so concurrent collectives contend for links.
 

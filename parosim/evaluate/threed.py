@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..collectives.cost import program_time
 from ..collectives.types import Algo, Op, Scope
+from ..cost.compute import compute_seconds
+from ..evaluate.analytic import overlapped_time
 from ..plan.builder import (
     LEVEL_SCOPE,
     SYNC_GRAD,
@@ -243,8 +246,6 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     exposed bucket reductions (:func:`dp_overlap_exposed`) instead of the syncs, and the
     exposed parameter gathers of the pipeline fill (:func:`param_fill_exposed`) are added.
     """
-    from ..collectives.cost import program_time
-    from ..evaluate.analytic import overlapped_time
 
     m_plan = plan.accum_steps
     m = m_plan if m is None else m
@@ -322,9 +323,8 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     """:func:`evaluate_3d` of :func:`build_plan_3d` without building the ops (the same sums
     per stage, term by term; tested equal): ``advise`` screens thousands of configurations
     with it."""
-    from ..collectives.cost import program_time
-    from ..cost.compute import compute_seconds
-    from ..evaluate.analytic import overlapped_time
+    from ..collectives.cost import program_time  # local: the name is also one of this module's
+    from ..evaluate.analytic import overlapped_time  # local: the name is also one of this module's
 
     check_cp(cluster, training, par)
     training = cp_local(training, par)   # one CP rank: s/cp tokens
@@ -525,7 +525,7 @@ def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre=None,
     micro-batches. ``compute_s`` is the busiest stage's compute ops over the step, its
     optimizer step included (as the engine's busiest compute stream and the
     data-parallel path count it)."""
-    from ..evaluate.analytic import overlapped_time
+    from ..evaluate.analytic import overlapped_time  # local: the name is also one of this module's
 
     # PaRO micro-step collectives beside the stage's busy time, which runs at 1/f meanwhile
     per = [overlapped_time(busy[k], dp[k], f) / m_plan for k in range(p)]

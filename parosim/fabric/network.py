@@ -42,6 +42,7 @@ import simpy
 
 from ..errors import InputError
 from ..spec.system import NetworkFabric
+from .symmetry import verified_period
 
 if TYPE_CHECKING:  # the collectives package imports this module
     import networkx as nx
@@ -183,7 +184,7 @@ class Router:
             def weight(u, v, d):  # no transit through a GPU other than the source
                 return None if (kind[u] == "gpu" and u != src) else 1
 
-            import networkx as nx
+            import networkx as nx  # deferred: networkx loads only when this runs
 
             g = self.graph
             if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: search its networkx copy
@@ -300,8 +301,6 @@ class Network:
         self.requested_period = period_nodes or self.nodes
         self.period = self.requested_period
         if self.period < self.nodes:
-            from .symmetry import verified_period
-
             self.period = verified_period(graph, self.nodes, self.gpn, self.period)
         self.scale = self.nodes // self.period
         self._rank_name = {d["rank"]: n for n, d in graph.nodes(data=True)

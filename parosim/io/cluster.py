@@ -57,6 +57,7 @@ import yaml
 
 from ..errors import InputError
 from ..spec.compute import ComputeProfile
+from ..spec.gpus import KNOWN_GPUS, known_gpu
 from ..spec.system import (
     ClusterSpec,
     CollectiveTuning,
@@ -212,8 +213,6 @@ def _with_unit(v: Any, name: str) -> None:
 def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
     """The ``gpu`` section: a known model fills what is left out from the datasheet table
     (:mod:`parosim.spec.gpus`); an unknown one must give memory, peak_tflops and hbm_bandwidth."""
-    from ..spec.gpus import KNOWN_GPUS, known_gpu
-
     if "model" not in gpu:
         raise InputError(f"{where}: missing required key gpu.model (one of "
                          f"{', '.join(sorted(KNOWN_GPUS))}, or any name with memory, "
@@ -376,7 +375,10 @@ def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
                 kw[f"{prefix}_latency_s"] = parse_time(unit(sub["latency"], f"{key}.latency"),
                                                        f"{where}.{key}.latency")
     if "gpu" in o:
-        from ..spec.gpus import KNOWN_GPUS, known_gpu
+        from ..spec.gpus import (  # local: the name is also one of this module's
+            KNOWN_GPUS,
+            known_gpu,
+        )
 
         g = section(o, "gpu", _GPU_KEYS, where)
         model = str(g.get("model", base_gpu.model))
@@ -490,7 +492,7 @@ def _override_fp8_default(g: dict, base_gpu: GPUSpec) -> float:
     """An override's FP8 peak when it gives none: the base GPU's if the model is the same;
     for another model, the known-GPU table's (0 if unknown): an FP8 figure is never carried
     over to a different GPU."""
-    from ..spec.gpus import known_gpu
+    from ..spec.gpus import known_gpu  # local: the name is also one of this module's
 
     model = str(g.get("model", base_gpu.model))
     if model == base_gpu.model:

@@ -331,7 +331,7 @@ def _parse_ratio(v: Any) -> object:
 
 def _parse_strategy(v: Any) -> object:
     try:
-        from ..spec.strategy import parse_strategy
+        from ..spec.strategy import parse_strategy  # deferred: sweep specs load first
     except ImportError:  # the strategies module is not there yet: the point reports it
         return v
     return parse_strategy(v)
@@ -607,7 +607,7 @@ def _lock_dir(results: Path):
     """An exclusive lock on the output directory for the whole sweep: a second sweep into the
     same ``--out`` is refused at once instead of racing on ``results.csv``."""
     try:
-        import fcntl
+        import fcntl  # deferred: POSIX only, used to lock the output
     except ImportError:  # not POSIX: no lock (one sweep per directory is then the user's rule)
         return None
     try:

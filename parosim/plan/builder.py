@@ -30,6 +30,7 @@ from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.strategy import Level, Strategy
 from ..units import fmt_bytes, fmt_time
+from .layout import PairSet, lower_group, lower_p2p
 from .memory3d import resolve_recompute_3d
 
 __all__ = ["COMM_GRAD", "COMM_PARAM", "COMPUTE", "COMPUTE_KINDS", "ELEMENT_BYTES",
@@ -158,8 +159,6 @@ class GroupOp(CollectiveOp):
 
     def lower(self, spec, algo: Algo):
         """The lowered :class:`~parosim.collectives.types.Program` (one collective)."""
-        from .layout import lower_group, lower_p2p
-
         if self.group == "p2p":
             return lower_p2p(self.scopes, self.size_bytes)
         return lower_group(spec, self.op, self.scope, self.size_bytes, self.algo or algo,
@@ -167,8 +166,6 @@ class GroupOp(CollectiveOp):
 
     @property
     def cache_key(self) -> tuple:
-        from .layout import PairSet
-
         return (self.group, self.stage, self.op, self.scope, self.size_bytes, self.algo,
                 self.scopes.label if isinstance(self.scopes, PairSet) else None)
 

@@ -112,6 +112,7 @@ from .builder import (  # noqa: F401  (re-exported: the op types and tables live
     plan_traffic,
     resolve_recompute,
 )
+from .runtime import build_runtime_plan
 
 
 def build_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
@@ -127,8 +128,6 @@ def build_plan(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
         runtime = as_runtime(runtime)
         runtime.require(parse_strategy(strategy).short)
         if not runtime.is_ideal:
-            from .runtime import build_runtime_plan
-
             return build_runtime_plan(model, strategy, cluster, training, runtime)
     model.require_shape("a training-step plan")
     strategy = parse_strategy(strategy)

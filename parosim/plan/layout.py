@@ -33,12 +33,15 @@ pairs), so the closed form and the engine agree as for the existing scopes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
-from ..collectives.lowering import best_chunks
+from ..collectives.cost import program_time
+from ..collectives.lowering import best_chunks, lower, scope_rings
+from ..collectives.nccl import make_phase
 from ..collectives.types import Algo, Op, Phase, Program, RingSet, Scope, parse_enum
 from ..errors import InputError
+from ..fabric.network import symmetry_period
 from ..spec.system import ClusterSpec
 
 SCHEDULES = ("1f1b", "interleaved")
@@ -299,7 +302,6 @@ class Layout:
     @cached_property
     def _dp_scopes(self) -> dict[int, GroupScopes]:
         if self.t == 1 and self.p == 1:   # the DP group is the cluster: its own scopes
-            from ..collectives.lowering import scope_rings
 
             c = self.cluster
             return {0: GroupScopes(scope_rings(c, Scope.GLOBAL), scope_rings(c, Scope.INTRA),
@@ -326,8 +328,6 @@ class Layout:
         """Nodes by which the cluster and every group set of this layout translate onto
         themselves (the engine's symmetry reduction); ``cluster.nodes`` = no reduction.
         ``cp`` > 1: the context-parallel rings must translate onto themselves too."""
-        from ..fabric.network import symmetry_period
-
         c = self.cluster
         if self.p > 1:
             return c.nodes
@@ -356,9 +356,6 @@ def _phases(spec: ClusterSpec, op: Op, gs: GroupScopes, size: float,
             chunks: int) -> tuple[Phase, ...]:
     """Hierarchical phases (PaRO-CC, chunked for HO-Ring) over a group set; the same
     decomposition as :func:`parosim.collectives.lowering._hierarchical`."""
-    from dataclasses import replace
-
-    from ..collectives.nccl import make_phase
 
     k = chunks
     c_intra, c_inter = size / k, size / (gs.m * k)
@@ -400,10 +397,9 @@ def lower_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, algo: Algo
     >>> [ph.name for ph in p.phases], p.phases[0].ringset.rings
     (['intra RS c0', 'inter AR c0', 'intra AG c0'], ((0, 2), (4, 6), (1, 3), (5, 7)))
     """
-    from ..collectives.nccl import make_phase
+    from ..collectives.nccl import make_phase  # local: the name is also one of this module's
 
     if gs.native:   # the cluster's own scopes: exactly the data-parallel lowering
-        from ..collectives.lowering import lower
 
         return lower(spec, op, scope, size, algo)
     k = gs.size(scope)
@@ -424,8 +420,10 @@ def _nccl_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, gs: GroupS
     over each group's ranks with the protocol of least cost, and, for an all-reduce whose
     groups span several nodes with the same local GPUs on each, the NCCL tree over those
     (nodes, local GPUs); the cheaper in the closed form (ties: ring)."""
-    from ..collectives.cost import program_time
-    from ..collectives.nccl import make_phase, tree_phase
+    from ..collectives.nccl import (  # local: the name is also one of this module's
+        make_phase,
+        tree_phase,
+    )
 
     rs = gs.rings(scope)
     best = Program(op, scope, Algo.NCCL, size, k,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..cost.compute import fp8_peak_flops, layer_fp8_params
 from ..cost.decompose import chunk_units
+from ..cost.fp8mem import fp8_layer_activation_bytes, korthikanti_mask_bytes
 from ..cost.memory import (
     MARGIN_FRACTION,
     RUNTIME_RESERVE_BYTES,
@@ -115,8 +117,6 @@ def cp_kv_bytes(model: ModelSpec, local: TrainingSpec, par: ParallelSpec) -> flo
 def stage_fp8_params(model: ModelSpec, par: ParallelSpec) -> list[float]:
     """Per pipeline stage, the decoder-layer GEMM weights one rank holds (split by t): the
     weights that run in FP8 and are cached in fp8 under ``precision = "fp8"``."""
-    from ..cost.compute import layer_fp8_params
-
     per = layer_fp8_params(model) / par.tp
     out = [0.0] * par.pp
     for vs, us in enumerate(chunk_units(model, par)):
@@ -146,11 +146,9 @@ def layer_activation_bytes_3d(model: ModelSpec, training: TrainingSpec, tp: int,
     True
     """
     if training.precision == "fp8":   # Transformer Engine keeps fp8 GEMM inputs
-        from ..cost.fp8mem import fp8_layer_activation_bytes
 
         return fp8_layer_activation_bytes(model, training, tp, sp, selective)
     if training.hidden_dropout is not None:   # bf16, explicit dropout: masks only if > 0
-        from ..cost.fp8mem import korthikanti_mask_bytes
 
         return (layer_activation_bytes_3d(model, replace(training, hidden_dropout=None), tp,
                                           sp, selective)
@@ -246,7 +244,6 @@ def memory_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,
                          "runtime with them")
     strategy = parse_strategy(strategy)
     if training.precision == "fp8":   # refuses a GPU without FP8 (one line)
-        from ..cost.compute import fp8_peak_flops
 
         fp8_peak_flops(cluster, training)
     check_cp(cluster, training, par)

@@ -59,6 +59,7 @@ from ..cost.compute import (
     layer_backward_flops,
     layer_forward_flops,
     op_seconds,
+    optimizer_step_seconds,
     step_flops,
 )
 from ..cost.runtime_memory import (  # noqa: F401  (re-exported)
@@ -218,7 +219,6 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
                 block += ids
         if runtime.sync_grads_end_of_backward and reduces:
             block.append(b.last.get(COMM_GRAD))
-    from ..cost.compute import optimizer_step_seconds
 
     boundary(b, strategy, BYTES_PER_GRAD * model.params * r, m,
              [done[-1], b.last.get(COMM_GRAD), *block],

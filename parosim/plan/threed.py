@@ -55,9 +55,11 @@ from dataclasses import dataclass, field, replace
 
 from ..collectives.types import Algo, Op, Scope
 from ..cost.compute import (
+    compute_seconds,
     step_flops,
 )
 from ..errors import InputError
+from ..io.runtime import as_runtime
 from ..spec.model import ModelSpec
 from ..spec.strategy import Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
@@ -207,8 +209,6 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     :class:`parosim.spec.runtime.RuntimeSpec` (:func:`check_runtime_3d`): its boundary buckets and
     per-call algorithm; None = ideal.
     """
-    from ..cost.compute import compute_seconds
-    from ..io.runtime import as_runtime
 
     rt = as_runtime(runtime)
     strategy = parse_strategy(strategy)

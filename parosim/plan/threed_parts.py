@@ -11,11 +11,15 @@ from dataclasses import dataclass
 from ..collectives.types import Op
 from ..cost.compute import (
     ADAM_BYTES_PER_PARAM,
+    compute_model,
+    compute_seconds,
     head_backward_flops,
     head_forward_flops,
+    layer_attention_flops_per_token,
     layer_backward_flops,
     layer_forward_flops,
 )
+from ..cost.kernels import embed_times, gemm_seconds, head_times, layer_gemm_shapes, layer_times
 from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.strategy import Level, Strategy
@@ -83,8 +87,6 @@ def layer_gemms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     :func:`parosim.cost.kernels.layer_times` (column-parallel N/t, row-parallel K/t), or, flat,
     the GEMM's FLOPs / t at the efficiency (weight gradient: x the trainable ratio). FP8
     training: at the FP8 peak (kernel model: fp8 operands), as the layer's own times."""
-    from ..cost.compute import compute_model, compute_seconds
-    from ..cost.kernels import gemm_seconds, layer_gemm_shapes
 
     t, r = par.tp, training.trainable_ratio
     tokens = training.micro_batch * training.seq_len
@@ -172,13 +174,12 @@ def unit_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     then the flat model's seconds with the weight-GEMM FLOPs at the FP8 peak
     (:func:`parosim.cost.compute.flat_layer_seconds`). Under fp8 the kernel model runs the layer's
     weight GEMMs at the FP8 peak, with the casts (:func:`parosim.cost.kernels.layer_times`)."""
-    from ..cost.compute import (
+    from ..cost.compute import (  # local: the name is also one of this module's
         compute_model,
         compute_seconds,
         flat_layer_seconds,
         fp8_peak_flops,
     )
-    from ..cost.kernels import embed_times, head_times, layer_times
 
     peak8 = fp8_peak_flops(cluster, training)     # 0.0 for bf16; refuses fp8 without FP8
     if compute_model(cluster, training) != "kernel":
@@ -218,7 +219,10 @@ def cp_attention_step(model: ModelSpec, cluster: ClusterSpec, local: TrainingSpe
     """(forward s, backward s, forward FLOPs, backward FLOPs) of one CP attention step on one
     rank: the attention core of s/cp local tokens (the layer model's attention of the
     local training; ``ks``: :func:`unit_seconds`, None for the flat model)."""
-    from ..cost.compute import compute_seconds, layer_attention_flops_per_token
+    from ..cost.compute import (  # local: the name is also one of this module's
+        compute_seconds,
+        layer_attention_flops_per_token,
+    )
 
     ff = local.tokens_per_micro_step * layer_attention_flops_per_token(
         model, local.seq_len) / par.tp
@@ -259,7 +263,10 @@ def optimizer_seconds_3d(trainable_params: float, d_os: int, cluster: ClusterSpe
     ``fp8_params``: the stage's fp8-GEMM weights on this rank (:func:`stage_fp8_params`),
     re-cast once per step under ``precision = "fp8"``
     (:func:`parosim.cost.compute.fp8_weight_cast_seconds`)."""
-    from ..cost.compute import compute_model, fp8_weight_cast_seconds
+    from ..cost.compute import (  # local: the name is also one of this module's
+        compute_model,
+        fp8_weight_cast_seconds,
+    )
 
     bw = cluster.gpu.hbm_bandwidth_Bps
     if compute_model(cluster, training) == "kernel":
@@ -274,8 +281,6 @@ def optimizer_seconds_3d(trainable_params: float, d_os: int, cluster: ClusterSpe
 def recompute_flops(model: ModelSpec, training: TrainingSpec, full: bool,
                     selective: bool) -> float:
     """FLOPs recomputed before one layer's backward (whole layer, before the TP split)."""
-    from ..cost.compute import layer_attention_flops_per_token
-
     if full:
         return layer_forward_flops(model, training)
     if selective:

@@ -87,7 +87,7 @@ def _label(col: str) -> str:
 def _values(df, col: str) -> list[float]:
     """A column as floats in display units (GiB for memory, ms for time, Gbps for links)."""
     if col in ("nic_bandwidth", "intra_bandwidth"):
-        from ..units import parse_bandwidth
+        from ..units import parse_bandwidth  # deferred: loaded when the command runs (start-up)
         return [parse_bandwidth(v) * 8 / 1e9 if isinstance(v, str) else float(v) * 8 / 1e9
                 for v in df[col]]
     scale = _SCALE.get(col, 1.0)

@@ -17,6 +17,9 @@ memory breakdown; it is not simulated and its time metrics are ``None``.
 
 from __future__ import annotations
 
+import difflib
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -26,16 +29,31 @@ from ..cost.compute import compute_seconds  # noqa: F401  (re-exported for noteb
 from ..cost.memory import MemoryBreakdown, memory_breakdown
 from ..errors import InputError
 from ..evaluate.analytic import evaluate
+from ..evaluate.ranks import hetero_step
 from ..evaluate.replay import replay
+from ..evaluate.threed import evaluate_3d, pipeline_phase
 from ..fabric.engine import MAX_ENGINE_OPS
 from ..fabric.network import MAX_SIM_SECONDS, horizon_error
-from ..io.runtime import training_for_runtime
+from ..io import load_cluster, load_model
+from ..io.runtime import as_runtime, training_for_runtime
+from ..io.sweep import INPUT_KEYS
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
+from ..plan.layout import PairSet, ParallelSpec, layout_for
+from ..plan.threed import (
+    build_plan_3d,
+    check_cp,
+    check_runtime_3d,
+    check_supported,
+    chunk_units,
+    memory_3d,
+    training_for_runtime_3d,
+)
 from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
-from ..spec.strategy import ALL_STRATEGIES, Strategy, parse_strategy
+from ..spec.strategy import ALL_STRATEGIES, Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import TrainingSpec
+from ..units import parse_bandwidth, parse_size
 
 MODES = ("engine", "analytic")
 
@@ -232,8 +250,6 @@ def _step(model, cluster, strategy, training, algo, mode, trace, runtime, repeat
     rt = resolve_runtime(runtime)
     rt.require(strategy.short)
     if three_d:
-        from ..plan.threed import check_runtime_3d, training_for_runtime_3d
-
         check_runtime_3d(rt, strategy, par)
         training = training_for_runtime_3d(training, rt)
     else:
@@ -265,8 +281,6 @@ def _step(model, cluster, strategy, training, algo, mode, trace, runtime, repeat
             check_engine_size(model, strategy, cluster, training, rt)
         plan = build_plan(model, strategy, cluster, training, rt)
     if mode == "engine" and per_rank:
-        from ..evaluate.ranks import hetero_step
-
         step, exposed, compute, b_intra, b_inter = hetero_step(
             res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
     elif mode == "engine":
@@ -321,8 +335,6 @@ def _metrics(res: StepResult, cluster: ClusterSpec, training: TrainingSpec, step
 
 def setup_3d(model, cluster, strategy, training, par, algo):
     """Checks, memory and the 3D result keys of a TP x PP x DP step."""
-    from ..plan.layout import layout_for
-    from ..plan.threed import check_cp, check_supported, chunk_units, memory_3d
 
     check_supported(cluster, training, algo)
     check_cp(cluster, training, par)
@@ -356,8 +368,6 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
     T the mean over stages of one micro-batch's busy time on the stage's compute stream;
     bubble_fraction = bubble_s / the pipeline phase; exposed_comm_s = step - compute_s -
     bubble_s, compute_s the busiest stage's compute ops (its optimizer step included)."""
-    from ..evaluate.threed import evaluate_3d, pipeline_phase
-    from ..plan.threed import build_plan_3d
 
     extra = res.parallel
     m = training.accum_steps
@@ -380,13 +390,13 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
     plan = build_plan_3d(model, strategy, cluster, training, par, rt)
     n = cluster.gpus
     if per_rank:
-        from ..evaluate.ranks import hetero_step
+        from ..evaluate.ranks import hetero_step  # local: the name is also one of this module's
 
         step, _, _, b_intra, b_inter = hetero_step(
             res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
         ph = _rank_phase(plan, res.last_rank_step, n)
     else:
-        from ..evaluate.replay import replay
+        from ..evaluate.replay import replay  # local: the name is also one of this module's
 
         period = plan.layout(cluster).symmetric_period(plan.cp)
         rep = replay(plan, cluster, algo, slow, trace=True, period_nodes=period,
@@ -412,7 +422,7 @@ def _rank_phase(plan, last, n: int):
     """The pipeline phase of a per-rank replay (:func:`parosim.plan.threed.pipeline_phase`): per
     stage, the busiest rank's compute and the mean rank's busy time (compute less the
     optimizer step, plus the TP / CP collectives of the stage's compute stream)."""
-    from ..evaluate.threed import pipeline_phase
+    from ..evaluate.threed import pipeline_phase  # local: the name is also one of this module's
 
     spans = [(o.stream, o.kind if isinstance(o, ComputeOp) else o.purpose,
               float(last.op_start_s[o.id]), float(last.op_end_s[o.id])) for o in plan.ops]
@@ -436,8 +446,6 @@ def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
     pipeline's first / last chunk, whose bytes the overlapped collective already moves;
     ``chunks``: count only them, as the engine's links carry them (bytes / the protocol's
     wire efficiency): the engine subtracts them from its link bytes."""
-    from ..plan.layout import PairSet
-
     intra = inter = 0.0
     gpn, n = spec.gpus_per_node, spec.gpus
     progs: dict = {}
@@ -462,8 +470,6 @@ def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
 
 def resolve_runtime(runtime):
     """A RuntimeSpec from None (ideal), a profile name or a spec."""
-    from ..io.runtime import as_runtime
-
     return as_runtime(runtime)
 
 
@@ -496,7 +502,6 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     jobs = [(model, cluster, s, training, a, mode, False, rt) for s in pool for a in algos]
     if parallel is not None and not parallel.trivial:   # 3D
         if not rt.is_ideal:   # a framework's schedule: p = N, g = N (plan3d.check_runtime_3d)
-            from ..spec.strategy import Level
 
             pool = [s for s in pool if s.p is Level.N and s.g is Level.N]
             if not pool:
@@ -504,7 +509,7 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                                  "strategies with p = N and g = N; expected one of them "
                                  "among the strategies")
         if getattr(parallel, "dp_comm_overlap", False):
-            from ..spec.strategy import Level
+            from ..spec.strategy import Level  # local: the name is also one of this module's
 
             pool = [s for s in pool if s.p is Level.N and s.g is Level.N]
             if not pool:
@@ -513,8 +518,6 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         jobs = [(model, cluster, s, training, a, mode, False, rt, 1, 0, None, False,
                  parallel) for s in pool for a in algos]
     if workers > 1 and mode == "engine" and len(jobs) > 2:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
 
         # costliest first (p = G moves the most chunks), for load balance
         jobs.sort(key=lambda j: -j[2].p.rank)
@@ -556,16 +559,12 @@ RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
 def _check_point_keys(point: dict) -> None:
     """A misspelled key is an error, not a silently ignored value (``mode`` defaults to
     ``engine``, as on the command line)."""
-    from ..io.sweep import INPUT_KEYS
-
     if not isinstance(point, dict):
         raise InputError(f"a point must be a dict of inputs, got {type(point).__name__}")
     allowed = set(POINT_DEFAULTS) | set(INPUT_KEYS["step"]) | set(RESULT_COLUMNS) | {
         "point_id"}
     unknown = sorted(str(k) for k in point if k not in allowed)
     if unknown:
-        import difflib
-
         near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise InputError(f"point key {unknown[0]!r} is not known{hint}; expected some of "
@@ -575,9 +574,10 @@ def _check_point_keys(point: dict) -> None:
 def point_setup(point: dict):
     """(model, cluster, training, strategy, algo, mode, runtime) from a sweep point (raises
     :class:`InputError` on a bad value)."""
-    from ..io import load_cluster, load_model
-    from ..spec.training import TrainingSpec, parse_trainable_ratio
-    from ..units import parse_bandwidth, parse_size
+    from ..spec.training import (  # local: the name is also one of this module's
+        TrainingSpec,
+        parse_trainable_ratio,
+    )
 
     _check_point_keys(point)
     p = {**POINT_DEFAULTS, **point}
@@ -604,8 +604,6 @@ def point_parallel(point: dict):
     """The :class:`~parosim.plan.layout.ParallelSpec` of a sweep point's optional ``tp``,
     ``pp``, ``cp``, ``sequence_parallel``, ``tp_comm_overlap`` and ``dp_comm_overlap`` keys
     (absent: plain data parallelism)."""
-    from ..plan.layout import ParallelSpec
-
     return ParallelSpec(tp=point.get("tp") or 1, pp=point.get("pp") or 1,
                         sequence_parallel=bool(point.get("sequence_parallel")),
                         tp_comm_overlap=bool(point.get("tp_comm_overlap")),

@@ -37,8 +37,12 @@ from ..collectives.types import Algo
 from ..cost.compute import head_backward_flops, head_forward_flops, layer_backward_flops
 from ..cost.compute import layer_forward_flops as _lf
 from ..errors import InputError
+from ..evaluate.threed import summary_3d
 from ..plan.layout import ParallelSpec, layout_for
+from ..plan.threed import memory_3d, recompute_flops
+from ..simulate.step import simulate_step
 from ..spec.model import ModelSpec
+from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import ALL_STRATEGIES, Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import TrainingSpec
@@ -148,8 +152,6 @@ def _structures(model: ModelSpec, cluster: ClusterSpec):
 def _compute_bound(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                    par: ParallelSpec, recompute: bool) -> float:
     """Seconds per step if communication were free: m x busiest stage + the bubble."""
-    from ..plan.threed import recompute_flops
-
     f_layer = (_lf(model, training) + layer_backward_flops(model, training)
                + recompute_flops(model, training, recompute, par.selective_recompute))
     per = model.layers // par.pp * f_layer
@@ -175,10 +177,6 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
            dp_comm_overlap: bool = False) -> dict:
     """Search the configurations (module docstring); return the ranked top ``top`` and every
     screened fitting point's (memory, throughput) for the Pareto plot."""
-    from ..evaluate.threed import summary_3d
-    from ..plan.threed import memory_3d
-    from ..simulate.step import simulate_step
-    from ..spec.runtime import effective_overlap_slowdown
 
     model.require_shape("advise")
     if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or not cluster.closed_form_exact:
@@ -334,7 +332,7 @@ def _plan_ops(model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, strat: Stra
 
 
 def _hw_flops_per_gpu(model, tr, par, rc) -> float:
-    from ..plan.threed import recompute_flops
+    from ..plan.threed import recompute_flops  # local: the name is also one of this module's
 
     f = (_lf(model, tr) + layer_backward_flops(model, tr)
          + recompute_flops(model, tr, rc == "full", rc == "selective"))

@@ -108,7 +108,7 @@ def evaluate(point: dict[str, Any]) -> dict[str, Any]:
     try:
         if point.get("kind", "step") == "collective":
             return run_collective_point(point)
-        from ..simulate.step import run_point
+        from ..simulate.step import run_point  # deferred: a worker process imports the simulator
 
         return run_point(point)
     except (KeyboardInterrupt, SystemExit):
@@ -135,7 +135,7 @@ def _ignore_sigint(parent_pid: int | None = None) -> None:
         return
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
+            import ctypes  # deferred: only to restore a signal mask
 
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):

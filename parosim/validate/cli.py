@@ -128,7 +128,7 @@ class _Opts:
                 raise InputError(f"--parallel {tp}x{pp}: {tp * pp} does not divide the "
                                  f"{self.nodes * self.ranks_per_node} ranks")
         if self.strategies:
-            from ..spec.strategy import parse_strategy
+            from ..spec.strategy import parse_strategy  # deferred: loaded when validating
 
             self.strategies = [parse_strategy(s).name.replace("PaRO-", "")
                                for s in self.strategies]
@@ -180,7 +180,7 @@ def run_validate(args) -> dict:
     with cm as emu:
         launch = Launch(o.nodes, o.ranks_per_node, emu, o.backend, o.timeout)
         if o.calibration:
-            from ..io.cluster import load_cluster
+            from ..io.cluster import load_cluster  # deferred: loaded when validating
 
             spec = load_cluster(o.calibration)
             if (spec.nodes, spec.gpus_per_node) != (o.nodes, o.ranks_per_node):
@@ -204,12 +204,13 @@ def run_validate(args) -> dict:
                                          warmup=o.warmup, iters=o.iters or None,
                                          nominal=base, seen=seen)
         if o.strategies:
-            from .harness import small_training
+            from .harness import small_training  # deferred: loaded when validating
 
             rows += validate_steps(launch, spec, o.strategies, o.step_algo,
                                    training=small_training(o.accum_steps), warmup=o.warmup,
                                    iters=o.iters or 3, nominal=base)
         if o.parallel:
+            # deferred: loaded when validating
             from .harness import small_training, validate_steps_3d
 
             rows += validate_steps_3d(launch, spec, o.parallel, o.step_algo,
