@@ -10,13 +10,15 @@ The core (spec ... simulate) imports no pandas, matplotlib or torch; those live 
 
 Modules that moved into the floors keep their old import paths for one release
 (``parosim.specs`` is ``parosim.spec.system``, and so on: :data:`MOVED`); importing an old
-path gives the same module object and a :class:`DeprecationWarning`.
+path gives the same module object and a :class:`DeprecationWarning`. A module whose names
+went to several homes (``a|b``) is a view that looks each name up in them in turn.
 """
 
 import importlib
 import importlib.abc
 import importlib.util
 import sys
+import types
 import warnings
 
 __version__ = "0.1.0"
@@ -25,13 +27,16 @@ __version__ = "0.1.0"
 MOVED = {
     "parosim.specs": "parosim.spec.system", "parosim.gpus": "parosim.spec.gpus",
     "parosim.models": "parosim.spec.model", "parosim.training": "parosim.spec.training",
-    "parosim.strategies": "parosim.spec.strategy", "parosim.runtime": "parosim.spec.runtime",
+    "parosim.strategies": "parosim.spec.strategy",
+    "parosim.runtime": "parosim.spec.runtime|parosim.io.runtime",
     "parosim.graphlite": "parosim.fabric.graphlite", "parosim.topology": "parosim.fabric.topology",
     "parosim.symmetry": "parosim.fabric.symmetry", "parosim.network": "parosim.fabric.network",
     "parosim.engine": "parosim.fabric.engine", "parosim.ncclbench": "parosim.collectives.bench",
     "parosim.compute": "parosim.cost.compute", "parosim.kernels": "parosim.cost.kernels",
     "parosim.memory": "parosim.cost.memory", "parosim.fp8mem": "parosim.cost.fp8mem",
-    "parosim.runtime_plan": "parosim.plan.runtime", "parosim.plan3d": "parosim.plan.threed",
+    "parosim.runtime_plan": "parosim.plan.runtime",
+    "parosim.plan3d": ("parosim.plan.threed|parosim.plan.threed_parts|parosim.plan.memory3d|"
+                       "parosim.evaluate.threed"),
     "parosim.parallel": "parosim.plan.layout", "parosim.analytic": "parosim.evaluate.analytic",
     "parosim.replay": "parosim.evaluate.replay", "parosim.ranks": "parosim.evaluate.ranks",
     "parosim.advise": "parosim.studies.advise", "parosim.jobs": "parosim.studies.jobs",
@@ -43,12 +48,25 @@ MOVED = {
 
 class _MovedLoader(importlib.abc.Loader):
     def __init__(self, target: str):
-        self.target = target
+        self.targets = target.split("|")
 
     def create_module(self, spec):
-        return importlib.import_module(self.target)
+        if len(self.targets) == 1:
+            return importlib.import_module(self.targets[0])
+        homes = [importlib.import_module(t) for t in self.targets]
+        view = types.ModuleType(spec.name, f"{spec.name}: its names now live in "
+                                + ", ".join(self.targets))
 
-    def exec_module(self, module):   # the target module is already executed
+        def lookup(name):
+            for m in homes:
+                if hasattr(m, name):
+                    return getattr(m, name)
+            raise AttributeError(f"module {spec.name!r} has no attribute {name!r}")
+
+        view.__getattr__ = lookup
+        return view
+
+    def exec_module(self, module):   # the target modules are already executed
         pass
 
 
