@@ -131,7 +131,8 @@ def cluster_keys() -> set[str]:
             "intra_node": {"bandwidth": "2000Gbps"}, "nic": {"bandwidth": "100Gbps"},
             "collective": {"ring_ll": {"bw_efficiency": 0.5}},
             "overrides": [{"nodes": [0], "nic": {"bandwidth": "25Gbps"},
-                           "intra_node": {"bandwidth": "100GB/s"}, "gpu": {"model": "H100-SXM5-80GB"}},
+                           "intra_node": {"bandwidth": "100GB/s"},
+                           "gpu": {"model": "H100-SXM5-80GB"}},
                           {"gpus": ["n0/gpu1"], "speed": 0.8},
                           {"links": [["n0/nic0", "switch"]], "failed": True}]}
     c.check_keys, c.section = check_keys, section
