@@ -213,3 +213,18 @@ def test_version_is_the_installed_one():
     out = subprocess.run([sys.executable, "-m", "parosim", "--version"], capture_output=True,
                          text=True, cwd=ROOT.parent, check=True).stdout
     assert out == f"parosim {parosim.__version__}\n"
+
+
+def test_the_core_imports_no_pandas_matplotlib_or_torch():
+    core = {"errors", "units", "spec", "io", "fabric", "collectives", "cost", "plan", "evaluate",
+            "simulate"}
+    bad = []
+    for mod, path in MODULES.items():
+        if _floor(mod) not in core:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{mod}: {n}" for n in names
+                    if n.split(".")[0] in ("pandas", "matplotlib", "torch")]
+    assert bad == []
