@@ -84,3 +84,16 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 
 if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
     sys.meta_path.insert(0, _MovedFinder())
+
+
+def forward_names(package: str, submodule: str):
+    """A module ``__getattr__`` for ``package`` that finds its names in ``package.submodule``
+    on first use (a package that was one module keeps its names; importing one of its
+    submodules stays cheap)."""
+
+    def __getattr__(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(importlib.import_module(f"{package}.{submodule}"), name)
+
+    return __getattr__

@@ -107,29 +107,7 @@ def test_run_with_tp_pp(capsys):
     assert d["step_time_s"] == pytest.approx(s["step_time_s"], rel=1e-12)
 
 
-def test_no_import_circles():
-    import ast
-    import pathlib
-
-    root = pathlib.Path(__file__).resolve().parent.parent / "parosim"
-    names = ["simulate", "plan3d", "plan", "runtime_plan", "memory", "fp8mem", "planning",
-             "memory3d", "runtime_memory", "plan_units"]
-    graph = {}
-    for n in names:
-        tree = ast.parse((root / f"{n}.py").read_text())
-        graph[n] = {a.module for a in ast.walk(tree)
-                    if isinstance(a, ast.ImportFrom) and a.level == 1 and a.module in names}
-
-    def reach(a, seen):
-        for b in graph[a]:
-            if b not in seen:
-                seen.add(b)
-                reach(b, seen)
-        return seen
-
-    for n in names:
-        assert n not in reach(n, set()), n
-    assert not graph["memory"] & {"plan", "plan3d", "runtime_plan", "planning"}
+# (the import graph of the whole package, circles and floors: tests/test_architecture.py)
 
 
 # -- several jobs: a TP x PP job shares the fabric like a data-parallel one -----------------

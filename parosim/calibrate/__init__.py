@@ -6,10 +6,6 @@ were when ``parosim.calibrate`` was one module; they are imported on first use s
 that importing a submodule stays cheap.
 """
 
-import importlib
+from .. import forward_names
 
-
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return getattr(importlib.import_module(".links", __name__), name)
+__getattr__ = forward_names(__name__, "links")

@@ -4,8 +4,9 @@
 too. Other names of :mod:`.commands` are reachable here as when ``parosim.cli`` was one module.
 """
 
-import importlib
 import sys
+
+from .. import forward_names
 
 
 def main(argv=None):
@@ -20,7 +21,4 @@ def main(argv=None):
     return _main(args)
 
 
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return getattr(importlib.import_module(".commands", __name__), name)
+__getattr__ = forward_names(__name__, "commands")

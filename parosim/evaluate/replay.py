@@ -26,9 +26,8 @@ from ..fabric.engine import (
     OverlapGate,
     Record,
     check_finished,
+    run_counted,
     run_lanes,
-    run_program,
-    run_repeated,
 )
 from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period, to_ps
 from ..fabric.topology import cluster_graph
@@ -137,11 +136,9 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
             yield from compute(op)
         else:
             flip(i, +1)
-            count = getattr(op, "count", 1)   # 3D plans coalesce a chunk's TP collectives
-            if count == 1:
-                yield from run_program(env, net, cache.get(op), spec.collective)
-            else:
-                yield from run_repeated(env, net, cache.get(op), spec.collective, count)
+            # 3D plans coalesce a chunk's TP collectives (count)
+            yield from run_counted(env, net, cache.get(op), spec.collective,
+                                   getattr(op, "count", 1))
             flip(i, -1)
         last[0] = max(last[0], env.now)
 

@@ -185,6 +185,16 @@ def run_program(env: simpy.Environment, net: Network, program: Program,
         yield env.all_of(done)
 
 
+def run_counted(env: simpy.Environment, net: Network, program: Program,
+                tuning: CollectiveTuning, count: int = 1):
+    """One collective op of a Plan: its program once, or ``count`` times back to back
+    (:func:`run_repeated`) for the coalesced TP collectives of 3D plans."""
+    if count == 1:
+        yield from run_program(env, net, program, tuning)
+    else:
+        yield from run_repeated(env, net, program, tuning, count)
+
+
 def run_repeated(env: simpy.Environment, net: Network, program: Program,
                  tuning: CollectiveTuning, count: int):
     """``count`` identical collectives back to back (3D plans coalesce a chunk's TP

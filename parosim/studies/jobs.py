@@ -49,9 +49,8 @@ from ..fabric.engine import (
     CountingEnvironment,
     OverlapGate,
     Record,
+    run_counted,
     run_lanes,
-    run_program,
-    run_repeated,
 )
 from ..fabric.network import PS, Network, to_ps
 from ..fabric.topology import cluster_graph
@@ -323,11 +322,8 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
                 yield from compute(op)
             else:
                 flip(i, +1)
-                count = getattr(op, "count", 1)   # 3D plans coalesce a chunk's TP collectives
-                if count == 1:
-                    yield from run_program(env, net, cache.get(op), tuning)
-                else:
-                    yield from run_repeated(env, net, cache.get(op), tuning, count)
+                # 3D plans coalesce a chunk's TP collectives (count)
+                yield from run_counted(env, net, cache.get(op), tuning, getattr(op, "count", 1))
                 flip(i, -1)
 
         it = 0

@@ -5,10 +5,6 @@ were when ``parosim.sweep`` was one module; they are imported on first use so
 that importing a submodule stays cheap.
 """
 
-import importlib
+from .. import forward_names
 
-
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return getattr(importlib.import_module(".runner", __name__), name)
+__getattr__ = forward_names(__name__, "runner")
