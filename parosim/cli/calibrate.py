@@ -159,7 +159,6 @@ def calibrated_yaml(spec, f, logs, fit_s: dict, held_s: dict) -> str:
             f"# {err}",
             "# measurements (file: source):"]
     head += [f"#   {lg.path}: {lg.source}" for lg in logs]
-    from dataclasses import replace  # local: the name is also one of this module's
 
     spec = replace(spec, notes=f"calibrated from {srcs}. Base cluster: {spec.notes}")
     body = annotate_yaml(cluster_to_yaml(spec), comments)

@@ -144,8 +144,6 @@ def algos_of(text: str | None):
 
 
 def seeded(spec, seed: int):
-    from dataclasses import replace  # local: the name is also one of this module's
-
     if seed < 0:
         raise InputError(f"--seed = {seed} must be a non-negative integer")
     if spec.network.ecmp == "hash":

@@ -289,7 +289,6 @@ def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
     """
     if training.precision != "fp8":
         return 0.0
-    from .compute import layer_fp8_params  # local: the name is also one of this module's
 
     if fp8_params is None:
         fp8_params = model.layers * layer_fp8_params(model)

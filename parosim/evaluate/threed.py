@@ -323,8 +323,6 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     """:func:`evaluate_3d` of :func:`build_plan_3d` without building the ops (the same sums
     per stage, term by term; tested equal): ``advise`` screens thousands of configurations
     with it."""
-    from ..collectives.cost import program_time  # local: the name is also one of this module's
-    from ..evaluate.analytic import overlapped_time  # local: the name is also one of this module's
 
     check_cp(cluster, training, par)
     training = cp_local(training, par)   # one CP rank: s/cp tokens
@@ -525,7 +523,6 @@ def _combine(busy, comp, dp, p2p, bound, opt, m_plan, m, p, v, pre=None,
     micro-batches. ``compute_s`` is the busiest stage's compute ops over the step, its
     optimizer step included (as the engine's busiest compute stream and the
     data-parallel path count it)."""
-    from ..evaluate.analytic import overlapped_time  # local: the name is also one of this module's
 
     # PaRO micro-step collectives beside the stage's busy time, which runs at 1/f meanwhile
     per = [overlapped_time(busy[k], dp[k], f) / m_plan for k in range(p)]
@@ -598,10 +595,11 @@ def pipeline_phase(plan: Plan3D, spans, stage_compute_s=None,
         if not stream.startswith("compute/"):
             continue
         k = int(stream.rsplit("/s", 1)[1])
+        # (sum + end) - start, as the replay's earlier measurement summed: bit-identical
         if kind in _COMPUTE_KINDS:
-            comp[k] += end - start
+            comp[k] = comp[k] + end - start
         if kind not in _BOUNDARY_KINDS:
-            busy[k] += end - start
+            busy[k] = busy[k] + end - start
             lo, hi = min(lo, start), max(hi, end)
     if stage_compute_s is not None:
         comp = list(stage_compute_s)

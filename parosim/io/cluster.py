@@ -375,10 +375,6 @@ def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
                 kw[f"{prefix}_latency_s"] = parse_time(unit(sub["latency"], f"{key}.latency"),
                                                        f"{where}.{key}.latency")
     if "gpu" in o:
-        from ..spec.gpus import (  # local: the name is also one of this module's
-            KNOWN_GPUS,
-            known_gpu,
-        )
 
         g = section(o, "gpu", _GPU_KEYS, where)
         model = str(g.get("model", base_gpu.model))
@@ -492,7 +488,6 @@ def _override_fp8_default(g: dict, base_gpu: GPUSpec) -> float:
     """An override's FP8 peak when it gives none: the base GPU's if the model is the same;
     for another model, the known-GPU table's (0 if unknown): an FP8 figure is never carried
     over to a different GPU."""
-    from ..spec.gpus import known_gpu  # local: the name is also one of this module's
 
     model = str(g.get("model", base_gpu.model))
     if model == base_gpu.model:

@@ -307,8 +307,6 @@ def _parse_runtime(v: Any) -> object:
 
 
 def _parse_slowdown(v: Any) -> float:
-    import math  # local: the name is also one of this module's
-
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
             math.isfinite(v) and v >= 1):
         raise InputError(f"overlap_slowdown = {v!r} must be a factor >= 1")

@@ -38,7 +38,7 @@ from functools import cached_property, lru_cache
 
 from ..collectives.cost import program_time
 from ..collectives.lowering import best_chunks, lower, scope_rings
-from ..collectives.nccl import make_phase
+from ..collectives.nccl import make_phase, tree_phase
 from ..collectives.types import Algo, Op, Phase, Program, RingSet, Scope, parse_enum
 from ..errors import InputError
 from ..fabric.network import symmetry_period
@@ -397,7 +397,6 @@ def lower_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, algo: Algo
     >>> [ph.name for ph in p.phases], p.phases[0].ringset.rings
     (['intra RS c0', 'inter AR c0', 'intra AG c0'], ((0, 2), (4, 6), (1, 3), (5, 7)))
     """
-    from ..collectives.nccl import make_phase  # local: the name is also one of this module's
 
     if gs.native:   # the cluster's own scopes: exactly the data-parallel lowering
 
@@ -420,10 +419,6 @@ def _nccl_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, gs: GroupS
     over each group's ranks with the protocol of least cost, and, for an all-reduce whose
     groups span several nodes with the same local GPUs on each, the NCCL tree over those
     (nodes, local GPUs); the cheaper in the closed form (ties: ring)."""
-    from ..collectives.nccl import (  # local: the name is also one of this module's
-        make_phase,
-        tree_phase,
-    )
 
     rs = gs.rings(scope)
     best = Program(op, scope, Algo.NCCL, size, k,

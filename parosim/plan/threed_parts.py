@@ -13,6 +13,9 @@ from ..cost.compute import (
     ADAM_BYTES_PER_PARAM,
     compute_model,
     compute_seconds,
+    flat_layer_seconds,
+    fp8_peak_flops,
+    fp8_weight_cast_seconds,
     head_backward_flops,
     head_forward_flops,
     layer_attention_flops_per_token,
@@ -174,12 +177,6 @@ def unit_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     then the flat model's seconds with the weight-GEMM FLOPs at the FP8 peak
     (:func:`parosim.cost.compute.flat_layer_seconds`). Under fp8 the kernel model runs the layer's
     weight GEMMs at the FP8 peak, with the casts (:func:`parosim.cost.kernels.layer_times`)."""
-    from ..cost.compute import (  # local: the name is also one of this module's
-        compute_model,
-        compute_seconds,
-        flat_layer_seconds,
-        fp8_peak_flops,
-    )
 
     peak8 = fp8_peak_flops(cluster, training)     # 0.0 for bf16; refuses fp8 without FP8
     if compute_model(cluster, training) != "kernel":
@@ -219,10 +216,6 @@ def cp_attention_step(model: ModelSpec, cluster: ClusterSpec, local: TrainingSpe
     """(forward s, backward s, forward FLOPs, backward FLOPs) of one CP attention step on one
     rank: the attention core of s/cp local tokens (the layer model's attention of the
     local training; ``ks``: :func:`unit_seconds`, None for the flat model)."""
-    from ..cost.compute import (  # local: the name is also one of this module's
-        compute_seconds,
-        layer_attention_flops_per_token,
-    )
 
     ff = local.tokens_per_micro_step * layer_attention_flops_per_token(
         model, local.seq_len) / par.tp
@@ -263,10 +256,6 @@ def optimizer_seconds_3d(trainable_params: float, d_os: int, cluster: ClusterSpe
     ``fp8_params``: the stage's fp8-GEMM weights on this rank (:func:`stage_fp8_params`),
     re-cast once per step under ``precision = "fp8"``
     (:func:`parosim.cost.compute.fp8_weight_cast_seconds`)."""
-    from ..cost.compute import (  # local: the name is also one of this module's
-        compute_model,
-        fp8_weight_cast_seconds,
-    )
 
     bw = cluster.gpu.hbm_bandwidth_Bps
     if compute_model(cluster, training) == "kernel":

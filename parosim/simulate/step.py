@@ -52,7 +52,7 @@ from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import ALL_STRATEGIES, Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
-from ..spec.training import TrainingSpec
+from ..spec.training import TrainingSpec, parse_trainable_ratio
 from ..units import parse_bandwidth, parse_size
 
 MODES = ("engine", "analytic")
@@ -390,13 +390,11 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
     plan = build_plan_3d(model, strategy, cluster, training, par, rt)
     n = cluster.gpus
     if per_rank:
-        from ..evaluate.ranks import hetero_step  # local: the name is also one of this module's
 
         step, _, _, b_intra, b_inter = hetero_step(
             res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
         ph = _rank_phase(plan, res.last_rank_step, n)
     else:
-        from ..evaluate.replay import replay  # local: the name is also one of this module's
 
         period = plan.layout(cluster).symmetric_period(plan.cp)
         rep = replay(plan, cluster, algo, slow, trace=True, period_nodes=period,
@@ -422,7 +420,6 @@ def _rank_phase(plan, last, n: int):
     """The pipeline phase of a per-rank replay (:func:`parosim.plan.threed.pipeline_phase`): per
     stage, the busiest rank's compute and the mean rank's busy time (compute less the
     optimizer step, plus the TP / CP collectives of the stage's compute stream)."""
-    from ..evaluate.threed import pipeline_phase  # local: the name is also one of this module's
 
     spans = [(o.stream, o.kind if isinstance(o, ComputeOp) else o.purpose,
               float(last.op_start_s[o.id]), float(last.op_end_s[o.id])) for o in plan.ops]
@@ -509,7 +506,6 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                                  "strategies with p = N and g = N; expected one of them "
                                  "among the strategies")
         if getattr(parallel, "dp_comm_overlap", False):
-            from ..spec.strategy import Level  # local: the name is also one of this module's
 
             pool = [s for s in pool if s.p is Level.N and s.g is Level.N]
             if not pool:
@@ -574,10 +570,6 @@ def _check_point_keys(point: dict) -> None:
 def point_setup(point: dict):
     """(model, cluster, training, strategy, algo, mode, runtime) from a sweep point (raises
     :class:`InputError` on a bad value)."""
-    from ..spec.training import (  # local: the name is also one of this module's
-        TrainingSpec,
-        parse_trainable_ratio,
-    )
 
     _check_point_keys(point)
     p = {**POINT_DEFAULTS, **point}

@@ -332,8 +332,6 @@ def _plan_ops(model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, strat: Stra
 
 
 def _hw_flops_per_gpu(model, tr, par, rc) -> float:
-    from ..plan.threed import recompute_flops  # local: the name is also one of this module's
-
     f = (_lf(model, tr) + layer_backward_flops(model, tr)
          + recompute_flops(model, tr, rc == "full", rc == "selective"))
     f = f * model.layers + head_forward_flops(model, tr) + head_backward_flops(model, tr)

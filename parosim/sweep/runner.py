@@ -167,7 +167,6 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
         ctx.set_forkserver_preload(["parosim.collectives", "parosim.io", "parosim.simulate"])
     else:
         ctx = multiprocessing.get_context("spawn")
-    import os  # local: the name is also one of this module's
 
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint,
                              initargs=(os.getpid(),))

@@ -121,8 +121,6 @@ def plan3d_task(task_id: str, plan, spec: ClusterSpec, algo: Algo, mode: str = "
     ranks that run it (its stage's, or its group set's), a point-to-point send is a ``send``
     phase on its (src, dst) pairs, and a coalesced op (``count`` > 1) becomes count
     collective calls in a row on its stream."""
-    from ..plan.dataparallel import ComputeOp  # local: the name is also one of this module's
-    from .executor import program_phases  # local: the name is also one of this module's
 
     lay = layout_for(spec, plan.tp, plan.pp)
     stage_ranks = {k: sorted(r for g in lay.tp_groups(k) for r in g) for k in range(plan.pp)}
