@@ -167,57 +167,99 @@ def _suptitle(fig: Figure, df, metrics: Iterable[str], title: str | None) -> Non
 # ---------------------------------------------------------------------------------------------
 
 
+def _panel_col(df) -> str | None:
+    """The column that splits throughput bars into panels: the node count (else the GPU
+    count) when the rows have several."""
+    for c in ("nodes", "gpus"):
+        if c in df.columns and df[c].nunique(dropna=True) > 1:
+            return c
+    return None
+
+
+def _panel_title(df, col: str, v: Any) -> str:
+    sub = df[df[col] == v]
+    if col == "nodes" and "gpus" in df.columns and sub["gpus"].nunique() == 1:
+        return f"{v} nodes ({sub['gpus'].iloc[0]} GPUs)"
+    return f"{v} {'nodes' if col == 'nodes' else 'GPUs'}"
+
+
 def throughput_bars(df, *, x: str | None = None, metric: str | None = None,
                     hue: str | None = None, title: str | None = None) -> Figure:
     """Bars of ``metric`` (default tokens/s per GPU) per strategy; grouped by ``hue`` (default
     the algorithm or group size when they vary). Points that do not fit get an empty slot, a
-    red cross and the text ``does not fit``; failed points ``error``. The best bar is starred.
+    red cross and the text ``does not fit``; failed points ``error``. The best bar of each
+    panel is starred. Rows with several node (or GPU) counts get one panel per count; rows
+    that would still share a bar are refused (``ValueError``), never dropped.
     """
     x = x or "strategy"
     metric = metric or "tokens_per_s_per_gpu"
     hue = hue or _default_hue(df, ("algo", "group_nodes", "model", "trainable_ratio"))
+    pcol = _panel_col(df) if x not in ("nodes", "gpus") and hue not in ("nodes", "gpus") \
+        else None
+    panels = _uniq(df[pcol]) if pcol else [None]
+    keys = [c for c in (pcol, x, hue) if c]
+    dup = df.duplicated(keys, keep=False)
+    if dup.any():
+        from ..io.sweep import INPUT_KEYS  # deferred: loaded when this runs (start-up)
+
+        inputs = _uniq([*INPUT_KEYS["step"], *INPUT_KEYS["collective"]])
+        varying = [c for c in inputs if c in df.columns and c not in keys
+                   and df[dup][c].nunique(dropna=False) > 1]
+        raise ValueError(f"plot 'throughput': {int(dup.sum())} rows share a bar (same "
+                         f"{', '.join(keys)}); they differ in {', '.join(varying) or 'nothing'}"
+                         "; expected that column in the figure's by: or hue:")
     cats = _uniq(df[x])
     groups = _uniq(df[hue]) if hue else [None]
     width = 0.8 / len(groups)
-    fig = Figure(figsize=(max(6.0, 0.55 * len(cats) * max(1, len(groups) ** 0.5) + 2), 4.2),
-                 layout="constrained")
-    ax = fig.add_subplot()
+    w1 = max(6.0, 0.55 * len(cats) * max(1, len(groups) ** 0.5) + 2)
+    fig = Figure(figsize=(w1 if len(panels) == 1 else min(6.0 + 0.5 * len(cats), 8.0)
+                          * len(panels), 4.6), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     ok = _ok(df)
-    best = df[ok][metric].max() if ok.any() else math.nan
-    ymax = best if best == best else 1.0
-    nofit_x: list[float] = []
-    for gi, g in enumerate(groups):
-        sub = df if g is None else df[df[hue] == g]
-        pos, heights = [], []
-        for ci, c in enumerate(cats):
-            row = sub[sub[x] == c]
-            px = ci - 0.4 + width * (gi + 0.5)
-            pos.append(px)
-            st = row["status"].iloc[0] if not row.empty and "status" in row else "ok"
-            if row.empty or st != "ok":
-                heights.append(0.0)
-                if not row.empty:
-                    nofit_x.append(px)
-                    ax.text(px, ymax * 0.02, "does not fit" if st == "does-not-fit" else "error",
-                            rotation=90, ha="center", va="bottom", fontsize=7, color="#b00")
-            else:
-                v = float(row[metric].iloc[0])
-                heights.append(v)
-                if v == best:
-                    ax.annotate("★", (px, v), ha="center", va="bottom", fontsize=11)
-        label = None if g is None else f"{hue.replace('_', ' ')} = {g}" if hue != "algo" \
-            else str(g)
-        ax.bar(pos, heights, width * 0.92, label=label, color=COLORS[gi % len(COLORS)])
-    if nofit_x:
-        ax.plot(nofit_x, [0.0] * len(nofit_x), linestyle="none", marker="x", color="#b00",
-                markersize=7, label="does not fit / error")
-    ax.set_xlabel(_label(x))
-    ax.set_ylabel(_label(metric))
-    ax.set_ylim(0, ymax * 1.15)
-    ax.set_xticks(range(len(cats)), [_fw(c) if x == "strategy" else str(c) for c in cats],
-                  rotation=45 if len(cats) > 4 else 0, ha="right" if len(cats) > 4 else "center")
-    ax.set_title(f"{_label(metric)} per {_label(x)} (★ best)", fontsize=9)
-    _legend(ax, fig, loc="upper left")
+    top = df[ok][metric].max() if ok.any() else math.nan
+    ymax = top if top == top else 1.0
+    for ax, pv in zip(axes, panels, strict=True):
+        pdf = df if pv is None else df[df[pcol] == pv]
+        pok = _ok(pdf)
+        best = pdf[pok][metric].max() if pok.any() else math.nan
+        nofit_x: list[float] = []
+        for gi, g in enumerate(groups):
+            sub = pdf if g is None else pdf[pdf[hue] == g]
+            pos, heights = [], []
+            for ci, c in enumerate(cats):
+                row = sub[sub[x] == c]
+                px = ci - 0.4 + width * (gi + 0.5)
+                pos.append(px)
+                st = row["status"].iloc[0] if not row.empty and "status" in row else "ok"
+                if row.empty or st != "ok":
+                    heights.append(0.0)
+                    if not row.empty:
+                        nofit_x.append(px)
+                        ax.text(px, ymax * 0.02,
+                                "does not fit" if st == "does-not-fit" else "error",
+                                rotation=90, ha="center", va="bottom", fontsize=7, color="#b00")
+                else:
+                    v = float(row[metric].iloc[0])
+                    heights.append(v)
+                    if v == best:
+                        ax.annotate("★", (px, v), ha="center", va="bottom", fontsize=11)
+            label = None if g is None else f"{hue.replace('_', ' ')} = {g}" if hue != "algo" \
+                else str(g)
+            ax.bar(pos, heights, width * 0.92, label=label, color=COLORS[gi % len(COLORS)])
+        if nofit_x:
+            ax.plot(nofit_x, [0.0] * len(nofit_x), linestyle="none", marker="x", color="#b00",
+                    markersize=7, label="does not fit / error")
+        ax.set_xlabel(_label(x))
+        ax.set_ylabel(_label(metric))
+        ax.set_ylim(0, ymax * 1.15)
+        # vertical names: slanted ones overlap their neighbours when long
+        ax.set_xticks(range(len(cats)), [_fw(c) if x == "strategy" else str(c) for c in cats],
+                      rotation=90 if len(cats) > 4 else 0)
+        head = f"{_label(metric)} per {_label(x)} (★ best)"
+        ax.set_title(head if pv is None else f"{_panel_title(df, pcol, pv)}: {head}",
+                     fontsize=9)
+        if ax is axes[0]:
+            _legend(ax, fig, loc="upper left")
     _suptitle(fig, df, [metric], title)
     return fig
 
@@ -311,6 +353,9 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
         ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=4,
                  color=colors.get(label, COLORS[k % len(COLORS)]), label=label)
     ax2.ticklabel_format(axis="y", useOffset=False)
+    # anchored at 0: an auto-zoomed axis (0.993-1.000) makes a 0.7 % spread look like a fan
+    effs = [py for pts in eff_series.values() for _, py in pts if py == py]
+    ax2.set_ylim(0.0, max(1.0, max(effs, default=1.0)) * 1.05)
     ideal = ax2.axhline(1.0, color="k", linestyle=":", linewidth=1, label="linear scaling")
     for a in (ax, ax2):
         _log_x(a, _values(df, x))
