@@ -389,6 +389,10 @@ def best_strategy(df, *, x: str | None = None, metric: str | None = None,
     per strategy, with the best strategy at each x written above the curves."""
     x = x or "nic_bandwidth"
     metric = metric or "tokens_per_s_per_gpu"
+    if x not in df.columns or df[x].nunique(dropna=True) < 2:
+        raise ValueError(f"plot 'best': x {x!r} has {df[x].nunique() if x in df else 0} "
+                         "distinct values in these rows; expected a swept axis (x: in the "
+                         "figure entry)")
     series = _series_key(df, hue, "strategy")
     fig = Figure(figsize=(8, 4.6), layout="constrained")
     ax = fig.add_subplot()
@@ -489,35 +493,57 @@ def memory_throughput(df, *, x: str | None = None, metric: str | None = None,
     if bad:
         ax.scatter([mem[i] for i in bad], [0.0] * len(bad), marker="x", color="#b00", s=40,
                    label="does not fit")
-    xr = (max(mem) - min(mem)) or 1.0
     yr = max((v for v in thr if v == v), default=1.0) or 1.0
-    crowd: dict[tuple[int, int], int] = {}
-    for i in sorted(idx + bad, key=lambda i: (i not in on, mem[i])):
-        y = thr[i] if thr[i] == thr[i] else 0.0
-        cell = (round(mem[i] / xr * 12), round(y / yr * 25))  # stack labels of close points
-        k = crowd[cell] = crowd.get(cell, -1) + 1
-        ax.annotate(names[i], (mem[i], y), textcoords="offset points", xytext=(4, 4 + 9 * k),
-                    fontsize=7, fontweight="bold" if i in on else "normal")
     cap = None
     if "capacity_bytes" in df.columns and df["capacity_bytes"].notna().any():
         cap = float(df["capacity_bytes"].dropna().iloc[0]) * _SCALE.get(x, 1.0)
         ax.axvline(cap, color="k", linestyle="--", linewidth=1, label="GPU memory")
     ax.set_xlabel(_label(x))
     ax.set_ylabel(_label(metric))
-    # room above the highest point for its stacked labels (9 points each)
-    stack = max(crowd.values(), default=0) + 1
-    ax.set_ylim(0, yr * (1.12 + 0.05 * stack))
-    # and on the right of the rightmost point for its label
+    ax.set_ylim(0, yr * 1.25)
+    # room on the right of the rightmost point for its label
     known = [v for v in mem if v == v] + ([cap] if cap is not None and cap == cap else [])
     if known:
         lo, hi = min(known), max(known)
         span = (hi - lo) or 1.0
         ax.set_xlim(lo - 0.05 * span, hi + 0.3 * span)
-    ax.set_title("memory vs throughput (Pareto front in red)", fontsize=9)
-    ax.legend(fontsize=8, loc="best")
+    # the legend outside the axes, so it never covers a point or a name
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     ax.grid(alpha=0.3)
     _suptitle(fig, df, [metric, x], title)
+    order = sorted(idx + bad, key=lambda i: (i not in on, mem[i]))
+    _place_labels(fig, ax, [(names[i], mem[i], thr[i] if thr[i] == thr[i] else 0.0,
+                             i in on) for i in order])
     return fig
+
+
+def _place_labels(fig: Figure, ax, items: list[tuple[str, float, float, bool]]) -> None:
+    """Name each point next to it where the name overlaps no other name (Agg layout): tried
+    above-right, stacked higher, then left and below; inside the axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # deferred: drawing only
+
+    canvas = FigureCanvasAgg(fig)
+    fig.draw_without_rendering()  # the constrained layout: final axes positions
+    renderer = canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    offsets = ([(4, 4 + 9 * k, "left") for k in range(12)]
+               + [(-4, 4 + 9 * k, "right") for k in range(12)]
+               + [(4, -12 - 9 * k, "left") for k in range(6)]
+               + [(-4, -12 - 9 * k, "right") for k in range(6)])
+    placed: list = []
+    for name, px, py, bold in items:
+        t = ax.annotate(name, (px, py), textcoords="offset points", xytext=offsets[0][:2],
+                        fontsize=7, fontweight="bold" if bold else "normal",
+                        annotation_clip=False)
+        t.set_in_layout(False)  # the names do not move the axes (their places stay valid)
+        for dx, dy, ha in offsets:
+            t.set_position((dx, dy))
+            t.set_ha(ha)
+            e = t.get_window_extent(renderer)
+            inside = (box.x0 <= e.x0 and e.x1 <= box.x1 and box.y0 <= e.y0 and e.y1 <= box.y1)
+            if inside and not any(e.overlaps(f) for f in placed):
+                break
+        placed.append(t.get_window_extent(renderer))
 
 
 # ---------------------------------------------------------------------------------------------
