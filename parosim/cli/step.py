@@ -121,6 +121,9 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
     out = dp_keys(r.to_dict())
     out.update(model=model.name, cluster=cluster.name,
                settings=settings_of(a, cluster, training, rt))
+    warnings = percentile_warnings(out)
+    if warnings:
+        out["warnings"] = warnings
     if info:
         out["deepspeed_config"] = info
     timeline = [(d["time_s"], d["utilization"]) for d in out.pop("link_timeline", [])]
@@ -139,6 +142,26 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
             out.get("step_times_s", [r.step_time_s]), a.plot,
             f"{model.name} {r.strategy.name} on {cluster.name} ({cluster.gpus} GPUs)"))
     return out
+
+
+P99_MIN_SAMPLES = 100
+
+
+def percentile_warnings(r: dict) -> list[str]:
+    """Cautions on the printed percentiles: a p99 from fewer than 100 steps is the sample
+    maximum region, not a tail estimate.
+
+    >>> percentile_warnings({"repeats": 20, "step_time_p99_s": 1.0})
+    ['p99 from 20 steps: an estimate near the sample maximum; use --repeats >= 100']
+    >>> percentile_warnings({"repeats": 200, "step_time_p99_s": 1.0})
+    []
+    """
+    n = r.get("repeats")
+    if r.get("step_time_p99_s") is None or not isinstance(n, int) or n >= P99_MIN_SAMPLES \
+            or n <= 1:
+        return []
+    return [f"p99 from {n} steps: an estimate near the sample maximum; use --repeats >= "
+            f"{P99_MIN_SAMPLES}"]
 
 
 def show_simulate(r: dict) -> None:
@@ -167,6 +190,8 @@ def show_simulate(r: dict) -> None:
               f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
               f"p90 {r['step_time_p90_s']:.4f} s, p99 {r['step_time_p99_s']:.4f} s; "
               f"critical rank {r['critical_rank']} ({r['critical_rank_share']:.0%} of steps)")
+    for w in r.get("warnings") or []:
+        print(f"caution: {w}")
     hot = r.get("hot_links") or []
     if hot and r.get("critical_rank") is not None:
         print("hottest links: " + ", ".join(f"{h['link']} {h['utilization']:.0%}"

@@ -335,7 +335,25 @@ def _parse_strategy(v: Any) -> object:
     return parse_strategy(v)
 
 
-def _figures(raw: Any, where: str, kind: str = "step") -> tuple[dict[str, Any], ...]:
+def _best_x(fig: dict, grid: dict, where: str) -> dict:
+    """A ``best`` figure draws its metric against a swept axis (default nic_bandwidth): that
+    axis when swept, else the one numeric grid key left (not strategy, by or hue); refused
+    when none or several are left."""
+    if fig.get("x") is not None or len(grid.get("nic_bandwidth", ())) > 1:
+        return fig
+    taken = {"strategy", fig.get("hue"), *fig["by"]}
+    cands = [k for k, vs in grid.items() if len(vs) > 1 and k not in taken
+             and (k.endswith("_bandwidth") or all(isinstance(v, int | float)
+                                                  and not isinstance(v, bool) for v in vs))]
+    if len(cands) == 1:
+        return {**fig, "x": cands[0]}
+    raise InputError(f"{where}: figure 'best' needs x (the swept axis; its default "
+                     "nic_bandwidth is not swept in the grid); expected x: one of "
+                     f"{', '.join(cands) if cands else 'a numeric grid key with 2+ values'}")
+
+
+def _figures(raw: Any, where: str, kind: str = "step",
+             grid: dict | None = None) -> tuple[dict[str, Any], ...]:
     from ..plots.figures import SWEEP_PLOTS  # names only; matplotlib is imported lazily there
 
     if raw is None:
@@ -367,6 +385,8 @@ def _figures(raw: Any, where: str, kind: str = "step") -> tuple[dict[str, Any], 
         if fig.get("title") is not None and not str(fig["title"]).strip():
             raise InputError(f"{where}: figure {fig['plot']!r} title is empty; expected a "
                              "title or no title key")
+        if fig["plot"] == "best" and grid is not None:
+            fig = _best_x(fig, grid, where)
         out.append(fig)
     return tuple(out)
 
@@ -429,7 +449,7 @@ def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec",
     if kind == "step" and "model" not in grid and "model" not in fixed:
         raise InputError(f"{where}: a step sweep needs 'model' in grid or fixed")
     return SweepSpec(name=str(data.get("name", "sweep")), kind=kind, mode=mode, grid=grid,
-                     fixed=dict(fixed), figures=_figures(data.get("figures"), where, kind),
+                     fixed=dict(fixed), figures=_figures(data.get("figures"), where, kind, grid),
                      description=str(data.get("description", "")))
 
 

@@ -167,57 +167,99 @@ def _suptitle(fig: Figure, df, metrics: Iterable[str], title: str | None) -> Non
 # ---------------------------------------------------------------------------------------------
 
 
+def _panel_col(df) -> str | None:
+    """The column that splits throughput bars into panels: the node count (else the GPU
+    count) when the rows have several."""
+    for c in ("nodes", "gpus"):
+        if c in df.columns and df[c].nunique(dropna=True) > 1:
+            return c
+    return None
+
+
+def _panel_title(df, col: str, v: Any) -> str:
+    sub = df[df[col] == v]
+    if col == "nodes" and "gpus" in df.columns and sub["gpus"].nunique() == 1:
+        return f"{v} nodes ({sub['gpus'].iloc[0]} GPUs)"
+    return f"{v} {'nodes' if col == 'nodes' else 'GPUs'}"
+
+
 def throughput_bars(df, *, x: str | None = None, metric: str | None = None,
                     hue: str | None = None, title: str | None = None) -> Figure:
     """Bars of ``metric`` (default tokens/s per GPU) per strategy; grouped by ``hue`` (default
     the algorithm or group size when they vary). Points that do not fit get an empty slot, a
-    red cross and the text ``does not fit``; failed points ``error``. The best bar is starred.
+    red cross and the text ``does not fit``; failed points ``error``. The best bar of each
+    panel is starred. Rows with several node (or GPU) counts get one panel per count; rows
+    that would still share a bar are refused (``ValueError``), never dropped.
     """
     x = x or "strategy"
     metric = metric or "tokens_per_s_per_gpu"
     hue = hue or _default_hue(df, ("algo", "group_nodes", "model", "trainable_ratio"))
+    pcol = _panel_col(df) if x not in ("nodes", "gpus") and hue not in ("nodes", "gpus") \
+        else None
+    panels = _uniq(df[pcol]) if pcol else [None]
+    keys = [c for c in (pcol, x, hue) if c]
+    dup = df.duplicated(keys, keep=False)
+    if dup.any():
+        from ..io.sweep import INPUT_KEYS  # deferred: loaded when this runs (start-up)
+
+        inputs = _uniq([*INPUT_KEYS["step"], *INPUT_KEYS["collective"]])
+        varying = [c for c in inputs if c in df.columns and c not in keys
+                   and df[dup][c].nunique(dropna=False) > 1]
+        raise ValueError(f"plot 'throughput': {int(dup.sum())} rows share a bar (same "
+                         f"{', '.join(keys)}); they differ in {', '.join(varying) or 'nothing'}"
+                         "; expected that column in the figure's by: or hue:")
     cats = _uniq(df[x])
     groups = _uniq(df[hue]) if hue else [None]
     width = 0.8 / len(groups)
-    fig = Figure(figsize=(max(6.0, 0.55 * len(cats) * max(1, len(groups) ** 0.5) + 2), 4.2),
-                 layout="constrained")
-    ax = fig.add_subplot()
+    w1 = max(6.0, 0.55 * len(cats) * max(1, len(groups) ** 0.5) + 2)
+    fig = Figure(figsize=(w1 if len(panels) == 1 else min(6.0 + 0.5 * len(cats), 8.0)
+                          * len(panels), 4.6), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     ok = _ok(df)
-    best = df[ok][metric].max() if ok.any() else math.nan
-    ymax = best if best == best else 1.0
-    nofit_x: list[float] = []
-    for gi, g in enumerate(groups):
-        sub = df if g is None else df[df[hue] == g]
-        pos, heights = [], []
-        for ci, c in enumerate(cats):
-            row = sub[sub[x] == c]
-            px = ci - 0.4 + width * (gi + 0.5)
-            pos.append(px)
-            st = row["status"].iloc[0] if not row.empty and "status" in row else "ok"
-            if row.empty or st != "ok":
-                heights.append(0.0)
-                if not row.empty:
-                    nofit_x.append(px)
-                    ax.text(px, ymax * 0.02, "does not fit" if st == "does-not-fit" else "error",
-                            rotation=90, ha="center", va="bottom", fontsize=7, color="#b00")
-            else:
-                v = float(row[metric].iloc[0])
-                heights.append(v)
-                if v == best:
-                    ax.annotate("★", (px, v), ha="center", va="bottom", fontsize=11)
-        label = None if g is None else f"{hue.replace('_', ' ')} = {g}" if hue != "algo" \
-            else str(g)
-        ax.bar(pos, heights, width * 0.92, label=label, color=COLORS[gi % len(COLORS)])
-    if nofit_x:
-        ax.plot(nofit_x, [0.0] * len(nofit_x), linestyle="none", marker="x", color="#b00",
-                markersize=7, label="does not fit / error")
-    ax.set_xlabel(_label(x))
-    ax.set_ylabel(_label(metric))
-    ax.set_ylim(0, ymax * 1.15)
-    ax.set_xticks(range(len(cats)), [_fw(c) if x == "strategy" else str(c) for c in cats],
-                  rotation=45 if len(cats) > 4 else 0, ha="right" if len(cats) > 4 else "center")
-    ax.set_title(f"{_label(metric)} per {_label(x)} (★ best)", fontsize=9)
-    _legend(ax, fig, loc="upper left")
+    top = df[ok][metric].max() if ok.any() else math.nan
+    ymax = top if top == top else 1.0
+    for ax, pv in zip(axes, panels, strict=True):
+        pdf = df if pv is None else df[df[pcol] == pv]
+        pok = _ok(pdf)
+        best = pdf[pok][metric].max() if pok.any() else math.nan
+        nofit_x: list[float] = []
+        for gi, g in enumerate(groups):
+            sub = pdf if g is None else pdf[pdf[hue] == g]
+            pos, heights = [], []
+            for ci, c in enumerate(cats):
+                row = sub[sub[x] == c]
+                px = ci - 0.4 + width * (gi + 0.5)
+                pos.append(px)
+                st = row["status"].iloc[0] if not row.empty and "status" in row else "ok"
+                if row.empty or st != "ok":
+                    heights.append(0.0)
+                    if not row.empty:
+                        nofit_x.append(px)
+                        ax.text(px, ymax * 0.02,
+                                "does not fit" if st == "does-not-fit" else "error",
+                                rotation=90, ha="center", va="bottom", fontsize=7, color="#b00")
+                else:
+                    v = float(row[metric].iloc[0])
+                    heights.append(v)
+                    if v == best:
+                        ax.annotate("★", (px, v), ha="center", va="bottom", fontsize=11)
+            label = None if g is None else f"{hue.replace('_', ' ')} = {g}" if hue != "algo" \
+                else str(g)
+            ax.bar(pos, heights, width * 0.92, label=label, color=COLORS[gi % len(COLORS)])
+        if nofit_x:
+            ax.plot(nofit_x, [0.0] * len(nofit_x), linestyle="none", marker="x", color="#b00",
+                    markersize=7, label="does not fit / error")
+        ax.set_xlabel(_label(x))
+        ax.set_ylabel(_label(metric))
+        ax.set_ylim(0, ymax * 1.15)
+        # vertical names: slanted ones overlap their neighbours when long
+        ax.set_xticks(range(len(cats)), [_fw(c) if x == "strategy" else str(c) for c in cats],
+                      rotation=90 if len(cats) > 4 else 0)
+        head = f"{_label(metric)} per {_label(x)} (★ best)"
+        ax.set_title(head if pv is None else f"{_panel_title(df, pcol, pv)}: {head}",
+                     fontsize=9)
+        if ax is axes[0]:
+            _legend(ax, fig, loc="upper left")
     _suptitle(fig, df, [metric], title)
     return fig
 
@@ -311,6 +353,9 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
         ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=4,
                  color=colors.get(label, COLORS[k % len(COLORS)]), label=label)
     ax2.ticklabel_format(axis="y", useOffset=False)
+    # anchored at 0: an auto-zoomed axis (0.993-1.000) makes a 0.7 % spread look like a fan
+    effs = [py for pts in eff_series.values() for _, py in pts if py == py]
+    ax2.set_ylim(0.0, max(1.0, max(effs, default=1.0)) * 1.05)
     ideal = ax2.axhline(1.0, color="k", linestyle=":", linewidth=1, label="linear scaling")
     for a in (ax, ax2):
         _log_x(a, _values(df, x))
@@ -344,6 +389,10 @@ def best_strategy(df, *, x: str | None = None, metric: str | None = None,
     per strategy, with the best strategy at each x written above the curves."""
     x = x or "nic_bandwidth"
     metric = metric or "tokens_per_s_per_gpu"
+    if x not in df.columns or df[x].nunique(dropna=True) < 2:
+        raise ValueError(f"plot 'best': x {x!r} has {df[x].nunique() if x in df else 0} "
+                         "distinct values in these rows; expected a swept axis (x: in the "
+                         "figure entry)")
     series = _series_key(df, hue, "strategy")
     fig = Figure(figsize=(8, 4.6), layout="constrained")
     ax = fig.add_subplot()
@@ -444,35 +493,57 @@ def memory_throughput(df, *, x: str | None = None, metric: str | None = None,
     if bad:
         ax.scatter([mem[i] for i in bad], [0.0] * len(bad), marker="x", color="#b00", s=40,
                    label="does not fit")
-    xr = (max(mem) - min(mem)) or 1.0
     yr = max((v for v in thr if v == v), default=1.0) or 1.0
-    crowd: dict[tuple[int, int], int] = {}
-    for i in sorted(idx + bad, key=lambda i: (i not in on, mem[i])):
-        y = thr[i] if thr[i] == thr[i] else 0.0
-        cell = (round(mem[i] / xr * 12), round(y / yr * 25))  # stack labels of close points
-        k = crowd[cell] = crowd.get(cell, -1) + 1
-        ax.annotate(names[i], (mem[i], y), textcoords="offset points", xytext=(4, 4 + 9 * k),
-                    fontsize=7, fontweight="bold" if i in on else "normal")
     cap = None
     if "capacity_bytes" in df.columns and df["capacity_bytes"].notna().any():
         cap = float(df["capacity_bytes"].dropna().iloc[0]) * _SCALE.get(x, 1.0)
         ax.axvline(cap, color="k", linestyle="--", linewidth=1, label="GPU memory")
     ax.set_xlabel(_label(x))
     ax.set_ylabel(_label(metric))
-    # room above the highest point for its stacked labels (9 points each)
-    stack = max(crowd.values(), default=0) + 1
-    ax.set_ylim(0, yr * (1.12 + 0.05 * stack))
-    # and on the right of the rightmost point for its label
+    ax.set_ylim(0, yr * 1.25)
+    # room on the right of the rightmost point for its label
     known = [v for v in mem if v == v] + ([cap] if cap is not None and cap == cap else [])
     if known:
         lo, hi = min(known), max(known)
         span = (hi - lo) or 1.0
         ax.set_xlim(lo - 0.05 * span, hi + 0.3 * span)
-    ax.set_title("memory vs throughput (Pareto front in red)", fontsize=9)
-    ax.legend(fontsize=8, loc="best")
+    # the legend outside the axes, so it never covers a point or a name
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     ax.grid(alpha=0.3)
     _suptitle(fig, df, [metric, x], title)
+    order = sorted(idx + bad, key=lambda i: (i not in on, mem[i]))
+    _place_labels(fig, ax, [(names[i], mem[i], thr[i] if thr[i] == thr[i] else 0.0,
+                             i in on) for i in order])
     return fig
+
+
+def _place_labels(fig: Figure, ax, items: list[tuple[str, float, float, bool]]) -> None:
+    """Name each point next to it where the name overlaps no other name (Agg layout): tried
+    above-right, stacked higher, then left and below; inside the axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # deferred: drawing only
+
+    canvas = FigureCanvasAgg(fig)
+    fig.draw_without_rendering()  # the constrained layout: final axes positions
+    renderer = canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    offsets = ([(4, 4 + 9 * k, "left") for k in range(12)]
+               + [(-4, 4 + 9 * k, "right") for k in range(12)]
+               + [(4, -12 - 9 * k, "left") for k in range(6)]
+               + [(-4, -12 - 9 * k, "right") for k in range(6)])
+    placed: list = []
+    for name, px, py, bold in items:
+        t = ax.annotate(name, (px, py), textcoords="offset points", xytext=offsets[0][:2],
+                        fontsize=7, fontweight="bold" if bold else "normal",
+                        annotation_clip=False)
+        t.set_in_layout(False)  # the names do not move the axes (their places stay valid)
+        for dx, dy, ha in offsets:
+            t.set_position((dx, dy))
+            t.set_ha(ha)
+            e = t.get_window_extent(renderer)
+            inside = (box.x0 <= e.x0 and e.x1 <= box.x1 and box.y0 <= e.y0 and e.y1 <= box.y1)
+            if inside and not any(e.overlaps(f) for f in placed):
+                break
+        placed.append(t.get_window_extent(renderer))
 
 
 # ---------------------------------------------------------------------------------------------

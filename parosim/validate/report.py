@@ -91,6 +91,46 @@ def to_frame(rows: list[dict]):
     return pd.DataFrame(rows)
 
 
+def log_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
+    """At most ``most`` round values (1, 2, 5 per decade; finer when the range is short)
+    spread evenly over the log range ``lo..hi``, so their labels cannot collide.
+
+    >>> log_ticks(8e-4, 1e-2)
+    [0.001, 0.002, 0.005, 0.01]
+    >>> log_ticks(1e-6, 1e2)
+    [1e-06, 0.0001, 0.01, 1.0, 100.0]
+    """
+    import math
+
+    e0, e1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    span = math.log10(hi / lo)
+    for subs in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9),
+                 tuple(1 + k / 10 for k in range(90))):
+        cands = [float(f"{m * 10.0 ** e:.6g}") for e in range(e0, e1 + 1) for m in subs]
+        cands = sorted(v for v in cands if lo <= v <= hi)
+        if len(cands) >= 3 or subs[-1] > 9 and cands:
+            break
+    out: list[float] = []
+    for v in cands:  # evenly apart on the log axis
+        if not out or math.log10(v / out[-1]) >= span / (most + 0.5):
+            out.append(v)
+    return out
+
+
+def _log_ticks(ax, lo: float, hi: float) -> None:
+    """Few labelled ticks on both log axes (:func:`log_ticks`), written plainly (``0.002``);
+    minor ticks unlabelled (matplotlib labels the minor ticks of a short range, and those
+    labels collide)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    ticks = log_ticks(lo, hi)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(FixedLocator(ticks))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_locator(LogLocator(base=10, subs="auto", numticks=12))
+        axis.set_minor_formatter(NullFormatter())
+
+
 def plot(df, title: str = "simulated vs measured time (s): parosim validate"):
     """Predicted vs measured (log-log), one marker per ``algo`` / ``what``, and y = x.
 
@@ -117,6 +157,7 @@ def plot(df, title: str = "simulated vs measured time (s): parosim validate"):
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
+    _log_ticks(ax, lo, hi)
     ax.set_xlabel("measured time (s)")
     ax.set_ylabel("simulated time (s)")
     fig.suptitle(title, fontsize=10)
