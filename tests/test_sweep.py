@@ -245,3 +245,141 @@ def test_killed_sweep_resumes_to_the_same_file(tmp_path, sig, long_reference):
     summary = yaml.safe_load(r.stdout)
     assert summary["skipped"] >= 5 and summary["skipped"] + summary["done"] == total
     assert (out / "results.csv").read_text() == long_reference
+
+
+# --- keys: input file contents and the parosim version ------------------------------------------
+
+def _small_cluster(path: Path, nic_bandwidth: str) -> None:
+    text = (ROOT / "topologies" / "paper-a100-roce.yaml").read_text()
+    assert "  bandwidth: 100Gbps" in text  # the NIC line the edit below rewrites
+    path.write_text(text.replace("  bandwidth: 100Gbps", f"  bandwidth: {nic_bandwidth}"))
+
+
+def _sweep_cli(args: list[str], capsys) -> tuple[int, str]:
+    from parosim.cli.commands import main
+
+    rc = main(["sweep", *args, "--workers", "1", "--no-progress"])
+    return rc, capsys.readouterr().out
+
+
+def test_sweep_reruns_points_whose_cluster_yaml_changed_and_says_so(tmp_path, capsys):
+    cluster = tmp_path / "my-cluster.yaml"
+    _small_cluster(cluster, "100Gbps")
+    spec = _write_spec(tmp_path, {
+        "name": "edit", "kind": "step", "mode": "analytic",
+        "grid": {"strategy": ["IIG", "GGG"]},
+        "fixed": {"model": "llama-7b", "cluster": str(cluster), "nodes": 4}})
+    out = tmp_path / "out"
+    rc, msg = _sweep_cli([str(spec), "--out", str(out)], capsys)
+    assert rc == 0 and "(0 resumed, 2 run" in msg and "changed" not in msg
+    before = _rows(out / "results.csv")
+    col = before[0].index("step_time_s")
+
+    _small_cluster(cluster, "25Gbps")  # a quarter of the NIC bandwidth: slower steps
+    rc, msg = _sweep_cli([str(spec), "--out", str(out)], capsys)
+    assert rc == 0 and "(0 resumed, 2 run" in msg, msg
+    assert f"1 input changed since the last run (cluster {str(cluster)!r}): re-ran 2 points" \
+        in msg
+    after = _rows(out / "results.csv")
+    assert len(after) == 3
+    for old, new in zip(before[1:], after[1:], strict=True):
+        assert old[0] != new[0] and float(new[col]) > float(old[col])
+    # the same as a sweep that never saw the old file
+    rc, _ = _sweep_cli([str(spec), "--out", str(tmp_path / "clean")], capsys)
+    assert _rows(tmp_path / "clean" / "results.csv") == after
+
+    rc, msg = _sweep_cli([str(spec), "--out", str(out)], capsys)  # unchanged: all resumed
+    assert rc == 0 and "(2 resumed, 0 run" in msg and "changed" not in msg, msg
+    assert _rows(out / "results.csv") == after
+
+    rc, msg = _sweep_cli([str(spec), "--out", str(out), "--fresh"], capsys)
+    assert rc == 0 and "(0 resumed, 2 run" in msg and "--fresh" in msg, msg
+    assert _rows(out / "results.csv") == after
+
+
+def test_sweep_same_inputs_give_byte_identical_results(tmp_path):
+    spec = sweep_from_dict(SMALL)
+    for d in ("a", "b"):
+        run_sweep(spec, tmp_path / d, workers=1, progress=False)
+    run_sweep(spec, tmp_path / "b", workers=2, progress=False, fresh=True)
+    for name in ("results.csv", "inputs.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+@pytest.mark.parametrize("key,name,text", [
+    ("cluster", "c.yaml", None),
+    ("model", "m.yaml", "layers: 2\nhidden: 64\nheads: 2\nvocab: 100\n"),
+    ("model", "config.json", '{"model_type": "llama"}'),
+    ("runtime", "r.yaml", "name: r\n"),
+], ids=["cluster-yaml", "model-yaml", "model-config-json", "runtime-yaml"])
+def test_sweep_point_id_follows_every_input_files_contents(tmp_path, key, name, text):
+    f = tmp_path / name
+    f.write_text(text if text is not None
+                 else (ROOT / "topologies" / "paper-a100-roce.yaml").read_text())
+    point = {"kind": "step", "mode": "analytic", key: str(f)}
+    first = point_id(point)
+    assert point_id(point) == first
+    f.write_text(f.read_text() + "\n# edited\n")
+    assert point_id(point) != first, f"{key} file contents are not in the key"
+
+
+@pytest.mark.parametrize("key,env,preset", [("cluster", "PAROSIM_TOPOLOGIES", "paper-a100-roce"),
+                                            ("runtime", "PAROSIM_RUNTIMES", "ideal")])
+def test_sweep_point_id_follows_preset_file_contents(tmp_path, monkeypatch, key, env, preset):
+    src = ROOT / ("topologies" if key == "cluster" else "runtimes") / f"{preset}.yaml"
+    (tmp_path / f"{preset}.yaml").write_text(src.read_text())
+    monkeypatch.setenv(env, str(tmp_path))
+    given, defaulted = {"kind": "step", key: preset}, {"kind": "step"}
+    ids = point_id(given), point_id(defaulted)
+    (tmp_path / f"{preset}.yaml").write_text(src.read_text() + "\n# edited\n")
+    assert point_id(given) != ids[0] and point_id(defaulted) != ids[1]
+
+
+def test_sweep_point_id_follows_the_parosim_version_and_says_so(tmp_path, monkeypatch):
+    import parosim
+
+    spec = sweep_from_dict({**SMALL, "mode": "analytic"})
+    first = point_id(spec.points()[0])
+    run_sweep(spec, tmp_path, workers=1, progress=False)
+    monkeypatch.setattr(parosim, "__version__", parosim.__version__ + ".post1")
+    assert point_id(spec.points()[0]) != first
+    res = run_sweep(spec, tmp_path, workers=1, progress=False)
+    assert (res["done"], res["skipped"], res["rerun_changed"]) == (6, 0, 6)
+    assert res["inputs_changed"] == ["parosim version"] and res["stale"] == 6
+
+
+def test_sweep_fresh_is_in_help_and_docs(capsys):
+    from parosim.cli.commands import main
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert "--fresh" in capsys.readouterr().out
+    assert "--fresh" in (ROOT / "docs" / "sweeps.md").read_text()
+
+
+def test_run_all_sh_writes_into_a_new_directory(tmp_path):
+    """experiments/run_all.sh with a stub python: every --out is under one new directory
+    outside the repository, never a committed experiments/*/out."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.txt"
+    (bin_dir / "python").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    (bin_dir / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+    outs = []
+    for _ in range(2):
+        log.unlink(missing_ok=True)
+        r = subprocess.run(["bash", "experiments/run_all.sh", "3"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        calls = [c.split() for c in log.read_text().splitlines()]
+        assert len(calls) == len(list(ROOT.glob("experiments/0*/sweep.yaml"))) > 0
+        dirs = [Path(c[c.index("--out") + 1]) for c in calls]
+        assert all(c[c.index("--workers") + 1] == "3" for c in calls)
+        root = {d.parent for d in dirs}
+        assert len(root) == 1 and root.pop().parent == tmp_path
+        outs.append(dirs[0].parent)
+    assert outs[0] != outs[1]  # each run a new directory
+    r = subprocess.run(["bash", "experiments/run_all.sh", "2", str(tmp_path / "mine")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and str(tmp_path / "mine" / "01_paper_32gpu") in log.read_text()

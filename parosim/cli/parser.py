@@ -226,6 +226,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=int, default=2, help="local worker processes")
     sw.add_argument("--scheduler", default=None,
                     help="address of a running dask.distributed scheduler (tcp://host:8786)")
+    sw.add_argument("--fresh", action="store_true",
+                    help="recompute every point, overwriting results.csv in --out (default: "
+                    "resume the points whose values, input file contents and parosim "
+                    "version match a row there)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.add_argument("--json", action="store_true", help="summary as JSON")
 

@@ -459,6 +459,17 @@ def _nccl_yaml(c: CollectiveTuning) -> dict[str, Any]:
     return out
 
 
+def cluster_file(name_or_path: str | Path) -> Path:
+    """The file :func:`load_cluster` reads for ``name_or_path``: the path itself (a ``.yaml``
+    name or an existing file), else the preset ``topologies_dir() / NAME.yaml`` (which may
+    not exist). Sweeps key their points on its contents (:mod:`parosim.io.sweep`)."""
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith((".yaml", ".yml")) or path.exists()):
+        path = topologies_dir() / f"{text}.yaml"
+    return path
+
+
 def load_cluster(name_or_path: str | Path, nodes: int | None = None,
                  group_nodes: int | None = None) -> ClusterSpec:
     """A preset name (``paper-a100-roce``) or a YAML path, optionally resized.
@@ -470,12 +481,10 @@ def load_cluster(name_or_path: str | Path, nodes: int | None = None,
     if not text.strip():
         raise InputError(f"--cluster is empty; expected a YAML path or one of "
                          f"{', '.join(available_presets()) or '(none found)'}")
-    path = Path(text)
-    if not (text.endswith((".yaml", ".yml")) or path.exists()):
-        path = topologies_dir() / f"{text}.yaml"
-        if not path.exists():
-            raise InputError(f"unknown cluster preset {text!r}; expected a YAML path or one of "
-                             f"{', '.join(available_presets()) or '(none found)'}")
+    path = cluster_file(text)
+    if not path.exists() and not (text.endswith((".yaml", ".yml"))):
+        raise InputError(f"unknown cluster preset {text!r}; expected a YAML path or one of "
+                         f"{', '.join(available_presets()) or '(none found)'}")
     spec = cluster_from_dict(read_yaml(path, "cluster"), where=f"cluster {str(path)!r}")
     if nodes is not None:
         spec = spec.with_nodes(positive_int(nodes, "--nodes"))

@@ -264,6 +264,17 @@ def read_hf_config(path: str | Path) -> ModelSpec:
     return model_from_hf_config(data, where=where, name=name or None)
 
 
+def model_file(name_or_path: str | Path) -> Path | None:
+    """The file :func:`load_model` reads for ``name_or_path`` (a ``.json`` / ``.yaml`` name or
+    an existing file), or None for a preset name (presets are code: the parosim version keys
+    them). Sweeps key their points on the file's contents (:mod:`parosim.io.sweep`)."""
+    text = str(name_or_path)
+    path = Path(text)
+    if text.endswith((".json", ".yaml", ".yml")) or path.is_file():
+        return path
+    return None
+
+
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """A preset (``llama-7b``, ``7b``, ``LLaMA-65B``), a YAML path or a HuggingFace
     ``config.json`` path.
@@ -273,9 +284,9 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     """
     text = str(name_or_path)
     path = Path(text)
-    if text.endswith(".json"):
+    if model_file(text) is not None and text.endswith(".json"):
         return read_hf_config(path)
-    if text.endswith((".yaml", ".yml")) or path.is_file():
+    if model_file(text) is not None:
         return model_from_dict(read_yaml(path, "model"), where=f"model {str(path)!r}")
     if is_preset(text):
         return preset(text)

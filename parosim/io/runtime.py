@@ -135,6 +135,17 @@ def runtime_from_dict(data: dict[str, Any], where: str = "runtime") -> RuntimeSp
         raise InputError(f"{where}: {e}") from None
 
 
+def runtime_file(name_or_path: str | Path) -> Path:
+    """The file :func:`load_runtime` reads for ``name_or_path``: the path itself (a ``.yaml``
+    name or an existing file), else the profile ``runtimes_dir() / NAME.yaml`` (which may not
+    exist). Sweeps key their points on its contents (:mod:`parosim.io.sweep`)."""
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith((".yaml", ".yml")) or path.exists()):
+        path = runtimes_dir() / f"{text.strip().lower()}.yaml"
+    return path
+
+
 def load_runtime(name_or_path: str | Path) -> RuntimeSpec:
     """A profile name (``ideal``, ``deepspeed``, ``fsdp``, ``paro``) or a YAML path.
 
@@ -142,9 +153,8 @@ def load_runtime(name_or_path: str | Path) -> RuntimeSpec:
     'NGG (ZeRO-2)'
     """
     text = str(name_or_path)
-    path = Path(text)
-    if not (text.endswith((".yaml", ".yml")) or path.exists()):
-        path = runtimes_dir() / f"{text.strip().lower()}.yaml"
+    path = runtime_file(text)
+    if not (text.endswith((".yaml", ".yml")) or Path(text).exists()):
         if not path.exists():
             raise InputError(f"--runtime {text!r} is not known; expected a YAML path or one "
                              f"of {', '.join(available_runtimes()) or '(none found)'}")

@@ -60,7 +60,9 @@ _TOP = {"name", "kind", "mode", "grid", "fixed", "figures", "description", "note
 
 _ID_COLUMNS: dict[str, str] = {
     "point_id": "stable id of the point: first 16 hex digits of sha256 of its normalized "
-                "JSON (sorted keys); the key used for resume",
+                "JSON (sorted keys), the sha256 of every input file it references (cluster, "
+                "model, runtime YAML / JSON; presets by their file) and the parosim version; "
+                "the key used for resume",
 }
 _STEP_INPUTS: dict[str, str] = {
     "kind": "point kind: step",
@@ -234,13 +236,79 @@ class SweepSpec:
         return out
 
 
-def point_id(point: dict[str, Any]) -> str:
-    """Stable id of a point: sha256 of its JSON with sorted keys (16 hex digits).
+# Point keys whose value names a file (a path, or a preset / profile name that resolves to one
+# of the repository's files), and what a point without the key reads. ``model`` presets are
+# code, not files: the parosim version in every point id covers them.
+FILE_KEYS: dict[str, tuple[str, ...]] = {"step": ("cluster", "model", "runtime"),
+                                         "collective": ("cluster",)}
+_FILE_DEFAULTS = {"cluster": "paper-a100-roce", "model": "llama-7b", "runtime": "ideal"}
+
+
+def input_file(key: str, value: Any) -> Path | None:
+    """The file a point's ``key = value`` makes the simulator read (None: none, e.g. a model
+    preset). The loaders' own resolution (:func:`~parosim.io.cluster.cluster_file`, ...)."""
+    from .cluster import cluster_file  # local: only the sweep keys need them
+    from .model import model_file
+    from .runtime import runtime_file
+
+    if value is None or value == "":
+        return None
+    resolve = {"cluster": cluster_file, "model": model_file, "runtime": runtime_file}[key]
+    return resolve(str(value))
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes; ``missing`` when it cannot be read (the point itself
+    then reports why)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+
+
+def point_inputs(point: dict[str, Any],
+                 cache: dict[tuple[str, str], tuple[str, str] | None] | None = None
+                 ) -> dict[str, tuple[str, str]]:
+    """The input files of a point: key -> (label, sha256 of the file's bytes), for every
+    key of :data:`FILE_KEYS` that names a file (given or defaulted). ``label`` names the
+    input for messages (``cluster 'my.yaml'``). ``cache`` ((key, value) -> entry) reads each
+    file once per sweep.
+
+    >>> point_inputs({"kind": "collective", "cluster": "paper-a100-roce"})["cluster"][0]
+    "cluster 'paper-a100-roce'"
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for key in FILE_KEYS.get(point.get("kind", "step"), FILE_KEYS["step"]):
+        value = point.get(key, _FILE_DEFAULTS[key])
+        ck = (key, str(value))
+        if cache is not None and ck in cache:
+            entry = cache[ck]
+        else:
+            path = input_file(key, value)
+            entry = None if path is None else (f"{key} {str(value)!r}", file_sha256(path))
+            if cache is not None:
+                cache[ck] = entry
+        if entry is not None:
+            out[key] = entry
+    return out
+
+
+def point_id(point: dict[str, Any], inputs: dict[str, tuple[str, str]] | None = None) -> str:
+    """Stable id of a point (16 hex digits): sha256 of its JSON with sorted keys, of the
+    contents (sha256) of every input file it references (:func:`point_inputs`, computed when
+    not given) and of the parosim version. An edited cluster / model / runtime file or
+    another parosim gives another id: the point is run again instead of resumed.
 
     >>> point_id({"a": 1, "b": "x"}) == point_id({"b": "x", "a": 1})
     True
     """
-    text = json.dumps(point, sort_keys=True, separators=(",", ":"), default=str)
+    from .. import __version__  # local: the package's version, read at call time
+
+    if inputs is None:
+        inputs = point_inputs(point)
+    key = {"point": point, "inputs": {k: sha for k, (_, sha) in inputs.items()},
+           "parosim_version": __version__}
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -513,9 +581,10 @@ class ResultsLog:
     Opening reads what is there (dropping a torn last line and rows of the wrong width),
     rewrites the clean part, and keeps the file open for appends. A header that differs from
     ``columns`` means another kind of sweep wrote the file: :class:`InputError`.
+    ``fresh``: start empty, whatever the file holds (``parosim sweep --fresh``).
     """
 
-    def __init__(self, path: str | Path, columns: list[str]) -> None:
+    def __init__(self, path: str | Path, columns: list[str], fresh: bool = False) -> None:
         self.path = Path(path)
         self.columns = list(columns)
         self.rows: dict[str, list[str]] = {}
@@ -526,7 +595,7 @@ class ResultsLog:
                 raise InputError(f"{str(self.path)!r} is a directory; expected the results "
                                  "file (remove it or use another --out directory)")
             try:
-                if self.path.exists():
+                if self.path.exists() and not fresh:
                     self._recover()
                 else:
                     self._rewrite([])
@@ -641,3 +710,38 @@ def _lock_dir(results: Path):
                          "expected one sweep per --out directory at a time (wait for it or "
                          "use another --out)") from None
     return fh
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs.json: the input files (and parosim version) the rows of results.csv were computed
+# with, so a re-run can say which changed.
+# ---------------------------------------------------------------------------------------------
+
+INPUTS_FILE = "inputs.json"
+VERSION_LABEL = "parosim version"
+
+
+def read_inputs_manifest(out_dir: str | Path) -> dict[str, str]:
+    """label -> sha256 (and ``parosim version`` -> version) of the last run into ``out_dir``;
+    empty when there is none or it does not parse (a run then just says nothing changed)."""
+    try:
+        data = json.loads((Path(out_dir) / INPUTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    files = data.get("inputs", {})
+    out = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+    if "parosim_version" in data:
+        out[VERSION_LABEL] = str(data["parosim_version"])
+    return out
+
+
+def write_inputs_manifest(out_dir: str | Path, inputs: dict[str, str], version: str) -> None:
+    """Write ``inputs.json`` (sorted keys: the same inputs give the same bytes), atomically."""
+    path = Path(out_dir) / INPUTS_FILE
+    text = json.dumps({"parosim_version": version, "inputs": dict(sorted(inputs.items()))},
+                      indent=1, sort_keys=True) + "\n"
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -38,13 +38,18 @@ from ..collectives import Algo, Op, Scope, lower, parse_enum, program_time, simu
 from ..errors import InputError
 from ..io import load_cluster
 from ..io.sweep import (
+    INPUTS_FILE,
+    VERSION_LABEL,
     ResultsLog,
     SweepSpec,
     check_out_dir,
     columns_markdown,
     load_sweep_spec,
     point_id,
+    point_inputs,
+    read_inputs_manifest,
     sweep_columns,
+    write_inputs_manifest,
 )
 from ..plots.figures import save_figure, sweep_figures
 from ..simulate.step import with_overrides
@@ -254,31 +259,57 @@ def _progress(total: int, initial: int, name: str, enabled: bool):
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
               scheduler: str | None = None, progress: bool = True,
-              figures: bool = True, scheduler_timeout_s: float = 10.0) -> dict[str, Any]:
+              figures: bool = True, scheduler_timeout_s: float = 10.0,
+              fresh: bool = False) -> dict[str, Any]:
     """Run (or resume) ``spec`` into ``out_dir``; return a summary dict.
 
     ``workers``: local processes (1 = in this process). ``scheduler``: address of a running
     dask.distributed scheduler (e.g. ``tcp://127.0.0.1:8786``); then ``workers`` is ignored.
+    ``fresh``: compute every point, whatever ``results.csv`` holds (it is overwritten).
+
+    A point resumes only if ``results.csv`` holds a row of the same id, which covers the
+    point's values, the contents of every input file it references and the parosim version
+    (:func:`~parosim.io.sweep.point_id`): an edited cluster / model / runtime file re-runs
+    its points. ``inputs.json`` records those files' sha256 so the next run can say which
+    changed.
+
     Summary keys: ``name``, ``kind``, ``mode``, ``points``, ``done`` (evaluated now),
     ``skipped`` (already in results.csv), ``ok``, ``failed`` (rows not ok: ``does_not_fit`` +
-    ``errors``), ``stale``, ``dropped_lines``, ``wall_s``, ``results``, ``columns``,
-    ``figures``.
+    ``errors``), ``stale``, ``dropped_lines``, ``inputs_changed`` (labels of the inputs whose
+    contents differ from the last run's, e.g. ``cluster 'my.yaml'``, or ``parosim version``),
+    ``rerun_changed`` (points run now that read a changed input), ``fresh``, ``wall_s``,
+    ``results``, ``columns``, ``figures``.
     """
+    from .. import __version__  # local: the package's version, read at call time
+
     t0 = time.perf_counter()
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InputError(f"--workers {workers!r} must be a positive integer")
     out = check_out_dir(out_dir)
-    points, ids, seen = [], [], set()
+    points, ids, labels, seen = [], [], [], set()
+    cache: dict = {}
+    inputs_now: dict[str, str] = {}
     for p in spec.points():
-        pid = point_id(p)
+        inputs = point_inputs(p, cache)
+        pid = point_id(p, inputs)
         if pid not in seen:  # a set: linear in the grid size
             seen.add(pid)
             points.append(p)
             ids.append(pid)
+            labels.append(tuple(label for label, _ in inputs.values()))
+    for entry in cache.values():
+        if entry is not None:
+            inputs_now[entry[0]] = entry[1]
+    before = read_inputs_manifest(out)
+    changed = sorted(k for k, sha in inputs_now.items() if k in before and before[k] != sha)
+    if VERSION_LABEL in before and before[VERSION_LABEL] != __version__:
+        changed.append(VERSION_LABEL)
     columns = list(sweep_columns(spec.kind, {*spec.grid, *spec.fixed}))
     client = _connect(scheduler, scheduler_timeout_s) if scheduler is not None else None
     try:
-        log = ResultsLog(out / "results.csv", columns)
+        log = ResultsLog(out / "results.csv", columns, fresh=fresh)
+        if fresh:  # the rows an earlier run left over are not this run's
+            (out / "results.stale.csv").unlink(missing_ok=True)
     except BaseException:
         if client is not None:
             client.close()
@@ -294,6 +325,10 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
                          f"{e.strerror or e}") from None
     todo = [(p, i) for p, i in zip(points, ids, strict=False) if i not in log.rows]
     skipped = len(points) - len(todo)
+    changed_set = set(changed)
+    rerun_changed = 0 if fresh else sum(
+        VERSION_LABEL in changed_set or not changed_set.isdisjoint(ls)
+        for ls, i in zip(labels, ids, strict=True) if i not in log.rows)
     counts = {"ok": 0, "does-not-fit": 0, "error": 0}
     bar = _progress(len(points), skipped, spec.name, progress)
     stream: Iterator[tuple[int, dict]] = iter(())
@@ -325,6 +360,10 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
             client.close()
     try:
         stale = log.finalize(ids)
+        write_inputs_manifest(out, inputs_now, __version__)
+    except OSError as e:
+        raise InputError(f"{str(out / INPUTS_FILE)!r} cannot be written: "
+                         f"{e.strerror or e}") from None
     finally:
         log.release()
     final = [log.rows[i] for i in ids]
@@ -335,7 +374,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
     return {"name": spec.name, "kind": spec.kind, "mode": spec.mode, "points": len(points),
             "done": len(todo), "skipped": skipped, "ok": len(final) - n_nofit - n_err,
             "failed": n_nofit + n_err, "does_not_fit": n_nofit, "errors": n_err,
-            "stale": stale, "dropped_lines": log.dropped,
+            "stale": stale, "dropped_lines": log.dropped, "inputs_changed": changed,
+            "rerun_changed": rerun_changed, "fresh": fresh,
             "wall_s": round(time.perf_counter() - t0, 3),
             "results": str(out / "results.csv"), "columns": str(out / "columns.md"),
             "figures": fig_paths}
@@ -365,7 +405,10 @@ def make_figures(spec: SweepSpec, out: Path) -> list[str]:
 
 
 def run_sweep_cli(spec_path: str | Path, out_dir: str | Path, workers: int = 2,
-                  scheduler: str | None = None, progress: bool = True) -> dict[str, Any]:
-    """What ``parosim sweep SPEC.yaml --out DIR`` calls: load, validate, run; a summary."""
+                  scheduler: str | None = None, progress: bool = True,
+                  fresh: bool = False) -> dict[str, Any]:
+    """What ``parosim sweep SPEC.yaml --out DIR [--fresh]`` calls: load, validate, run; a
+    summary."""
     spec = load_sweep_spec(spec_path)
-    return run_sweep(spec, out_dir, workers=workers, scheduler=scheduler, progress=progress)
+    return run_sweep(spec, out_dir, workers=workers, scheduler=scheduler, progress=progress,
+                     fresh=fresh)
