@@ -8,7 +8,6 @@ in GB/s (1e9 B/s).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import replace
 
 from ..errors import InputError
@@ -138,6 +137,7 @@ def error_summary(rows: list[dict], small: int = SMALL_BYTES) -> dict:
                       ("small", [r for r in rows if r["size_bytes"] < small])):
         errs = [abs(r["error_pct"]) for r in sel]
         out[f"{name}_n"] = len(errs)
+        import statistics  # deferred: loads fractions and decimal; only for the summary
         out[f"{name}_median_abs_error_pct"] = statistics.median(errs) if errs else None
         out[f"{name}_max_abs_error_pct"] = max(errs) if errs else None
     return out

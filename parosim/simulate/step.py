@@ -17,9 +17,6 @@ memory breakdown; it is not simulated and its time metrics are ``None``.
 
 from __future__ import annotations
 
-import difflib
-import multiprocessing as mp
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -29,25 +26,13 @@ from ..cost.compute import compute_seconds  # noqa: F401  (re-exported for noteb
 from ..cost.memory import MemoryBreakdown, memory_breakdown
 from ..errors import InputError
 from ..evaluate.analytic import evaluate
-from ..evaluate.ranks import hetero_step
 from ..evaluate.replay import replay
-from ..evaluate.threed import evaluate_3d, pipeline_phase
 from ..fabric.engine import MAX_ENGINE_OPS
 from ..fabric.network import MAX_SIM_SECONDS, horizon_error
 from ..io import load_cluster, load_model
 from ..io.runtime import as_runtime, training_for_runtime
-from ..io.sweep import INPUT_KEYS
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
 from ..plan.layout import PairSet, ParallelSpec, layout_for
-from ..plan.threed import (
-    build_plan_3d,
-    check_cp,
-    check_runtime_3d,
-    check_supported,
-    chunk_units,
-    memory_3d,
-    training_for_runtime_3d,
-)
 from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import ALL_STRATEGIES, Level, Strategy, parse_strategy
@@ -250,6 +235,9 @@ def _step(model, cluster, strategy, training, algo, mode, trace, runtime, repeat
     rt = resolve_runtime(runtime)
     rt.require(strategy.short)
     if three_d:
+        # deferred: the 3D planner loads for TP / PP / CP steps only
+        from ..plan.threed import check_runtime_3d, training_for_runtime_3d
+
         check_runtime_3d(rt, strategy, par)
         training = training_for_runtime_3d(training, rt)
     else:
@@ -281,6 +269,7 @@ def _step(model, cluster, strategy, training, algo, mode, trace, runtime, repeat
             check_engine_size(model, strategy, cluster, training, rt)
         plan = build_plan(model, strategy, cluster, training, rt)
     if mode == "engine" and per_rank:
+        from ..evaluate.ranks import hetero_step  # deferred: per-rank runs only (numpy timelines)
         step, exposed, compute, b_intra, b_inter = hetero_step(
             res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
     elif mode == "engine":
@@ -335,6 +324,13 @@ def _metrics(res: StepResult, cluster: ClusterSpec, training: TrainingSpec, step
 
 def setup_3d(model, cluster, strategy, training, par, algo):
     """Checks, memory and the 3D result keys of a TP x PP x DP step."""
+    from ..plan.threed import (  # deferred: the 3D planner loads for TP / PP / CP steps only
+        check_cp,
+        check_supported,
+        chunk_units,
+        memory_3d,
+    )
+
 
     check_supported(cluster, training, algo)
     check_cp(cluster, training, par)
@@ -368,6 +364,14 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
     T the mean over stages of one micro-batch's busy time on the stage's compute stream;
     bubble_fraction = bubble_s / the pipeline phase; exposed_comm_s = step - compute_s -
     bubble_s, compute_s the busiest stage's compute ops (its optimizer step included)."""
+    from ..evaluate.threed import (  # deferred: the 3D planner loads for TP / PP / CP steps only
+        evaluate_3d,
+        pipeline_phase,
+    )
+    from ..plan.threed import (
+        build_plan_3d,  # deferred: the 3D planner loads for TP / PP / CP steps only
+    )
+
 
     extra = res.parallel
     m = training.accum_steps
@@ -391,6 +395,7 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
     n = cluster.gpus
     if per_rank:
 
+        from ..evaluate.ranks import hetero_step  # deferred: per-rank runs only (numpy timelines)
         step, _, _, b_intra, b_inter = hetero_step(
             res, plan, cluster, algo, slow, repeats, seed, cv, trace, record_links)
         ph = _rank_phase(plan, res.last_rank_step, n)
@@ -420,6 +425,10 @@ def _rank_phase(plan, last, n: int):
     """The pipeline phase of a per-rank replay (:func:`parosim.plan.threed.pipeline_phase`): per
     stage, the busiest rank's compute and the mean rank's busy time (compute less the
     optimizer step, plus the TP / CP collectives of the stage's compute stream)."""
+    from ..evaluate.threed import (
+        pipeline_phase,  # deferred: the 3D planner loads for TP / PP / CP steps only
+    )
+
 
     spans = [(o.stream, o.kind if isinstance(o, ComputeOp) else o.purpose,
               float(last.op_start_s[o.id]), float(last.op_end_s[o.id])) for o in plan.ops]
@@ -517,6 +526,8 @@ def compare(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
         # costliest first (p = G moves the most chunks), for load balance
         jobs.sort(key=lambda j: -j[2].p.rank)
+        import multiprocessing as mp  # deferred: pools cost start-up
+        from concurrent.futures import ProcessPoolExecutor  # deferred: as above
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as ex:
             out = list(ex.map(_one, jobs))
     else:
@@ -557,6 +568,9 @@ def _check_point_keys(point: dict) -> None:
     ``engine``, as on the command line)."""
     if not isinstance(point, dict):
         raise InputError(f"a point must be a dict of inputs, got {type(point).__name__}")
+    import difflib  # deferred: only to suggest a key on a typo
+
+    from ..io.sweep import INPUT_KEYS  # deferred: sweep-point checks only
     allowed = set(POINT_DEFAULTS) | set(INPUT_KEYS["step"]) | set(RESULT_COLUMNS) | {
         "point_id"}
     unknown = sorted(str(k) for k in point if k not in allowed)
