@@ -46,8 +46,8 @@ from ..spec.collective import Algo, Op, Scope, parse_enum
 from ..spec.training import PRECISIONS, parse_trainable_ratio
 from ..units import parse_bandwidth, parse_size
 from .cluster import load_cluster
-from .model import load_model
-from .runtime import load_runtime
+from .model import load_model, model_file
+from .runtime import load_runtime, runtime_file
 from .yamlspec import check_keys, positive_int, read_yaml
 
 KINDS = ("step", "collective")
@@ -248,8 +248,6 @@ def input_file(key: str, value: Any) -> Path | None:
     """The file a point's ``key = value`` makes the simulator read (None: none, e.g. a model
     preset). The loaders' own resolution (:func:`~parosim.io.cluster.cluster_file`, ...)."""
     from .cluster import cluster_file  # local: only the sweep keys need them
-    from .model import model_file
-    from .runtime import runtime_file
 
     if value is None or value == "":
         return None

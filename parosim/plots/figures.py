@@ -200,9 +200,12 @@ def throughput_bars(df, *, x: str | None = None, metric: str | None = None,
     keys = [c for c in (pcol, x, hue) if c]
     dup = df.duplicated(keys, keep=False)
     if dup.any():
-        from ..io.sweep import INPUT_KEYS  # deferred: loaded when this runs (start-up)
-
-        inputs = _uniq([*INPUT_KEYS["step"], *INPUT_KEYS["collective"]])
+        # a point's inputs: results.csv's columns before ``status``, and any other column
+        # that is not a float measurement
+        cols = list(df.columns)
+        cut = cols.index("status") if "status" in cols else len(cols)
+        inputs = cols[:cut] + [c for c in cols[cut:] if df[c].dtype.kind != "f"
+                               and c not in ("status", "error", "fits")]
         varying = [c for c in inputs if c in df.columns and c not in keys
                    and df[dup][c].nunique(dropna=False) > 1]
         raise ValueError(f"plot 'throughput': {int(dup.sum())} rows share a bar (same "

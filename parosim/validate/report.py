@@ -11,6 +11,7 @@ pandas and matplotlib are imported only by :func:`to_frame` and :func:`plot`.
 
 from __future__ import annotations
 
+import math
 import statistics
 from itertools import combinations
 
@@ -100,8 +101,6 @@ def log_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
     >>> log_ticks(1e-6, 1e2)
     [1e-06, 0.0001, 0.01, 1.0, 100.0]
     """
-    import math
-
     e0, e1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
     span = math.log10(hi / lo)
     for subs in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9),
@@ -121,7 +120,12 @@ def _log_ticks(ax, lo: float, hi: float) -> None:
     """Few labelled ticks on both log axes (:func:`log_ticks`), written plainly (``0.002``);
     minor ticks unlabelled (matplotlib labels the minor ticks of a short range, and those
     labels collide)."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import (  # deferred: matplotlib loads only when this runs
+        FixedLocator,
+        FuncFormatter,
+        LogLocator,
+        NullFormatter,
+    )
 
     ticks = log_ticks(lo, hi)
     for axis in (ax.xaxis, ax.yaxis):
