@@ -222,3 +222,15 @@ def check_workers(n: int) -> None:
     if n > MAX_WORKERS:
         raise InputError(f"--workers = {n} is more than {MAX_WORKERS} local processes; expected "
                          f"at most {MAX_WORKERS} (this machine has {os.cpu_count()} CPUs)")
+
+
+def strategy_of(a: argparse.Namespace, ds_strategy: str | None) -> str:
+    """The strategy of ``--strategy`` (default NIG) or of the DeepSpeed config's stage; both
+    given and different: refused with one line."""
+    if ds_strategy and a.strategy is not None:
+        from ..spec.strategy import parse_strategy  # deferred: start-up
+
+        if parse_strategy(a.strategy).short != ds_strategy:
+            raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
+                             f"stage ({ds_strategy}); expected one of them")
+    return ds_strategy or ("NIG" if a.strategy is None else a.strategy)

@@ -17,6 +17,7 @@ from .setup import (
     settings_of,
     settings_text,
     specs_of,
+    strategy_of,
 )
 from .tables import FOOTER, label_width, table_header, table_row
 
@@ -91,15 +92,7 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
     if a.repeats < 1:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
     rt, training, ds_strategy, info = runtime_of(a, cluster, training)
-    if ds_strategy and a.strategy is not None:
-        from ..spec.strategy import (
-            parse_strategy,  # deferred: loaded when the command runs (start-up)
-        )
-
-        if parse_strategy(a.strategy).short != ds_strategy:
-            raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
-                             f"stage ({ds_strategy}); expected one of them")
-    strategy = ds_strategy or ("NIG" if a.strategy is None else a.strategy)
+    strategy = strategy_of(a, ds_strategy)
     algo = algos_of(a.algo)
     if len(algo) != 1:
         raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "

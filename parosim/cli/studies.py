@@ -7,7 +7,16 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
-from .setup import algos_of, parallel_of, runtime_of, seeded, settings_of, settings_text, specs_of
+from .setup import (
+    algos_of,
+    parallel_of,
+    runtime_of,
+    seeded,
+    settings_of,
+    settings_text,
+    specs_of,
+    strategy_of,
+)
 
 
 def cmd_run(a: argparse.Namespace) -> dict:
@@ -56,15 +65,7 @@ def cmd_run(a: argparse.Namespace) -> dict:
     model, cluster, training = specs_of(a)
     cluster = seeded(cluster, a.seed)
     rt, training, ds_strategy, _ = runtime_of(a, cluster, training)
-    if ds_strategy and a.strategy is not None:
-        from ..spec.strategy import (
-            parse_strategy,  # deferred: loaded when the command runs (start-up)
-        )
-
-        if parse_strategy(a.strategy).short != ds_strategy:
-            raise InputError(f"--strategy {a.strategy} disagrees with the DeepSpeed config's "
-                             f"stage ({ds_strategy}); expected one of them")
-    strategy = ds_strategy or a.strategy or "NIG"
+    strategy = strategy_of(a, ds_strategy)
     algo = algos_of(a.algo)
     if len(algo) != 1:
         raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
