@@ -325,6 +325,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     "repeatable")
     ad.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
+    from .cluster import add_parser as _cluster_parser  # deferred: the command's own module
+
+    _cluster_parser(sub, Parser)
+
     m = sub.add_parser("memory", epilog=EXAMPLES["memory"],
                        help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")

@@ -45,7 +45,7 @@ from ..errors import InputError
 from ..spec.collective import Algo, Op, Scope, parse_enum
 from ..spec.training import PRECISIONS, parse_trainable_ratio
 from ..units import parse_bandwidth, parse_size
-from .cluster import load_cluster
+from .cluster import cluster_data, load_cluster
 from .model import load_model, model_file
 from .runtime import load_runtime, runtime_file
 from .yamlspec import check_keys, positive_int, read_yaml
@@ -264,6 +264,21 @@ def file_sha256(path: Path) -> str:
         return "missing"
 
 
+def inputs_sha256(key: str, value: Any, path: Path) -> str:
+    """sha256 of what a point's input reads: the file's bytes (:func:`file_sha256`); for a
+    cluster that extends others (``base:``), of every file of the chain, so an edited base
+    preset gives another id too."""
+    if key == "cluster":
+        try:
+            _, files = cluster_data(str(value))
+        except InputError:   # unreadable: the point itself reports why
+            files = [path]
+        if len(files) > 1:
+            text = "\n".join(file_sha256(f) for f in files)
+            return hashlib.sha256(text.encode()).hexdigest()
+    return file_sha256(path)
+
+
 def point_inputs(point: dict[str, Any],
                  cache: dict[tuple[str, str], tuple[str, str] | None] | None = None
                  ) -> dict[str, tuple[str, str]]:
@@ -283,7 +298,8 @@ def point_inputs(point: dict[str, Any],
             entry = cache[ck]
         else:
             path = input_file(key, value)
-            entry = None if path is None else (f"{key} {str(value)!r}", file_sha256(path))
+            entry = None if path is None else (f"{key} {str(value)!r}",
+                                               inputs_sha256(key, value, path))
             if cache is not None:
                 cache[ck] = entry
         if entry is not None:
