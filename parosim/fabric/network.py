@@ -6,8 +6,10 @@ Model
   (one flow per hop) at one common rate: a pipelined ring advances at its slowest hop, and a
   collective phase ends with its slowest ring, so the flows of a phase are coupled.
 * Each flow follows a path on the graph (:class:`Router`, networkx shortest path in hops; a
-  GPU is never a transit node; with the builders of :mod:`parosim.fabric.topology` the path between
-  two GPUs is unique, so the choice is deterministic).
+  GPU is never a transit node, except that a GPU whose NIC is down sends and receives through
+  a peer GPU of its node over NVLink, as NCCL's PXN does (:meth:`Router._relay_path`); with
+  the builders of :mod:`parosim.fabric.topology` the path between two GPUs is unique, so the
+  choice is deterministic).
 * Concurrent transfers share each directed link by weighted max-min fairness (progressive
   filling): a transfer with c flows on a link of capacity C counts c times there.
   Rates are recomputed when a transfer starts or ends (once per simulated instant, however
@@ -193,10 +195,77 @@ class Router:
             try:
                 _, p = nx.bidirectional_dijkstra(g, src, dst, weight=weight)
             except nx.NetworkXNoPath:
-                raise InputError(f"no path from {src!r} to {dst!r} in the cluster graph; "
-                                 "expected a connected topology") from None
+                p = self._relay_path(src, dst)
+                if p is None:
+                    raise InputError(f"no path from {src!r} to {dst!r} in the cluster graph "
+                                     "(a GPU relays only for a peer of its node whose NIC "
+                                     "is down); expected a connected topology") from None
             self._cache[key] = p
         return p
+
+    def _gates(self, gpu: str) -> list[tuple[list[str], str, str]]:
+        """How a GPU of a builder-shaped graph reaches the network: (GPU-side hops, NIC, the
+        NIC's switch). Its own NIC when both links work; else (its NIC or the NIC's link
+        failed) through each peer GPU of its node over the NVSwitch / PCIe switch to the
+        peer's NIC, as NCCL's PXN relays, peers in local order from the next one
+        (j + 1, j + 2, ... cyclically). Every link used both ways (failures remove both)."""
+        g, kind = self.graph, self._kind
+
+        def own(x: str) -> tuple[str, str] | None:
+            for nic in (v for v in g.successors(x) if kind[v] == "nic" and g.has_edge(v, x)):
+                for sw in (v for v in g.successors(nic)
+                           if kind[v] == "switch" and g.has_edge(v, nic)):
+                    return nic, sw
+            return None
+
+        hit = own(gpu)
+        if hit is not None:
+            return [([gpu], *hit)]
+        out = []
+        m = self._gpn_of(gpu)
+        j = g.nodes[gpu]["local"]
+        for hub in (h for h in g.successors(gpu)
+                    if kind[h] in ("nvswitch", "pcie_switch") and g.has_edge(h, gpu)):
+            peers = sorted((p for p in g.successors(hub) if kind[p] == "gpu" and p != gpu
+                            and g.has_edge(p, hub)),
+                           key=lambda p: (g.nodes[p]["local"] - j) % m)
+            for p in peers:
+                hit = own(p)
+                if hit is not None:
+                    out.append(([gpu, hub, p], *hit))
+        return out
+
+    def _gpn_of(self, gpu: str) -> int:
+        node = self.graph.nodes[gpu]["node"]
+        return sum(1 for n, d in self.graph.nodes(data=True)
+                   if d.get("kind") == "gpu" and d.get("node") == node) or 1
+
+    def _relay_path(self, src: str, dst: str) -> list[str] | None:
+        """A path between GPUs of different nodes when one of them has no working NIC: the
+        traffic is relayed through a peer GPU of its node over NVLink (NCCL's PXN). Of the
+        ways out of ``src`` and into ``dst`` (:meth:`_gates`): the fewest relays, then the
+        fewest switch hops, then the nearest peer in local order. None when the graph is not
+        builder-shaped or no way exists."""
+        g, kind = self.graph, self._kind
+        if not (g.graph.get("parosim_builder") and kind.get(src) == "gpu"
+                and kind.get(dst) == "gpu") or g.nodes[src]["node"] == g.nodes[dst]["node"]:
+            return None
+        self._fast_path(src, dst)    # builds the switch-only graph when it applies
+        if not self._switches:
+            return None
+        import networkx as nx  # deferred: networkx loads only when this runs
+
+        best = None
+        for ia, (pa, na, sa) in enumerate(self._gates(src)):
+            for ib, (pb, nb, sb) in enumerate(self._gates(dst)):
+                try:
+                    sp = nx.bidirectional_shortest_path(self._switches, sa, sb)
+                except nx.NetworkXNoPath:
+                    continue
+                key = (len(pa) + len(pb), len(sp), ia, ib)
+                if best is None or key < best[0]:
+                    best = (key, [*pa, na, *sp, nb, *reversed(pb)])
+        return None if best is None else best[1]
 
     def paths(self, src: str, dst: str) -> list[tuple[list[str], float]]:
         """The paths a flow from ``src`` to ``dst`` uses, with the share of its bytes on
