@@ -104,7 +104,7 @@ def leaf_spine(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
     spine it is one bundle: ideal ECMP spreading (a fluid model), which also makes the route
     between two GPUs unique and so deterministic. With S explicit spines each leaf has one
     uplink of 1/S of that to each spine; how flows use them is ``network.ecmp`` (the graph
-    attribute ``ecmp``, read by :class:`parosim.fabric.network.Router`).
+    attribute ``ecmp``, read by :class:`parosim.fabric.routing.Router`).
     """
     net = spec.network
     per_leaf = net.nodes_per_leaf
@@ -155,7 +155,7 @@ def cluster_graph(spec: ClusterSpec, lite: bool = False) -> nx.DiGraph:
     Raises :class:`InputError` if the result is not strongly connected.
     """
     cls = LiteDiGraph if lite else nx.DiGraph
-    g = cls(name=spec.name, parosim_builder=True)  # network.Router's fast paths
+    g = cls(name=spec.name, parosim_builder=True)  # routing.Router's fast paths
     for i in range(spec.nodes):
         g.update(node_graph(spec, i, lite))
     if spec.nic.per_node:
