@@ -374,6 +374,10 @@ def test_hot_links_put_the_slow_nic_first(tmp_path):
                        "0.01")
     assert rc == 0, err
     assert json.loads(out)["hot_links"][0]["link"].startswith("n5/nic")
+    # and the text says so
+    rc, out, err = run(*args[:-1], "--cluster", str(slow_nic_case(tmp_path)))
+    line = next(ln for ln in out.splitlines() if ln.startswith("hottest links"))
+    assert line.split(": ", 1)[1].startswith("n5/nic"), line
 
 
 def test_critical_time_counts_only_critical_transfers():

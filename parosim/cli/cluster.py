@@ -78,8 +78,8 @@ def show_cluster(r: dict) -> None:
               f"{'/'.join(f'{s:g}' for s in speeds):>7}  {hub:<16}{_span(nics)}")
     print(f"switches: {', '.join(switches) or '-'}")
     counts = ", ".join(f"{n} {c}" for c, n in r["links_per_class"].items())
-    print(f"links ({counts}{', ' + str(r['failed_links']) + ' failed' if r['failed_links'] else ''};"
-          " bandwidth per direction, latency one way):")
+    failed = f", {r['failed_links']} failed" if r["failed_links"] else ""
+    print(f"links ({counts}{failed}; bandwidth per direction, latency one way):")
     wa = max((len(x["a"]) for x in r["links"]), default=4)
     wb = max((len(x["b"]) for x in r["links"]), default=4)
     for x in r["links"]:

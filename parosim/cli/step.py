@@ -186,7 +186,7 @@ def show_simulate(r: dict) -> None:
     for w in r.get("warnings") or []:
         print(f"caution: {w}")
     hot = r.get("hot_links") or []
-    if hot and r.get("critical_rank") is not None:
+    if hot:   # engine runs: the links that set the step time
         print("hottest links (s as the bottleneck of a collective on the critical path, "
               "utilisation): " + ", ".join(
                   f"{h['link']} {h.get('critical_s', 0.0):.3g} s {h['utilization']:.0%}"

@@ -5,10 +5,10 @@ Model
 * A *transfer* moves ``nbytes`` along every hop of a :class:`~parosim.collectives.types.RingSet`
   (one flow per hop) at one common rate: a pipelined ring advances at its slowest hop, and a
   collective phase ends with its slowest ring, so the flows of a phase are coupled.
-* Each flow follows a path on the graph (:class:`~parosim.fabric.routing.Router`, networkx shortest path in hops; a
-  GPU is never a transit node, except that a GPU whose NIC is down sends and receives through
-  a peer GPU of its node over NVLink, as NCCL's PXN does (:mod:`parosim.fabric.routing`); with
-  the builders of :mod:`parosim.fabric.topology` the path between two GPUs is unique, so the
+* Each flow follows a path on the graph (:class:`~parosim.fabric.routing.Router`, networkx
+  shortest path in hops; a GPU is never a transit node, except that a GPU whose NIC is down
+  sends and receives through a peer GPU of its node over NVLink, as NCCL's PXN does; with the
+  builders of :mod:`parosim.fabric.topology` the path between two GPUs is unique, so the
   choice is deterministic).
 * Concurrent transfers share each directed link by weighted max-min fairness (progressive
   filling): a transfer with c flows on a link of capacity C counts c times there.

@@ -220,7 +220,8 @@ def apply_overrides(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
             if not (g.has_edge(a, b) and g.has_edge(b, a)):
                 raise InputError(f"overrides[{k}].links: no link between {a!r} and {b!r} in "
                                  f"cluster {spec.name!r}; expected two adjacent graph nodes "
-                                 "(e.g. [n1/nic0, switch])")
+                                 "(e.g. [n1/nic0, switch]; 'parosim cluster show' lists "
+                                 "them)")
             if o.failed:
                 g.remove_edge(a, b)
                 g.remove_edge(b, a)

@@ -23,6 +23,9 @@ The YAML (units as strings, converted to SI here, once)::
     group_nodes: 1                                                     # optional
     sources: free text saying where the numbers come from
 
+``base: PRESET`` (or a YAML path) extends another cluster: its keys, this file's merged on
+top; ``sets`` (``--set KEY=VALUE``) change keys after that (:mod:`parosim.io.cluster_base`).
+
 Heterogeneity (docs/heterogeneity.md), all optional::
 
     network: {fabric: leaf-spine, nodes_per_leaf: 2, spines: 2, ecmp: hash, ecmp_seed: 0}
@@ -30,7 +33,8 @@ Heterogeneity (docs/heterogeneity.md), all optional::
     overrides:                                    # applied in order
       - {nodes: [3], nic: {bandwidth: 25Gbps}}    # also latency; intra_node; gpu; speed; memory
       - {gpus: [n2/gpu5], speed: 0.8}             # also gpu: {...}, memory
-      - {links: [[n1/nic0, switch]], failed: true}   # or bandwidth / latency
+      - {links: [[n1/nic0, switch]], failed: true}   # or bandwidth / latency; names:
+                                                     # parosim cluster show
       - {nodes: [4, 5], gpu: {model: H100-SXM5-80GB, peak_tflops: 989, memory: 80GB,
                               hbm_bandwidth: 3.35TB/s}}
 
