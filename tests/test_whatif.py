@@ -272,6 +272,9 @@ def test_base_refusals(tmp_path, text, words):
     ("nic.bandwidth=fast", ["nic.bandwidth"]),
     ("collective.protocols=[ll", ["collective.protocols"]),
     ("base=dgx-a100-ib", ["base"]),
+    ("nodes=0", ["--set nodes=0", "nodes = 0"]),
+    ("nic=5", ["--set nic=5", "'nic' must be a mapping"]),
+    ("overrides=[{nodes: [7], speed: 0.5}]", ["node 7", "4 nodes"]),
 ])
 def test_set_refusals(item, words):
     rc, _, err = run("memory", "--cluster", "dgx-h100-ib", "--set", item)

@@ -165,8 +165,8 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
     nodes = data.get("nodes", 1)
     spec = ClusterSpec(
         name=str(data["name"]),
-        nodes=positive_int(nodes, "nodes"),
-        gpus_per_node=positive_int(data["gpus_per_node"], "gpus_per_node"),
+        nodes=positive_int(nodes, f"{where}: nodes"),
+        gpus_per_node=positive_int(data["gpus_per_node"], f"{where}: gpus_per_node"),
         gpu=_gpu(gpu, where),
         intra_fabric=_enum(IntraFabric, intra.get("fabric", "nvswitch"), "intra_node.fabric"),
         intra=LinkSpec(parse_bandwidth(intra["bandwidth"], "intra_node.bandwidth"),
@@ -196,7 +196,7 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
             serial_progress=_flag(coll.get("serial_progress", False),
                                   "collective.serial_progress"),
             **_nccl_fields(coll, where)),
-        group_nodes=positive_int(data.get("group_nodes", 1), "group_nodes"),
+        group_nodes=positive_int(data.get("group_nodes", 1), f"{where}: group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
         overlap_slowdown=(None if comp.get("overlap_slowdown") is None else
                           number(comp["overlap_slowdown"], "compute.overlap_slowdown")),
