@@ -160,11 +160,26 @@ def test_a_gpu_cut_off_entirely_is_still_refused(tmp_path):
     one_line_error(rc, err, "disconnected")
 
 
-def test_docs_failed_link_example_names_a_real_link():
-    """The failed-link example of the docs names a link of the rail presets."""
-    rc, out, _ = run("cluster", "show", "dgx-h100-ib", "--json")
-    pairs = {(x["a"], x["b"]) for x in json.loads(out)["links"]}
-    assert ("n1/nic0", "rail0") in pairs
+def test_docs_failed_link_examples_run_on_the_rail_presets():
+    """Every links override the docs show names a link of dgx-a100-ib and dgx-h100-ib, and
+    failing it leaves a cluster that simulates (the GPU's traffic is relayed)."""
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    text = (docs / "heterogeneity.md").read_text() + (docs / "cluster-yaml.md").read_text()
+    found = set(re.findall(r"\{links: \[\[([\w/]+), ([\w/]+)\]\], failed: true\}", text))
+    assert ("n1/nic0", "rail0") in found and len(found) >= 2
+    for preset in ("dgx-a100-ib", "dgx-h100-ib"):
+        rc, out, _ = run("cluster", "show", preset, "--json")
+        pairs = {(x["a"], x["b"]) for x in json.loads(out)["links"]}
+        for a, b in sorted(found):
+            assert (a, b) in pairs, (preset, a, b)
+            item = f"overrides=[{{links: [[{a}, {b}]], failed: true}}]"
+            rc, out, err = run("collective", "--cluster", preset, "--set", item, "--op",
+                               "all-reduce", "--size", "64MB", "--json")
+            assert rc == 0, err
+            assert json.loads(out)["time_s"] > 0
 
 
 # -- parosim cluster show ----------------------------------------------------------------
