@@ -108,6 +108,27 @@ def test_nic_down_routes_through_a_peer_gpu(tmp_path):
                                             "n1/gpu1"]
 
 
+def test_relay_when_the_pcie_link_or_a_shared_nic_is_down(tmp_path):
+    # the GPU-NIC (PCIe) link down: the same relay as the NIC's own link
+    r = Router(cluster_graph(load_cluster(nic_down(tmp_path, link="[n0/gpu0, n0/nic0]"))))
+    assert r.path("n0/gpu0", "n1/gpu0")[:5] == ["n0/gpu0", "n0/nvswitch", "n0/gpu1",
+                                                "n0/nic1", "rail1"]
+    # aws-p4de: 4 NICs for 8 GPUs (GPUs 0 and 1 on nic0); nic0 down: both relay, and the
+    # next GPU with a working NIC is GPU 2 for GPU 0 as for GPU 1
+    p = write(tmp_path, "p4.yaml", """\
+        base: aws-p4de
+        overrides:
+          - {links: [[n0/nic0, switch]], failed: true}
+        """)
+    r = Router(cluster_graph(load_cluster(p)))
+    assert r.path("n0/gpu0", "n1/gpu0")[:5] == ["n0/gpu0", "n0/nvswitch", "n0/gpu2",
+                                                "n0/nic1", "switch"]
+    assert r.path("n0/gpu1", "n1/gpu1")[:5] == ["n0/gpu1", "n0/nvswitch", "n0/gpu2",
+                                                "n0/nic1", "switch"]
+    assert r.path("n0/gpu2", "n1/gpu2") == ["n0/gpu2", "n0/nic1", "switch", "n1/nic1",
+                                            "n1/gpu2"]
+
+
 def test_nic_down_hand_case(tmp_path):
     """Inter-scope ring all-gather of S = 1 GB on 2 DGX H100 nodes (ideal wire model): ring
     j joins n0/gpu{j} and n1/gpu{j}; each GPU sends S/2 to its peer. n0/nic0's link is down,
