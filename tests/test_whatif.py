@@ -383,6 +383,41 @@ def test_sweep_key_follows_the_base_chain(tmp_path):
     assert point_inputs(plain)["cluster"][1] == hashlib.sha256(base.read_bytes()).hexdigest()
 
 
+def test_sweep_points_take_cluster_set(tmp_path):
+    spec = write(tmp_path, "s.yaml", """\
+        name: set-sweep
+        kind: collective
+        mode: engine
+        fixed: {cluster: dgx-h100-ib, nodes: 2, op: all-gather, size: 1GB, algo: ring,
+                scope: inter}
+        grid: {cluster_set: ["collective.model=ideal",
+                             "collective.model=ideal; nic.bandwidth=200Gbps"]}
+        """)
+    out = tmp_path / "out"
+    rc, _, err = run("sweep", str(spec), "--out", str(out), "--workers", "1", "--no-progress")
+    assert rc == 0, err
+    import csv
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    t = [float(r["time_s"]) for r in rows]
+    assert t[0] == pytest.approx(0.5e9 / 50e9 + 3e-6, rel=1e-9)   # 400 Gbps NICs
+    assert t[1] == pytest.approx(0.5e9 / 25e9 + 3e-6, rel=1e-9)   # --set to 200 Gbps
+    assert "cluster_set" in (out / "columns.md").read_text()
+    # another value is another point: only it runs again
+    spec.write_text(spec.read_text().replace("200Gbps", "100Gbps"))
+    rc, stdout, err = run("sweep", str(spec), "--out", str(out), "--workers", "1",
+                          "--no-progress")
+    assert rc == 0 and "1 resumed, 1 run" in stdout + err, stdout + err
+    # a step point reads it too
+    from parosim.simulate.step import point_setup
+    cluster = point_setup({"cluster": "dgx-h100-ib", "mode": "analytic",
+                           "cluster_set": "nic.bandwidth=100Gbps"})[1]
+    assert cluster.nic.bandwidth_Bps == 12.5e9
+    bad = write(tmp_path, "bad.yaml", spec.read_text().replace("nic.bandwidth=100Gbps",
+                                                               "nic.bandwith=1Gbps"))
+    rc, _, err = run("sweep", str(bad), "--out", str(tmp_path / "o2"))
+    one_line_error(rc, err, "cluster_set", "nic.bandwith")
+
+
 # -- the hottest links set the step time ---------------------------------------------------
 
 def slow_nic_case(tmp_path):

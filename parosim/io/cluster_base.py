@@ -54,13 +54,14 @@ def _known(schema: Schema, prefix: str = "") -> list[str]:
     return out
 
 
-def set_item(item: str, schema: Schema) -> tuple[tuple[str, ...], Any]:
+def set_item(item: str, schema: Schema, name: str = "--set"
+             ) -> tuple[tuple[str, ...], Any]:
     """One ``KEY=VALUE`` of ``--set``: (the key's path, the value read as YAML). Refuses,
     with one line naming the item, a missing ``=``, an empty key or value, a key the cluster
     YAML does not have and a value YAML cannot read."""
     text = str(item)
     if "=" not in text:
-        raise InputError(f"--set {text!r} has no '='; expected KEY=VALUE, e.g. --set "
+        raise InputError(f"{name} {text!r} has no '='; expected KEY=VALUE, e.g. --set "
                          "nic.bandwidth=100Gbps")
     key, raw = (s.strip() for s in text.split("=", 1))
     path = tuple(key.split("."))
@@ -72,20 +73,20 @@ def set_item(item: str, schema: Schema) -> tuple[tuple[str, ...], Any]:
             hint = (f"expected one of {', '.join(choices)}" + (f" under {where!r}" if where
                                                                 else "")
                     if choices else f"{where!r} is a value, not a section")
-            raise InputError(f"--set {text!r}: unknown cluster key {key!r}; {hint}")
+            raise InputError(f"{name} {text!r}: unknown cluster key {key!r}; {hint}")
         node = node[part]
     if not raw:
-        raise InputError(f"--set {text!r} has no value; expected KEY=VALUE, e.g. --set "
+        raise InputError(f"{name} {text!r} has no value; expected KEY=VALUE, e.g. --set "
                          f"{key}=...")
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or "invalid YAML"
-        raise InputError(f"--set {text!r}: the value {raw!r} cannot be read ({problem}); "
+        raise InputError(f"{name} {text!r}: the value {raw!r} cannot be read ({problem}); "
                          "expected a YAML value such as 100Gbps, 8, true or [ll, simple]"
                          ) from None
     if value is None:
-        raise InputError(f"--set {text!r} has no value; expected KEY=VALUE with a value")
+        raise InputError(f"{name} {text!r} has no value; expected KEY=VALUE with a value")
     return path, value
 
 
@@ -99,6 +100,21 @@ def apply_sets(data: dict[str, Any], sets: tuple[str, ...] | list[str],
             over = {part: over}
         data = merge(data, over)
     return data
+
+
+def split_sets(value: Any, name: str = "cluster_set") -> tuple[str, ...]:
+    """The ``KEY=VALUE`` items of a sweep point's ``cluster_set`` (one string, items separated
+    by ``;``; empty or None: none).
+
+    >>> split_sets("nic.bandwidth=100Gbps; collective.model=ideal")
+    ('nic.bandwidth=100Gbps', 'collective.model=ideal')
+    """
+    if value is None or value == "":
+        return ()
+    if not isinstance(value, str):
+        raise InputError(f"{name} = {value!r} must be a string of KEY=VALUE items separated "
+                         "by ';', e.g. 'nic.bandwidth=100Gbps; collective.model=ideal'")
+    return tuple(s.strip() for s in value.split(";") if s.strip())
 
 
 def known_keys(schema: Schema) -> list[str]:
