@@ -340,7 +340,7 @@ def run_steps(a: argparse.Namespace) -> dict:
     # deferred: 'parosim calibrate' parses with this module; the simulator loads to fit
     from ..io import cluster_to_yaml, load_cluster
 
-    base = load_cluster(a.cluster)
+    base = load_cluster(a.cluster, sets=getattr(a, "set", None) or ())
     runs = read_steps(a.steps)
     holdout = getattr(a, "holdout", "none") or "none"
     mode = getattr(a, "mode", None) or "analytic"

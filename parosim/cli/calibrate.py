@@ -43,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True,
                    help="the base cluster (preset name or YAML path): its topology is kept, "
                    "the fitted parameters replace its values")
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                   help="change one key of the base cluster first (e.g. "
+                   "collective.model=ideal); repeatable")
     p.add_argument("-o", "--output", required=True, help="the calibrated cluster YAML to write")
     p.add_argument("--nodes", type=int, default=None,
                    help="node count of the logs' runs when a log does not say it")
@@ -95,7 +98,7 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
     from ..io.nccltests import read_nccl_tests  # deferred: loaded when the command runs (start-up)
     from ..units import parse_size  # deferred: loaded when the command runs (start-up)
 
-    base = load_cluster(a.cluster)
+    base = load_cluster(a.cluster, sets=a.set or ())
     algos = parse_algos(a.algo) if a.algo else [default_compare_algo()]
     if len(algos) != 1:
         raise InputError(f"--algo {a.algo!r}: calibration fits one algorithm; expected one")

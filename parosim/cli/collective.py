@@ -29,7 +29,7 @@ def cmd_collective(a: argparse.Namespace) -> dict:
         return run_bench(a)
     if a.plot or a.in_place:
         raise InputError("--plot and --in-place go with -b/-e/-f or --compare")
-    spec = load_cluster(a.cluster, a.nodes, a.group_nodes)
+    spec = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
     if a.seed is not None:  # the ECMP hash seed (a leaf-spine fabric with ecmp: hash)
         spec = seeded(spec, a.seed)
     op = parse_enum(Op, "all-gather" if a.op is None else a.op, "--op")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from ..errors import InputError
 from .calibrate import cmd_calibrate, show_calibrate
+from .cluster import cmd_cluster, show_cluster
 from .collective import cmd_collective, show_collective
 from .memory import cmd_memory, show_memory
 from .parser import build_parser
@@ -28,6 +29,7 @@ from .validate import cmd_validate, show_validate
 COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
     "advise": (cmd_advise, show_advise),
     "calibrate": (cmd_calibrate, show_calibrate),
+    "cluster": (cmd_cluster, show_cluster),
     "sweep": (cmd_sweep, show_sweep),
     "validate": (cmd_validate, show_validate),
     "collective": (cmd_collective, show_collective),

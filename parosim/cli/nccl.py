@@ -82,7 +82,7 @@ def _sweep(a: argparse.Namespace, algos) -> dict:
 
     if a.plot is not None and not str(a.plot).strip():
         raise InputError("--plot '' is empty; expected a file name like sweep.png")
-    spec = load_cluster(a.cluster, a.nodes, a.group_nodes)
+    spec = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
     op = parse_enum(Op, a.op or "all-gather", "--op")
     scope = parse_enum(Scope, a.scope, "--scope")
     b = _nccl_size(a.minbytes or a.maxbytes or "32M", "-b")
@@ -118,7 +118,7 @@ def _compare(a: argparse.Namespace, algos) -> dict:
         raise InputError(f"--scope {scope.value} cannot apply with --compare: an nccl-tests "
                          "log times the collective over all its ranks (scope global); "
                          "expected no --scope with --compare")
-    base = load_cluster(a.cluster, None, a.group_nodes)
+    base = load_cluster(a.cluster, None, a.group_nodes, a.set or ())
     want_op = parse_enum(Op, a.op, "--op").value if a.op else None
     logs, rows = [], []
     for path in a.compare:

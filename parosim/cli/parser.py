@@ -70,6 +70,10 @@ def cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default="paper-a100-roce",
                    help=f"preset name ({', '.join(preset_names()) or 'none found'}) or a YAML "
                    "path (default: paper-a100-roce)")
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                   help="change one key of the cluster YAML for this run, with its unit (e.g. "
+                   "--set nic.bandwidth=100Gbps --set collective.model=ideal); repeatable; "
+                   "docs/cluster-yaml.md")
     p.add_argument("--nodes", type=int, default=None, help="override the node count")
     p.add_argument("--group-nodes", type=int, default=None,
                    help="nodes per PaRO group (default 1: a group is a node)")
@@ -316,7 +320,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ad.add_argument("--cluster", default="dgx-a100-ib",
                     help="preset name or YAML path (default: dgx-a100-ib)")
     ad.add_argument("--nodes", type=int, default=None, help="override the node count")
+    ad.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                    help="change one key of the cluster YAML (e.g. nic.bandwidth=100Gbps); "
+                    "repeatable")
     ad.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+
+    from .cluster import add_parser as _cluster_parser  # deferred: the command's own module
+
+    _cluster_parser(sub, Parser)
 
     m = sub.add_parser("memory", epilog=EXAMPLES["memory"],
                        help="memory breakdown per GPU, fits or not")

@@ -28,7 +28,7 @@ def specs_of(a: argparse.Namespace):
     )
 
     model = load_model(a.model)
-    cluster = load_cluster(a.cluster, a.nodes, a.group_nodes)
+    cluster = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
     cluster = with_overrides(
         cluster,
         None if a.nic_bandwidth is None else parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth"),
@@ -172,6 +172,8 @@ def settings_of(a: argparse.Namespace, cluster, training, rt=None) -> dict:
            "overrides": {k: v for k, v in (("nic_bandwidth", a.nic_bandwidth),
                                            ("intra_bandwidth", a.intra_bandwidth),
                                            ("gpu_memory", a.gpu_memory)) if v is not None}}
+    if getattr(a, "set", None):   # --set KEY=VALUE items, as given (only when some are)
+        out["cluster_set"] = list(a.set)
     for k in ("compute_model", "attention", "memory_model", "precision"):
         if hasattr(training, k):
             out[k] = getattr(training, k)

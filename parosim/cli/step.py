@@ -186,9 +186,11 @@ def show_simulate(r: dict) -> None:
     for w in r.get("warnings") or []:
         print(f"caution: {w}")
     hot = r.get("hot_links") or []
-    if hot and r.get("critical_rank") is not None:
-        print("hottest links: " + ", ".join(f"{h['link']} {h['utilization']:.0%}"
-                                            for h in hot[:3]))
+    if hot:   # engine runs: the links that set the step time
+        print("hottest links (s as the bottleneck of a collective on the critical path, "
+              "utilisation): " + ", ".join(
+                  f"{h['link']} {h.get('critical_s', 0.0):.3g} s {h['utilization']:.0%}"
+                  for h in hot[:3]))
     if r.get("plot"):
         print(f"step-time distribution plotted to {r['plot']}")
     if r.get("trace"):

@@ -138,7 +138,7 @@ def cmd_advise(a: argparse.Namespace) -> dict:
                          "screen has no ring-attention term); expected --cp 1, and parosim "
                          "simulate --cp N for a given configuration")
     model = load_model(a.model)
-    cluster = load_cluster(a.cluster, a.nodes, None)
+    cluster = load_cluster(a.cluster, a.nodes, None, a.set or ())
     if a.gpu_memory:
         cluster = with_overrides(cluster, gpu_memory_bytes=parse_size(a.gpu_memory,
                                                                       "--gpu-memory"))

@@ -315,9 +315,10 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
             overlap.flip(+1)
             count = getattr(ops[i], "count", 1)   # 3D plans coalesce identical collectives
             if count == 1:
-                yield from run_program(env, net, cache.get(ops[i]), spec.collective)
+                yield from run_program(env, net, cache.get(ops[i]), spec.collective, owner=i)
             else:
-                yield from run_repeated(env, net, cache.get(ops[i]), spec.collective, count)
+                yield from run_repeated(env, net, cache.get(ops[i]), spec.collective, count,
+                                        i)
             overlap.flip(-1)
             end_ps[i] = env.now
             if trace:
@@ -349,6 +350,7 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     # critical path, backwards from the item that ended last
     on_path = np.zeros(n, dtype=np.int64)
     comm_ps = 0
+    critical: list[tuple[int, int, int]] = []   # the collectives on it: (op, start, end) ps
     last = max(range(len(ops)), key=lambda i: (end_ps[i], is_comp[i], i))
     item, rank = last, int(gate[last]) if is_comp[last] else -1
     while item >= 0:
@@ -365,6 +367,7 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
                 item = comp[prev_same[k]] if prev_same[k] >= 0 else -1
         else:
             comm_ps += int(end_ps[item] - start_ps[item])
+            critical.append((item, int(start_ps[item]), int(end_ps[item])))
             p = pred[item]
             if p >= 0 and is_comp[p]:
                 rank = int(gate[p])
@@ -381,7 +384,8 @@ def replay_ranks(plan: Plan, spec: ClusterSpec, algo: Algo, jitter: np.ndarray |
     st = net.link_stats()
     res = RankStepResult(step_ps / PS, busy / PS, env.events, int(np.argmax(on_path)),
                          float(on_path.sum() / PS), comm_ps / PS, st.bytes, st.busy_s,
-                         st.gpu_egress, records, net.hot_links(step_ps / PS, hot_links),
+                         st.gpu_egress, records,
+                         net.hot_links(step_ps / PS, hot_links, critical),
                          symmetry_period_nodes=net.period, op_start_s=start_ps / PS,
                          op_end_s=end_ps / PS)
     if record_links:

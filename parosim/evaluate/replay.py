@@ -129,17 +129,21 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
                 gates[k].flip(delta)
 
     last = [0]           # when the last op ended (a superseded rate timer may fire later)
+    start_ps = [0] * len(ops)
+    end_ps = [0] * len(ops)
 
     def body(i: int):
         op = ops[i]
+        start_ps[i] = env.now
         if isinstance(op, ComputeOp):
             yield from compute(op)
         else:
             flip(i, +1)
             # 3D plans coalesce a chunk's TP collectives (count)
             yield from run_counted(env, net, cache.get(op), spec.collective,
-                                   getattr(op, "count", 1))
+                                   getattr(op, "count", 1), owner=i)
             flip(i, -1)
+        end_ps[i] = env.now
         last[0] = max(last[0], env.now)
 
     def kind(i: int) -> str:
@@ -156,8 +160,37 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     st = net.link_stats()
     step = (last[0] if overlap_slowdown != 1.0 else env.now) / PS
     busy_s = busy[0] / PS
+    critical = critical_collectives(ops, start_ps, end_ps)
     res = ReplayResult(step, busy_s, max(0.0, step - busy_s), env.events, st.bytes,
-                       st.busy_s, st.gpu_egress, records, net.hot_links(step), net.period)
+                       st.busy_s, st.gpu_egress, records, net.hot_links(step, 5, critical),
+                       net.period)
     if record_links:
         res.link_timeline = net.link_timeline([h["link"] for h in res.hot_links])
     return res
+
+
+def critical_collectives(ops, start_ps: list[int], end_ps: list[int]
+                         ) -> list[tuple[int, int, int]]:
+    """The collectives on the step's critical path, (op index, start ps, end ps): walking
+    back from the op that ended last, each op is charged to what released it, the dep or the
+    previous op of its stream that ended last, exactly when it started (docs/heterogeneity.md,
+    "Outputs"). Their links' bottleneck time ranks the hottest links
+    (:meth:`~parosim.fabric.network.Network.hot_links`)."""
+    if not ops:
+        return []
+    prev: dict[str, int] = {}
+    lane_prev = [-1] * len(ops)
+    for i, op in enumerate(ops):
+        lane_prev[i] = prev.get(op.stream, -1)
+        prev[op.stream] = i
+    out = []
+    item = max(range(len(ops)), key=lambda i: (end_ps[i], isinstance(ops[i], ComputeOp), i))
+    while item >= 0:
+        if not isinstance(ops[item], ComputeOp):
+            out.append((item, start_ps[item], end_ps[item]))
+        cands = [*ops[item].deps, *([lane_prev[item]] if lane_prev[item] >= 0 else [])]
+        if not cands:
+            break
+        p = max(cands, key=lambda d: (end_ps[d], isinstance(ops[d], ComputeOp), d))
+        item = p if end_ps[p] == start_ps[item] else -1
+    return out

@@ -153,14 +153,16 @@ def check_finished(done: list[simpy.Event], name_of: Callable[[int], str],
         f"{name_of(first)!r} on lane {lane_of(first)!r}, which {why}")
 
 
-def run_phase(env: simpy.Environment, net: Network, phase: Phase, tuning: CollectiveTuning):
+def run_phase(env: simpy.Environment, net: Network, phase: Phase, tuning: CollectiveTuning,
+              owner: int | None = None):
     """Body of one phase: bandwidth part on the network, then the ring's step latencies and
-    the phase's launch overhead."""
+    the phase's launch overhead. ``owner``: the plan op it belongs to (link attribution)."""
     if phase.steps == 0:
         return
     fs = net.flowset(phase.ringset)
     # a protocol moves bytes / bw_eff on the wire, its data rate capped at cap_Bps
-    yield net.transfer(fs, phase.bytes_per_rank / phase.bw_eff, phase.cap_Bps / phase.bw_eff)
+    yield net.transfer(fs, phase.bytes_per_rank / phase.bw_eff, phase.cap_Bps / phase.bw_eff,
+                       owner)
     latency = to_ps(phase.steps * (fs.alpha_s + tuning.step_latency_s)
                     + tuning.phase_overhead_s + phase.fixed_s)
     if tuning.serial_progress:  # one progress thread per rank: latency parts queue (FIFO)
@@ -173,30 +175,32 @@ def run_phase(env: simpy.Environment, net: Network, phase: Phase, tuning: Collec
 
 def run_program(env: simpy.Environment, net: Network, program: Program,
                 tuning: CollectiveTuning = NO_OVERHEAD,
-                on_record: Callable[[Record], None] | None = None, prefix: str = ""):
-    """A simpy process body running one lowered collective (call overhead first)."""
+                on_record: Callable[[Record], None] | None = None, prefix: str = "",
+                owner: int | None = None):
+    """A simpy process body running one lowered collective (call overhead first);
+    ``owner``: the plan op it runs (its transfers carry it, :meth:`Network.hot_links`)."""
     if tuning.call_overhead_s:
         yield env.timeout(to_ps(tuning.call_overhead_s))
     ph = program.phases
     done = run_lanes(env, ph, lambda i: prefix + ph[i].lane, lambda i: ph[i].deps,
                      lambda i: prefix + ph[i].name,
-                     lambda i: run_phase(env, net, ph[i], tuning), on_record)
+                     lambda i: run_phase(env, net, ph[i], tuning, owner), on_record)
     if done:
         yield env.all_of(done)
 
 
 def run_counted(env: simpy.Environment, net: Network, program: Program,
-                tuning: CollectiveTuning, count: int = 1):
+                tuning: CollectiveTuning, count: int = 1, owner: int | None = None):
     """One collective op of a Plan: its program once, or ``count`` times back to back
     (:func:`run_repeated`) for the coalesced TP collectives of 3D plans."""
     if count == 1:
-        yield from run_program(env, net, program, tuning)
+        yield from run_program(env, net, program, tuning, owner=owner)
     else:
-        yield from run_repeated(env, net, program, tuning, count)
+        yield from run_repeated(env, net, program, tuning, count, owner)
 
 
 def run_repeated(env: simpy.Environment, net: Network, program: Program,
-                 tuning: CollectiveTuning, count: int):
+                 tuning: CollectiveTuning, count: int, owner: int | None = None):
     """``count`` identical collectives back to back (3D plans coalesce a chunk's TP
     collectives). A one-lane program moves count x each phase's bytes and pays count x its
     latency and overheads: in the fluid model the same time as running it count times (equal
@@ -204,7 +208,7 @@ def run_repeated(env: simpy.Environment, net: Network, program: Program,
     lanes = {ph.lane for ph in program.phases}
     if len(lanes) > 1:
         for _ in range(count):
-            yield from run_program(env, net, program, tuning)
+            yield from run_program(env, net, program, tuning, owner=owner)
         return
     if tuning.call_overhead_s:
         yield env.timeout(to_ps(count * tuning.call_overhead_s))
@@ -213,7 +217,7 @@ def run_repeated(env: simpy.Environment, net: Network, program: Program,
             continue
         fs = net.flowset(phase.ringset)
         yield net.transfer(fs, count * phase.bytes_per_rank / phase.bw_eff,
-                           phase.cap_Bps / phase.bw_eff)
+                           phase.cap_Bps / phase.bw_eff, owner)
         latency = to_ps(count * (phase.steps * (fs.alpha_s + tuning.step_latency_s)
                                  + tuning.phase_overhead_s + phase.fixed_s))
         if tuning.serial_progress:

@@ -5,9 +5,11 @@ Model
 * A *transfer* moves ``nbytes`` along every hop of a :class:`~parosim.collectives.types.RingSet`
   (one flow per hop) at one common rate: a pipelined ring advances at its slowest hop, and a
   collective phase ends with its slowest ring, so the flows of a phase are coupled.
-* Each flow follows a path on the graph (:class:`Router`, networkx shortest path in hops; a
-  GPU is never a transit node; with the builders of :mod:`parosim.fabric.topology` the path between
-  two GPUs is unique, so the choice is deterministic).
+* Each flow follows a path on the graph (:class:`~parosim.fabric.routing.Router`, networkx
+  shortest path in hops; a GPU is never a transit node, except that a GPU whose NIC is down
+  sends and receives through a peer GPU of its node over NVLink, as NCCL's PXN does; with the
+  builders of :mod:`parosim.fabric.topology` the path between two GPUs is unique, so the
+  choice is deterministic).
 * Concurrent transfers share each directed link by weighted max-min fairness (progressive
   filling): a transfer with c flows on a link of capacity C counts c times there.
   Rates are recomputed when a transfer starts or ends (once per simulated instant, however
@@ -42,6 +44,7 @@ import simpy
 
 from ..errors import InputError
 from ..spec.system import NetworkFabric
+from .routing import Router
 from .symmetry import verified_period
 
 if TYPE_CHECKING:  # the collectives package imports this module
@@ -71,177 +74,6 @@ def to_ps(seconds: float) -> int:
     return int(math.ceil(seconds * PS - 1e-6))
 
 
-class Router:
-    """Shortest paths (hop count) on the cluster graph, cached per (src, dst).
-
-    >>> from parosim.spec.system import ClusterSpec
-    >>> from parosim.fabric.topology import cluster_graph
-    >>> r = Router(cluster_graph(ClusterSpec(nodes=2, gpus_per_node=2)))
-    >>> r.path("n0/gpu1", "n1/gpu0")
-    ['n0/gpu1', 'n0/nic0', 'switch', 'n1/nic0', 'n1/gpu0']
-    """
-
-    def __init__(self, graph: nx.DiGraph):
-        self.graph = graph
-        self._kind = dict(graph.nodes(data="kind"))
-        self._cache: dict[tuple, list] = {}
-        self._exits: dict[str, tuple[str, str] | None] = {}
-        self._switches = None  # switch-only subgraph (False: fast path not applicable)
-
-    def _exit(self, gpu: str) -> tuple[str, str] | None:
-        """(its NIC, the NIC's switch) when a GPU can leave its node only through one NIC
-        (its other neighbours are hubs that lead only to GPUs); else None."""
-        hit = self._exits.get(gpu)
-        if hit is not None or gpu in self._exits:
-            return hit
-        g, kind = self.graph, self._kind
-        out = None
-        nics = [v for v in g.successors(gpu) if kind[v] == "nic"]
-        hubs_ok = all(kind[v] == "gpu" for h in g.successors(gpu) if kind[h] != "nic"
-                      for v in g.successors(h)) and all(
-            kind[h] in ("nvswitch", "pcie_switch") for h in g.successors(gpu)
-            if kind[h] != "nic")
-        if len(nics) == 1 and hubs_ok and g.has_edge(nics[0], gpu):
-            sws = [v for v in g.successors(nics[0]) if kind[v] == "switch"]
-            if len(sws) == 1 and g.has_edge(sws[0], nics[0]):
-                out = (nics[0], sws[0])
-        self._exits[gpu] = out
-        return out
-
-    def _fast_path(self, src: str, dst: str) -> list[str] | None:
-        """Between GPUs of different nodes of a builder-shaped graph (every NIC on at most
-        one switch): GPU, NIC, the shortest switch-only path, NIC, GPU. The same path as the
-        search on the whole graph where the path is unique, without scanning the thousands
-        of NICs on a switch."""
-        import networkx as nx  # deferred: networkx loads only when this runs
-
-        if self._switches is None:
-            g, kind = self.graph, self._kind
-            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: work on its networkx copy
-                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
-                                                                         g.to_networkx())
-            single = all(sum(1 for v in g.successors(n) if kind[v] == "switch") <= 1
-                         for n in g if kind[n] == "nic")
-            self._switches = g.subgraph([n for n in g if kind[n] == "switch"]) if single \
-                else False
-        if self._switches is False:
-            return None
-        nodes = self.graph.nodes
-        if nodes[src].get("node") == nodes[dst].get("node"):
-            return None
-        a, b = self._exit(src), self._exit(dst)
-        if a is None or b is None:
-            return None
-        key = ("sw", a[1], b[1])
-        sp = self._cache.get(key)
-        if sp is None:
-            try:
-                sp = nx.bidirectional_shortest_path(self._switches, a[1], b[1])
-            except nx.NetworkXNoPath:
-                return None
-            self._cache[key] = sp
-        return [src, a[0], *sp, b[0], dst]
-
-    def _fast(self, src: str, dst: str) -> list[str] | None:
-        """The unique shortest path on a graph built by
-        :func:`parosim.fabric.topology.cluster_graph`
-        (GPU - hub - GPU, or GPU - NIC - switch(es) - NIC - GPU), without a search; None when
-        the graph is not one of those (then the search runs)."""
-        if not self.graph.graph.get("parosim_builder"):
-            return None
-        g, kind = self.graph, self._kind
-        if g.nodes[src].get("node") == g.nodes[dst].get("node"):
-            hubs = [h for h in g.successors(src) if kind[h] != "nic" and g.has_edge(h, dst)]
-            return [src, hubs[0], dst] if hubs else None
-        na = [v for v in g.successors(src) if kind[v] == "nic"]
-        nb = [v for v in g.predecessors(dst) if kind[v] == "nic"]
-        if len(na) != 1 or len(nb) != 1:
-            return None
-        sa = [v for v in g.successors(na[0]) if kind[v] == "switch"]
-        sb = [v for v in g.predecessors(nb[0]) if kind[v] == "switch"]
-        if len(sa) != 1 or len(sb) != 1:
-            return None
-        if sa[0] == sb[0]:
-            return [src, na[0], sa[0], nb[0], dst]
-        mid = [v for v in g.successors(sa[0]) if kind[v] == "switch" and g.has_edge(v, sb[0])]
-        return [src, na[0], sa[0], mid[0], sb[0], nb[0], dst] if len(mid) == 1 else None
-
-    def path(self, src: str, dst: str) -> list[str]:
-        key = (src, dst)
-        p = self._cache.get(key)
-        if p is None:  # builder-shaped graphs: no search, no networkx import
-            p = self._fast(src, dst)
-            if p is not None:
-                self._cache[key] = p
-                return p
-        if p is None and self._kind.get(src) == "gpu" and self._kind.get(dst) == "gpu":
-            p = self._fast_path(src, dst)
-            if p is not None:
-                self._cache[key] = p
-        if p is None:
-            kind = self._kind
-
-            def weight(u, v, d):  # no transit through a GPU other than the source
-                return None if (kind[u] == "gpu" and u != src) else 1
-
-            import networkx as nx  # deferred: networkx loads only when this runs
-
-            g = self.graph
-            if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: search its networkx copy
-                g = self.__dict__.get("_nxg") or self.__dict__.setdefault("_nxg",
-                                                                         g.to_networkx())
-            try:
-                _, p = nx.bidirectional_dijkstra(g, src, dst, weight=weight)
-            except nx.NetworkXNoPath:
-                raise InputError(f"no path from {src!r} to {dst!r} in the cluster graph; "
-                                 "expected a connected topology") from None
-            self._cache[key] = p
-        return p
-
-    def paths(self, src: str, dst: str) -> list[tuple[list[str], float]]:
-        """The paths a flow from ``src`` to ``dst`` uses, with the share of its bytes on
-        each. One path (weight 1) unless the graph has explicit parallel spines
-        (``graph.graph["ecmp"]``): then every equal-cost path through the parallel switches
-        between two switches of the shortest path, split evenly (``"ideal"``) or one of them
-        drawn by a numpy Generator seeded with (``ecmp_seed``, src rank, dst rank)
-        (``"hash"``: per-flow ECMP, so two flows can collide on one uplink).
-
-        >>> from parosim.spec.system import ClusterSpec, NetworkFabric, NetworkSpec
-        >>> from parosim.fabric.topology import cluster_graph
-        >>> net = NetworkSpec(NetworkFabric.LEAF_SPINE, nodes_per_leaf=1, spines=2)
-        >>> r = Router(cluster_graph(ClusterSpec(nodes=2, gpus_per_node=1, network=net)))
-        >>> [(p[3], w) for p, w in r.paths("n0/gpu0", "n1/gpu0")]
-        [('spine0', 0.5), ('spine1', 0.5)]
-        """
-        p = self.path(src, dst)
-        mode = self.graph.graph.get("ecmp")
-        if mode is None:
-            return [(p, 1.0)]
-        key = ("ecmp", src, dst)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        g, kind = self.graph, self._kind
-        options: list[list[str]] = [[p[0]]]
-        for i in range(1, len(p) - 1):
-            a, v, b = p[i - 1], p[i], p[i + 1]
-            if kind[v] == "switch" and kind[a] == "switch" and kind[b] == "switch":
-                alts = sorted(x for x in g.successors(a) if kind[x] == "switch"
-                              and "node" not in g.nodes[x] and g.has_edge(x, b))
-            else:
-                alts = [v]
-            options = [o + [x] for o in options for x in alts]
-        options = [o + [p[-1]] for o in options]
-        if mode == "hash" and len(options) > 1:
-            ranks = [int(g.nodes[x].get("rank", 0)) for x in (src, dst)]
-            rng = np.random.default_rng([int(g.graph.get("ecmp_seed", 0)), *ranks])
-            out = [(options[int(rng.integers(len(options)))], 1.0)]
-        else:
-            out = [(o, 1.0 / len(options)) for o in options]
-        self._cache[key] = out
-        return out
-
-
 @dataclass
 class FlowSet:
     """The links a ring set loads: link indices, flows per link, and the per-step latency."""
@@ -262,6 +94,10 @@ class _Transfer:
     event: simpy.Event
     rate: float = 0.0      # bytes per picosecond per flow
     cap: float = math.inf  # most bytes per picosecond per flow
+    owner: int | None = None  # the plan op it belongs to (critical-path attribution)
+
+
+_NO_LINKS = np.zeros(0, dtype=np.int64)
 
 
 class _Late(simpy.Event):
@@ -313,7 +149,7 @@ class Network:
         self._egress: list[str] = []  # "intra" / "inter" for links leaving a GPU, else ""
         self._flowsets: dict[RingSet, FlowSet] = {}
         # max-min rates depend only on which flow sets are active: cache them by that multiset
-        self._fill_cache: dict[tuple[int, ...], tuple[list[float], np.ndarray]] = {}
+        self._fill_cache: dict[tuple, tuple[list[float], np.ndarray, list[np.ndarray]]] = {}
         self._key: tuple[int, ...] = ()
         self._key_time: dict[tuple[int, ...], list] = {}  # key -> [load vector, time]
         self._active: list[_Transfer] = []
@@ -330,6 +166,9 @@ class Network:
         # per-link utilisation over time (record_links = True): (start ps, load vector)
         self.record_links = False
         self._segments: list[tuple[int, np.ndarray]] = []
+        # from each rate change on: (start ps, owners of the active transfers, each one's
+        # bottleneck links): which links set the pace of which op (:meth:`critical_link_s`)
+        self._paces: list[tuple[int, tuple, list[np.ndarray]]] = []
 
     def reset(self, env: simpy.Environment) -> None:
         """Start again on a new environment (another repeat of a step), keeping the routes,
@@ -345,6 +184,7 @@ class Network:
         self.updates = 0
         self._progress = None
         self._segments = []
+        self._paces = []
 
     @property
     def progress(self) -> simpy.Resource:
@@ -437,17 +277,18 @@ class Network:
         return fs
 
     # -- fluid engine ---------------------------------------------------------------------
-    def transfer(self, fs: FlowSet, nbytes: float, max_rate_Bps: float = math.inf
-                 ) -> simpy.Event:
+    def transfer(self, fs: FlowSet, nbytes: float, max_rate_Bps: float = math.inf,
+                 owner: int | None = None) -> simpy.Event:
         """Move ``nbytes`` on every flow of ``fs``; the event fires when all are done.
-        ``max_rate_Bps`` caps each flow's rate (a protocol's throughput limit)."""
+        ``max_rate_Bps`` caps each flow's rate (a protocol's throughput limit); ``owner``
+        (the plan op it belongs to) attributes its bottleneck time (:meth:`hot_links`)."""
         ev = self.env.event()
         if nbytes <= 0 or len(fs.links) == 0:
             ev.succeed()
             return ev
         self._seq += 1
         self._pending.append(_Transfer(self._seq, fs, nbytes, nbytes, ev,
-                                       cap=max_rate_Bps / PS))
+                                       cap=max_rate_Bps / PS, owner=owner))
         self._schedule_update(0)
         return ev
 
@@ -506,18 +347,22 @@ class Network:
         if hit is None:
             hit = self._fill_cache[key] = self._progressive_filling(
                 [t.fs for t in self._active], [t.cap for t in self._active])
-        rates, self._load = hit
+        rates, self._load, bottlenecks = hit
         self._key = key
         if self.record_links:
             self._segments.append((self.env.now, self._load))
+        self._paces.append((self.env.now, tuple(t.owner for t in self._active), bottlenecks))
         for t, r in zip(self._active, rates, strict=True):
             t.rate = r
 
     def _progressive_filling(self, sets: list[FlowSet], caps: list[float] | None = None
-                             ) -> tuple[list[float], np.ndarray]:
+                             ) -> tuple[list[float], np.ndarray, list[np.ndarray]]:
+        """Rates, link loads and, per transfer, its bottleneck links: the saturated links
+        that froze its rate (none when its own cap did)."""
         cap = np.array(self._cap)
         load = np.zeros(len(cap))
         rates = [0.0] * len(sets)
+        bottlenecks = [_NO_LINKS] * len(sets)
         caps = caps or [math.inf] * len(sets)
         todo = list(range(len(sets)))
         while todo:
@@ -535,14 +380,16 @@ class Network:
             rest = []
             for i in todo:
                 fs = sets[i]
-                if caps[i] <= level * (1 + 1e-9) or bott[fs.links].any():
+                hit = bott[fs.links]
+                if caps[i] <= level * (1 + 1e-9) or hit.any():
                     rates[i] = level
+                    bottlenecks[i] = fs.links[hit]
                     cap[fs.links] -= fs.counts * level
                     load[fs.links] += fs.counts * level
                 else:
                     rest.append(i)
             todo = rest
-        return rates, load
+        return rates, load, bottlenecks
 
     @property
     def busy(self) -> bool:
@@ -581,17 +428,54 @@ class Network:
             names[i] = f"{u}->{v}"
         return names
 
-    def hot_links(self, span_s: float, top: int = 5) -> list[dict]:
-        """The ``top`` links by utilisation (bytes / capacity): ``link`` ("u->v"; with a
-        symmetry reduction the representative of an orbit of ``orbit`` equal links),
-        ``link_class``,
-        ``capacity_GBps``, ``bytes``, ``busy_s`` (time with any traffic) and
-        ``utilization`` (bytes / (capacity x ``span_s``), in [0, 1])."""
+    def critical_link_s(self, critical: list[tuple[int, int, int]] | None = None
+                        ) -> np.ndarray:
+        """Per link: the seconds it was the bottleneck (a saturated link that set the rate)
+        of a transfer on the critical path. ``critical``: (op, start ps, end ps) of the
+        collectives on the step's critical path; a transfer counts while its op is inside its
+        interval. None: every transfer counts all the time (one collective, several jobs). A
+        link counts once per instant however many critical transfers it holds back."""
+        out = np.zeros(len(self._cap))
+        paces = self._paces
+        if not paces:
+            return out
+        ends = [t for t, _, _ in paces[1:]] + [max(self.env.now, paces[-1][0])]
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for op, a, b in critical or ():
+            spans.setdefault(op, []).append((a, b))
+        for (t0, owners, bns), t1 in zip(paces, ends, strict=True):
+            if t1 <= t0:
+                continue
+            credit: dict[int, int] = {}
+            for owner, links in zip(owners, bns, strict=True):
+                if not len(links):
+                    continue
+                if critical is None:
+                    dt = t1 - t0
+                else:
+                    dt = max((min(t1, b) - max(t0, a) for a, b in spans.get(owner, ())),
+                             default=0)
+                if dt > 0:
+                    for j in links.tolist():
+                        credit[j] = max(credit.get(j, 0), dt)
+            for j, dt in credit.items():
+                out[j] += dt
+        return out / PS
+
+    def hot_links(self, span_s: float, top: int = 5,
+                  critical: list[tuple[int, int, int]] | None = None) -> list[dict]:
+        """The ``top`` links that set the step time: by ``critical_s`` (seconds the link was
+        the bottleneck of a transfer on the critical path, :meth:`critical_link_s`), then by
+        utilisation. Each: ``link`` ("u->v"; with a symmetry reduction the representative of
+        an orbit of ``orbit`` equal links), ``link_class``, ``capacity_GBps``, ``bytes``,
+        ``busy_s`` (time with any traffic), ``critical_s`` and ``utilization`` (bytes /
+        (capacity x ``span_s``), in [0, 1])."""
         self._advance()
         self._fold_key_time()
         names = self.link_names()
-        order = sorted(range(len(names)),
-                       key=lambda i: (-self._bytes[i] / self._cap[i], names[i]))[:top]
+        crit = self.critical_link_s(critical)
+        util = [self._bytes[i] / self._cap[i] for i in range(len(names))]
+        order = sorted(range(len(names)), key=lambda i: (-crit[i], -util[i], names[i]))[:top]
         out = []
         for i in order:
             if self._bytes[i] <= 0:
@@ -600,6 +484,7 @@ class Network:
             out.append({"link": names[i], "link_class": self._class[i],
                         "orbit": self._orbit[i], "capacity_GBps": cap / 1e9,
                         "bytes": float(self._bytes[i]), "busy_s": float(self._busy[i] / PS),
+                        "critical_s": float(crit[i]),
                         "utilization": float(self._bytes[i] / (cap * span_s))
                         if span_s > 0 else 0.0})
         return out

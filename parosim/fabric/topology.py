@@ -104,7 +104,7 @@ def leaf_spine(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
     spine it is one bundle: ideal ECMP spreading (a fluid model), which also makes the route
     between two GPUs unique and so deterministic. With S explicit spines each leaf has one
     uplink of 1/S of that to each spine; how flows use them is ``network.ecmp`` (the graph
-    attribute ``ecmp``, read by :class:`parosim.fabric.network.Router`).
+    attribute ``ecmp``, read by :class:`parosim.fabric.routing.Router`).
     """
     net = spec.network
     per_leaf = net.nodes_per_leaf
@@ -155,7 +155,7 @@ def cluster_graph(spec: ClusterSpec, lite: bool = False) -> nx.DiGraph:
     Raises :class:`InputError` if the result is not strongly connected.
     """
     cls = LiteDiGraph if lite else nx.DiGraph
-    g = cls(name=spec.name, parosim_builder=True)  # network.Router's fast paths
+    g = cls(name=spec.name, parosim_builder=True)  # routing.Router's fast paths
     for i in range(spec.nodes):
         g.update(node_graph(spec, i, lite))
     if spec.nic.per_node:
@@ -220,7 +220,8 @@ def apply_overrides(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
             if not (g.has_edge(a, b) and g.has_edge(b, a)):
                 raise InputError(f"overrides[{k}].links: no link between {a!r} and {b!r} in "
                                  f"cluster {spec.name!r}; expected two adjacent graph nodes "
-                                 "(e.g. [n1/nic0, switch])")
+                                 "(e.g. [n1/nic0, switch]; 'parosim cluster show' lists "
+                                 "them)")
             if o.failed:
                 g.remove_edge(a, b)
                 g.remove_edge(b, a)
@@ -255,3 +256,64 @@ def check_graph(g: nx.DiGraph) -> None:
         raise InputError(f"topology {g.graph.get('name', '')!r} is disconnected: {stray!r} "
                          f"cannot reach {sorted(comps[0])[0]!r} ({len(comps)} components); "
                          "expected every GPU to reach every other")
+
+
+def cluster_inventory(spec: ClusterSpec) -> dict:
+    """What ``parosim cluster show`` lists: every graph node (name, kind, node, GPU rank and,
+    after the overrides, GPU model and speed) and every physical link (the pair of names the
+    ``links:`` overrides take, its class, per-direction bandwidth and one-way latency), a
+    failed link with ``failed: true`` and the values it had. Names are those of the graph the
+    simulator routes on (``n{i}/gpu{j}``, ``n{i}/nvswitch``, ``n{i}/nic{k}``, ``switch``,
+    ``rail{k}``, ``leaf{l}``, ``spine``, ``spine{s}``).
+
+    >>> inv = cluster_inventory(ClusterSpec(nodes=2, gpus_per_node=2))
+    >>> [(x["a"], x["b"], x["link_class"]) for x in inv["links"]][:2]
+    [('n0/gpu0', 'n0/nvswitch', 'nvlink'), ('n0/gpu1', 'n0/nvswitch', 'nvlink')]
+    """
+    from dataclasses import replace  # deferred: only the inventory rebuilds a spec
+
+    failed = [p for o in spec.overrides if o.failed for p in o.links]
+    g = cluster_graph(spec)
+    alive = g if not failed else cluster_graph(replace(spec, overrides=tuple(
+        o for o in spec.overrides if not o.failed)))
+    specs = spec.gpu_specs()
+    nodes = []
+    for n, d in g.nodes(data=True):
+        row = {"name": n, "kind": d["kind"], "node": d.get("node")}
+        if d["kind"] == "gpu":
+            gpu, speed, mem = specs[d["rank"]]
+            row.update(rank=d["rank"], local=d["local"], gpu_model=gpu.model, speed=speed,
+                       memory_bytes=mem)
+        elif d["kind"] == "nic":
+            row["local"] = d["local"]
+        nodes.append(row)
+    down = {frozenset(p) for p in failed}
+    links, seen = [], set()
+    order = {"gpu": 0, "nic": 1, "nvswitch": 2, "pcie_switch": 2, "switch": 3}
+    kinds = dict(alive.nodes(data="kind"))
+    for u, v in list(alive.edges()):
+        pair = frozenset((u, v))
+        if pair in seen:
+            continue
+        seen.add(pair)
+        # the endpoint nearer a GPU first (GPU, NIC, hub, leaf / rail, spine), as YAML pairs
+        if (order[kinds[v]], "spine" in v) < (order[kinds[u]], "spine" in u):
+            u, v = v, u
+        d, back = alive.edges[u, v], alive.edges[v, u]
+        row = {"a": u, "b": v, "link_class": d["link_class"],
+               "bandwidth_GBps": d["bandwidth_Bps"] / 1e9,
+               "bandwidth_Gbps": d["bandwidth_Bps"] * 8 / 1e9, "latency_s": d["latency_s"],
+               "failed": pair in down}
+        if back["bandwidth_Bps"] != d["bandwidth_Bps"] or back["latency_s"] != d["latency_s"]:
+            row.update(back_bandwidth_GBps=back["bandwidth_Bps"] / 1e9,
+                       back_latency_s=back["latency_s"])
+        links.append(row)
+    counts: dict[str, int] = {}
+    for x in links:
+        if not x["failed"]:
+            counts[x["link_class"]] = counts.get(x["link_class"], 0) + 1
+    return {"cluster": spec.name, "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node,
+            "gpus": spec.gpus, "nic_per_node": spec.nic.per_node,
+            "intra_fabric": spec.intra_fabric.value, "network_fabric": spec.network.fabric.value,
+            "graph_nodes": nodes, "links": links, "links_per_class": counts,
+            "failed_links": sum(1 for x in links if x["failed"])}

@@ -23,6 +23,9 @@ The YAML (units as strings, converted to SI here, once)::
     group_nodes: 1                                                     # optional
     sources: free text saying where the numbers come from
 
+``base: PRESET`` (or a YAML path) extends another cluster: its keys, this file's merged on
+top; ``sets`` (``--set KEY=VALUE``) change keys after that (:mod:`parosim.io.cluster_base`).
+
 Heterogeneity (docs/heterogeneity.md), all optional::
 
     network: {fabric: leaf-spine, nodes_per_leaf: 2, spines: 2, ecmp: hash, ecmp_seed: 0}
@@ -30,7 +33,8 @@ Heterogeneity (docs/heterogeneity.md), all optional::
     overrides:                                    # applied in order
       - {nodes: [3], nic: {bandwidth: 25Gbps}}    # also latency; intra_node; gpu; speed; memory
       - {gpus: [n2/gpu5], speed: 0.8}             # also gpu: {...}, memory
-      - {links: [[n1/nic0, switch]], failed: true}   # or bandwidth / latency
+      - {links: [[n1/nic0, switch]], failed: true}   # or bandwidth / latency; names:
+                                                     # parosim cluster show
       - {nodes: [4, 5], gpu: {model: H100-SXM5-80GB, peak_tflops: 989, memory: 80GB,
                               hbm_bandwidth: 3.35TB/s}}
 
@@ -71,11 +75,18 @@ from ..spec.system import (
     ProtocolCost,
 )
 from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
+from .cluster_base import MAX_BASE_DEPTH, apply_sets, merge
 from .yamlspec import check_keys, number, positive_int, read_yaml, section
 
 _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
         "collective", "group_nodes", "sources", "notes", "compute", "overrides",
         "jitter"}
+_INTRA_KEYS = {"fabric", "bandwidth", "latency"}
+_PCIE_KEYS = {"bandwidth", "latency"}
+_NIC_KEYS = {"per_node", "bandwidth", "latency"}
+_NETWORK_KEYS = {"fabric", "nodes_per_leaf", "oversubscription", "uplink_latency", "spines",
+                 "ecmp", "ecmp_seed"}
+_JITTER_KEYS = {"distribution", "cv"}
 _COMPUTE_KEYS = {"model", "gemm_ceiling", "gemm_k_half", "attention_efficiency",
                  "hbm_efficiency", "eager_attention_efficiency", "kernel_overhead",
                  "sm_count", "source", "overlap_slowdown"}
@@ -121,12 +132,11 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
         if key not in data:
             raise InputError(f"{where}: missing required key {key!r}")
     gpu = section(data, "gpu", _GPU_KEYS, where)
-    intra = section(data, "intra_node", {"fabric", "bandwidth", "latency"}, where, True)
-    pcie = section(data, "pcie", {"bandwidth", "latency"}, where)
-    nic = section(data, "nic", {"per_node", "bandwidth", "latency"}, where)
-    net = section(data, "network", {"fabric", "nodes_per_leaf", "oversubscription",
-                                    "uplink_latency", "spines", "ecmp", "ecmp_seed"}, where)
-    jitter = section(data, "jitter", {"distribution", "cv"}, where)
+    intra = section(data, "intra_node", _INTRA_KEYS, where, True)
+    pcie = section(data, "pcie", _PCIE_KEYS, where)
+    nic = section(data, "nic", _NIC_KEYS, where)
+    net = section(data, "network", _NETWORK_KEYS, where)
+    jitter = section(data, "jitter", _JITTER_KEYS, where)
     if jitter.get("distribution", "lognormal") != "lognormal":
         raise InputError(f"{where}: jitter.distribution = {jitter['distribution']!r} is not "
                          "known; expected lognormal")
@@ -155,8 +165,8 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
     nodes = data.get("nodes", 1)
     spec = ClusterSpec(
         name=str(data["name"]),
-        nodes=positive_int(nodes, "nodes"),
-        gpus_per_node=positive_int(data["gpus_per_node"], "gpus_per_node"),
+        nodes=positive_int(nodes, f"{where}: nodes"),
+        gpus_per_node=positive_int(data["gpus_per_node"], f"{where}: gpus_per_node"),
         gpu=_gpu(gpu, where),
         intra_fabric=_enum(IntraFabric, intra.get("fabric", "nvswitch"), "intra_node.fabric"),
         intra=LinkSpec(parse_bandwidth(intra["bandwidth"], "intra_node.bandwidth"),
@@ -186,7 +196,7 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
             serial_progress=_flag(coll.get("serial_progress", False),
                                   "collective.serial_progress"),
             **_nccl_fields(coll, where)),
-        group_nodes=positive_int(data.get("group_nodes", 1), "group_nodes"),
+        group_nodes=positive_int(data.get("group_nodes", 1), f"{where}: group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
         overlap_slowdown=(None if comp.get("overlap_slowdown") is None else
                           number(comp["overlap_slowdown"], "compute.overlap_slowdown")),
@@ -470,12 +480,76 @@ def cluster_file(name_or_path: str | Path) -> Path:
     return path
 
 
+def cluster_schema() -> dict[str, Any]:
+    """The cluster YAML's keys (a section maps to its keys, a value to None): what ``--set``
+    accepts (:mod:`parosim.io.cluster_base`)."""
+    leaf = dict.fromkeys
+    coll: dict[str, Any] = leaf(("step_latency", "call_overhead", "phase_overhead",
+                                 "ho_ring_max_chunks", "serial_progress", *_NCCL_KEYS))
+    coll.update({k: leaf(_PROTO_KEYS) for k in _PROTO_FIELDS})
+    return {**leaf(_TOP), "gpu": leaf(_GPU_KEYS), "intra_node": leaf(_INTRA_KEYS),
+            "pcie": leaf(_PCIE_KEYS), "nic": leaf(_NIC_KEYS), "network": leaf(_NETWORK_KEYS),
+            "jitter": leaf(_JITTER_KEYS), "compute": leaf(_COMPUTE_KEYS), "collective": coll}
+
+
+def cluster_data(name_or_path: str | Path, sets: tuple[str, ...] | list[str] = ()
+                 ) -> tuple[dict[str, Any], list[Path]]:
+    """The mapping a cluster is built from: the file's keys over its ``base:`` chain, then
+    every ``--set`` item (the merge rule: :mod:`parosim.io.cluster_base`), and the files read
+    (the file first, then its bases). Sweeps key their points on these contents."""
+    path = cluster_file(name_or_path)
+    files: list[Path] = []
+    data = _with_bases(path, files)
+    if sets:
+        data = apply_sets(data, tuple(sets), cluster_schema())
+    return data, files
+
+
+def _with_bases(path: Path, files: list[Path]) -> dict[str, Any]:
+    """The file's mapping merged over its ``base:`` (recursively); ``files`` collects the
+    files read."""
+    if len(files) >= MAX_BASE_DEPTH:
+        chain = " -> ".join(str(f) for f in files)
+        raise InputError(f"cluster {str(files[0])!r}: base chain {chain} -> {str(path)} is "
+                         f"longer than {MAX_BASE_DEPTH} files (a cycle?); expected a base "
+                         "that does not extend itself")
+    if path.resolve() in {f.resolve() for f in files}:
+        raise InputError(f"cluster {str(files[-1])!r}: base {str(path)!r} extends itself "
+                         "(a cycle); expected a base chain that ends in a file without base")
+    where = f"cluster {str(files[-1])!r}" if files else "cluster"
+    if not path.exists() and files:
+        raise InputError(f"{where}: base {path.stem!r} is neither a preset nor a YAML file; "
+                         f"expected a YAML path or one of "
+                         f"{', '.join(available_presets()) or '(none found)'}")
+    files.append(path)
+    data = read_yaml(path, "cluster")
+    if "base" not in data:
+        return data
+    base = data["base"]
+    if not isinstance(base, str) or not base.strip():
+        raise InputError(f"cluster {str(path)!r}: base = {base!r} must name a preset or a "
+                         "YAML path, e.g. base: dgx-h100-ib")
+    bpath = cluster_file(base)
+    if base.endswith((".yaml", ".yml")) and not Path(base).is_absolute():
+        bpath = path.parent / base   # a relative base is relative to the file that names it
+    own = {k: v for k, v in data.items() if k != "base"}
+    return merge(_with_bases(bpath, files), own)
+
+
 def load_cluster(name_or_path: str | Path, nodes: int | None = None,
-                 group_nodes: int | None = None) -> ClusterSpec:
+                 group_nodes: int | None = None,
+                 sets: tuple[str, ...] | list[str] = ()) -> ClusterSpec:
     """A preset name (``paper-a100-roce``) or a YAML path, optionally resized.
+
+    The YAML may extend a preset (``base: NAME``) and ``sets`` (``--set KEY=VALUE`` items)
+    change keys on top (:mod:`parosim.io.cluster_base`). ``nodes`` and ``group_nodes``
+    (``--nodes``, ``--group-nodes``) size the cluster before anything is checked against the
+    node count, so an override of node 5 holds on a 4-node preset resized to 16.
 
     >>> load_cluster("paper-a100-roce", nodes=16).gpus
     128
+    >>> load_cluster("dgx-h100-ib", sets=["nic.bandwidth=100Gbps"]).nic.bandwidth_Bps
+    12500000000.0
     """
     text = str(name_or_path)
     if not text.strip():
@@ -485,12 +559,13 @@ def load_cluster(name_or_path: str | Path, nodes: int | None = None,
     if not path.exists() and not (text.endswith((".yaml", ".yml"))):
         raise InputError(f"unknown cluster preset {text!r}; expected a YAML path or one of "
                          f"{', '.join(available_presets()) or '(none found)'}")
-    spec = cluster_from_dict(read_yaml(path, "cluster"), where=f"cluster {str(path)!r}")
+    data, _ = cluster_data(text, sets)
     if nodes is not None:
-        spec = spec.with_nodes(positive_int(nodes, "--nodes"))
+        data["nodes"] = positive_int(nodes, "--nodes")
     if group_nodes is not None:
-        spec = spec.with_group_nodes(positive_int(group_nodes, "--group-nodes"))
-    return spec
+        data["group_nodes"] = positive_int(group_nodes, "--group-nodes")
+    where = f"cluster {str(path)!r}" + (" with --set " + " ".join(sets) if sets else "")
+    return cluster_from_dict(data, where=where)
 
 
 def _override_fp8_default(g: dict, base_gpu: GPUSpec) -> float:

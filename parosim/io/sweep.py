@@ -45,7 +45,8 @@ from ..errors import InputError
 from ..spec.collective import Algo, Op, Scope, parse_enum
 from ..spec.training import PRECISIONS, parse_trainable_ratio
 from ..units import parse_bandwidth, parse_size
-from .cluster import load_cluster
+from .cluster import cluster_data, cluster_schema, load_cluster
+from .cluster_base import set_item, split_sets
 from .model import load_model, model_file
 from .runtime import load_runtime, runtime_file
 from .yamlspec import check_keys, positive_int, read_yaml
@@ -106,6 +107,12 @@ _STEP_PARALLEL_INPUTS: dict[str, str] = {
     "dp_comm_overlap": "Megatron-Core DP communication overlap (overlap_grad_reduce + "
                        "overlap_param_gather): True or False (needs tp or pp >= 2, PaRO NNN, "
                        "NNI or NNG)",
+}
+# Optional for both kinds (docs/cluster-yaml.md, "Extending a preset"): a column only when the
+# spec gives the key.
+_CLUSTER_SET_INPUT: dict[str, str] = {
+    "cluster_set": "cluster-YAML keys changed for the point, as --set items separated by ';' "
+                   "(e.g. nic.bandwidth=100Gbps; collective.model=ideal); empty = none",
 }
 _COMMON_OUTPUTS: dict[str, str] = {
     "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
@@ -168,8 +175,9 @@ COLUMNS: dict[str, dict[str, str]] = {
     "collective": {**_ID_COLUMNS, **_COLL_INPUTS, **_COMMON_OUTPUTS, **_COLL_OUTPUTS},
 }
 INPUT_KEYS: dict[str, tuple[str, ...]] = {
-    "step": tuple(k for k in _STEP_INPUTS if k != "kind") + tuple(_STEP_PARALLEL_INPUTS),
-    "collective": tuple(k for k in _COLL_INPUTS if k != "kind"),
+    "step": tuple(k for k in _STEP_INPUTS if k != "kind") + tuple(_STEP_PARALLEL_INPUTS)
+    + tuple(_CLUSTER_SET_INPUT),
+    "collective": tuple(k for k in _COLL_INPUTS if k != "kind") + tuple(_CLUSTER_SET_INPUT),
 }
 
 
@@ -180,6 +188,7 @@ def sweep_columns(kind: str, keys=()) -> dict[str, str]:
     cols = COLUMNS[kind]
     extra = {k: v for k, v in _STEP_PARALLEL_INPUTS.items() if k in keys} \
         if kind == "step" else {}
+    extra.update({k: v for k, v in _CLUSTER_SET_INPUT.items() if k in keys})
     if not extra:
         return dict(cols)
     names = list(cols)
@@ -264,6 +273,21 @@ def file_sha256(path: Path) -> str:
         return "missing"
 
 
+def inputs_sha256(key: str, value: Any, path: Path) -> str:
+    """sha256 of what a point's input reads: the file's bytes (:func:`file_sha256`); for a
+    cluster that extends others (``base:``), of every file of the chain, so an edited base
+    preset gives another id too."""
+    if key == "cluster":
+        try:
+            _, files = cluster_data(str(value))
+        except InputError:   # unreadable: the point itself reports why
+            files = [path]
+        if len(files) > 1:
+            text = "\n".join(file_sha256(f) for f in files)
+            return hashlib.sha256(text.encode()).hexdigest()
+    return file_sha256(path)
+
+
 def point_inputs(point: dict[str, Any],
                  cache: dict[tuple[str, str], tuple[str, str] | None] | None = None
                  ) -> dict[str, tuple[str, str]]:
@@ -283,7 +307,8 @@ def point_inputs(point: dict[str, Any],
             entry = cache[ck]
         else:
             path = input_file(key, value)
-            entry = None if path is None else (f"{key} {str(value)!r}", file_sha256(path))
+            entry = None if path is None else (f"{key} {str(value)!r}",
+                                               inputs_sha256(key, value, path))
             if cache is not None:
                 cache[ck] = entry
         if entry is not None:
@@ -336,6 +361,8 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
         "algo": lambda v: parse_enum(Algo, v, "algo"),
         "nic_bandwidth": lambda v: parse_bandwidth(v, "nic_bandwidth"),
         "intra_bandwidth": lambda v: parse_bandwidth(v, "intra_bandwidth"),
+        "cluster_set": lambda v: [set_item(s, cluster_schema(), "cluster_set")
+                                  for s in split_sets(v)],
     }
     if kind == "collective":
         return {**common, "op": lambda v: parse_enum(Op, v, "op"),

@@ -30,6 +30,7 @@ from ..evaluate.replay import replay
 from ..fabric.engine import MAX_ENGINE_OPS
 from ..fabric.network import MAX_SIM_SECONDS, horizon_error
 from ..io import load_cluster, load_model
+from ..io.cluster_base import split_sets
 from ..io.runtime import as_runtime, training_for_runtime
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
 from ..plan.layout import PairSet, ParallelSpec, layout_for
@@ -587,7 +588,8 @@ def point_setup(point: dict):
 
     _check_point_keys(point)
     p = {**POINT_DEFAULTS, **point}
-    cluster = load_cluster(p["cluster"], p["nodes"], p["group_nodes"])
+    cluster = load_cluster(p["cluster"], p["nodes"], p["group_nodes"],
+                           split_sets(p.get("cluster_set")))
     cluster = with_overrides(
         cluster,
         parse_bandwidth(p["nic_bandwidth"], "nic_bandwidth") if p["nic_bandwidth"] else None,

@@ -348,8 +348,9 @@ def _simulate(cluster: ClusterSpec, graph, jobs: list[Job], steps: int, trace: b
 
 def _link_usage(net: Network, progs: list[_JobPrograms], duration_ps: int, top: int
                 ) -> list[dict]:
-    """The ``top`` busiest directed links by utilization over the shared run
-    (:meth:`Network.hot_links`), each with the jobs whose flows use it."""
+    """The ``top`` directed links that held the jobs back: by time as the bottleneck of any
+    job's transfer, then utilization over the shared run (:meth:`Network.hot_links`), each
+    with the jobs whose flows use it."""
     rows = net.hot_links(duration_ps / PS, top)
     names = net.link_names()
     users: dict[str, set[str]] = {}

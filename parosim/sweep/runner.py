@@ -37,6 +37,7 @@ from typing import Any
 from ..collectives import Algo, Op, Scope, lower, parse_enum, program_time, simulate_collective
 from ..errors import InputError
 from ..io import load_cluster
+from ..io.cluster_base import split_sets
 from ..io.sweep import (
     INPUTS_FILE,
     VERSION_LABEL,
@@ -78,7 +79,7 @@ def run_collective_point(point: dict[str, Any]) -> dict[str, Any]:
     """
 
     spec = load_cluster(point.get("cluster", "paper-a100-roce"), point.get("nodes"),
-                        point.get("group_nodes"))
+                        point.get("group_nodes"), split_sets(point.get("cluster_set")))
     spec = apply_bandwidth_overrides(spec, point)
     op = parse_enum(Op, point.get("op", "all-gather"), "op")
     scope = parse_enum(Scope, point.get("scope", "global"), "scope")
