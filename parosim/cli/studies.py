@@ -82,10 +82,20 @@ def cmd_run(a: argparse.Namespace) -> dict:
     samples = tuple((getattr(r, "extra", None) or {}).get("step_times_s") or ())
     spec = run_from_step(r.step_time_s, tps, tokens, cluster.gpus, cluster.nodes, ckpt,
                          restart, mtbf["--gpu-mtbf"], mtbf["--node-mtbf"], samples)
-    search = best_interval(spec, a.replications, a.seed, a.search_points)
-    fixed = None
+    tau = None
     if a.checkpoint_interval is not None:
         tau = parse_time(a.checkpoint_interval, "--checkpoint-interval", allow_zero=False)
+        if tau < spec.step_time_s:
+            raise InputError(f"--checkpoint-interval {a.checkpoint_interval} is shorter than "
+                             f"one step ({spec.step_time_s:.4g} s); expected at least one step "
+                             "(a checkpoint is written between steps)")
+        if tau > spec.useful_s:
+            raise InputError(f"--checkpoint-interval {a.checkpoint_interval} is longer than "
+                             f"the whole run's compute ({spec.useful_s:.6g} s = {spec.steps} "
+                             f"steps); expected at most {spec.useful_s:.6g} s")
+    search = best_interval(spec, a.replications, a.seed, a.search_points)
+    fixed = None
+    if tau is not None:
         k = max(1, min(spec.steps, round(tau / spec.step_time_s)))
         fixed = simulate_run(spec, k, a.replications, a.seed)
     out = run_report(search, tokens, tps, fixed)

@@ -57,7 +57,7 @@ from ..fabric.topology import cluster_graph
 from ..io.cluster import load_cluster
 from ..io.jobs import JOB_DEFAULTS, JOB_KEYS, TOP_KEYS
 from ..io.model import load_model
-from ..io.runtime import load_runtime
+from ..io.runtime import load_runtime, training_for_runtime
 from ..io.yamlspec import check_keys, read_yaml
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
 from ..plan.layout import ParallelSpec
@@ -112,6 +112,8 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
     if three_d:
         check_runtime_3d(rt, strategy, parallel)
         training = training_for_runtime_3d(training, rt)
+    else:   # the memory settings the profile sets, as simulate resolves them
+        training = training_for_runtime(training, rt)
     if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
         algo = Algo.RING
     slow = effective_overlap_slowdown(training.overlap_slowdown,
