@@ -66,6 +66,21 @@ EXAMPLES = {
 }
 
 
+def seq_len_type(text: str) -> int:
+    """``--seq-len``: a whole number of tokens, or ``4k`` / ``32K`` (x 1024, as context
+    lengths are named: 4k = 4096)."""
+    t = str(text).strip()
+    mul = 1
+    if t[-1:] in ("k", "K"):
+        t, mul = t[:-1], 1024
+    try:
+        return int(t) * mul
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a token count; expected a whole number such as 2048 "
+            "or 4k (= 4096)") from None
+
+
 def cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default="paper-a100-roce",
                    help=f"preset name ({', '.join(preset_names()) or 'none found'}) or a YAML "
@@ -88,7 +103,8 @@ def training_args(p: argparse.ArgumentParser) -> None:
                    help="global batch per optimizer step, in sequences (2048) or tokens "
                    "(1Mitok = 2**20, 4Mtok = 4e6); sets --accum = global / (micro-batch x "
                    "data-parallel GPUs), as DeepSpeed's train_batch_size does")
-    p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
+    p.add_argument("--seq-len", type=seq_len_type, default=512,
+                   help="tokens per sequence, e.g. 2048 or 4k (= 4096)")
     p.add_argument("--trainable-ratio", default="full",
                    help="full | partial (1/16) | peft (3/1000) | a number in (0, 1]")
     p.add_argument("--recompute", default="auto",
@@ -290,8 +306,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ad.add_argument("--model", default="llama-7b", help="preset name or YAML path")
     ad.add_argument("--global-batch", required=True,
                     help="sequences (2048, 2048seq) or tokens (4Mtok, 4194304tokens)")
-    ad.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence "
-                    "(default 2048)")
+    ad.add_argument("--seq-len", type=seq_len_type, default=512,
+                    help="tokens per sequence, e.g. 2048 or 4k (= 4096) (default 512, as "
+                    "every command)")
     ad.add_argument("--top", type=int, default=5, help="configurations to print (default 5)")
     ad.add_argument("--engine-top", type=int, default=3,
                     help="best configurations replayed on the engine (default 3)")
@@ -313,8 +330,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     "Core's DP communication overlap (a fixed setting, not searched)")
     ad.add_argument("--plot", default=None, help="write the memory-vs-throughput Pareto "
                     "plot to FILE (.png, .svg, .pdf)")
-    ad.add_argument("--cluster", default="dgx-a100-ib",
-                    help="preset name or YAML path (default: dgx-a100-ib)")
+    ad.add_argument("--cluster", default="paper-a100-roce",
+                    help="preset name or YAML path (default: paper-a100-roce, as every "
+                    "command)")
     ad.add_argument("--nodes", type=int, default=None, help="override the node count")
     ad.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
