@@ -50,12 +50,12 @@ def cmd_run(a: argparse.Namespace) -> dict:
         elif str(val).strip().lower() in ("none", "inf", "never"):
             mtbf[flag] = None
         else:
-            mtbf[flag] = parse_time(val, flag, allow_zero=False)
+            mtbf[flag] = parse_time(val, flag, allow_zero=False, example="50000h")
     if mtbf["--gpu-mtbf"] is None and mtbf["--node-mtbf"] is None:
         raise InputError("--gpu-mtbf and --node-mtbf are both 'none'; expected at least one "
                          "failure rate (e.g. --gpu-mtbf 50000h)")
-    ckpt = parse_time(a.checkpoint_time, "--checkpoint-time")
-    restart = parse_time(a.restart_time, "--restart-time")
+    ckpt = parse_time(a.checkpoint_time, "--checkpoint-time", example="60s")
+    restart = parse_time(a.restart_time, "--restart-time", example="10min")
     if a.repeats < 1:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
     if a.jitter_cv is not None:
@@ -84,7 +84,8 @@ def cmd_run(a: argparse.Namespace) -> dict:
                          restart, mtbf["--gpu-mtbf"], mtbf["--node-mtbf"], samples)
     tau = None
     if a.checkpoint_interval is not None:
-        tau = parse_time(a.checkpoint_interval, "--checkpoint-interval", allow_zero=False)
+        tau = parse_time(a.checkpoint_interval, "--checkpoint-interval", allow_zero=False,
+                         example="3h")
         if tau < spec.step_time_s:
             raise InputError(f"--checkpoint-interval {a.checkpoint_interval} is shorter than "
                              f"one step ({spec.step_time_s:.4g} s); expected at least one step "

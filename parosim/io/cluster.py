@@ -71,7 +71,7 @@ from ..spec.system import (
     ProtocolCost,
 )
 from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
-from .yamlspec import check_keys, number, positive_int, read_yaml, section
+from .yamlspec import check_keys, name_value, number, positive_int, read_yaml, section
 
 _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
         "collective", "group_nodes", "sources", "notes", "compute", "overrides",
@@ -154,7 +154,7 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
                          "fabric: leaf-spine")
     nodes = data.get("nodes", 1)
     spec = ClusterSpec(
-        name=str(data["name"]),
+        name=name_value(data["name"], where),
         nodes=positive_int(nodes, "nodes"),
         gpus_per_node=positive_int(data["gpus_per_node"], "gpus_per_node"),
         gpu=_gpu(gpu, where),

@@ -182,10 +182,14 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
 
     model.require_shape("advise")
     if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or not cluster.closed_form_exact:
-        raise InputError(f"parosim advise ranks layouts with the model of identical ranks and "
-                         f"links; cluster {cluster.name!r} has GPU or link overrides, jitter "
-                         "or ECMP hashing; expected a cluster without them (parosim simulate "
-                         "--mode engine models stragglers)")
+        why = ("GPU overrides (speed, type or memory)" if cluster.compute_heterogeneous
+               else f"compute jitter (jitter.cv = {cluster.jitter_cv:g})"
+               if cluster.jitter_cv > 0 else "link overrides (bandwidth, latency or a failed "
+               "link)" if cluster.network_heterogeneous else "ECMP hashing")
+        raise InputError(f"parosim advise ranks layouts with the closed form of identical "
+                         f"ranks and links; cluster {cluster.name!r} has {why}, where it does "
+                         "not hold; expected a cluster without them (parosim simulate --mode "
+                         "engine models it for a given configuration)")
     for name, v in (("--top", top), ("--max-micro-batch", max_micro_batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"{name} = {v!r} must be a positive integer")
