@@ -97,8 +97,8 @@ def training_args(p: argparse.ArgumentParser) -> None:
                         "gpt3-175b, mpt-125m ... mpt-70b) or a YAML path")
     p.add_argument("--micro-batch", type=int, default=4, action=Explicit,
                    help="sequences per GPU per micro-step")
-    p.add_argument("--accum", type=int, default=10, action=Explicit,
-                   help="accumulation micro-steps s")
+    p.add_argument("--accum", "--accum-steps", dest="accum", type=int, default=10,
+                   action=Explicit, help="accumulation micro-steps s (JSON: accum_steps)")
     p.add_argument("--global-batch", default=None, metavar="SEQS|TOKENS",
                    help="global batch per optimizer step, in sequences (2048) or tokens "
                    "(1Mitok = 2**20, 4Mtok = 4e6); sets --accum = global / (micro-batch x "
@@ -112,8 +112,9 @@ def training_args(p: argparse.ArgumentParser) -> None:
                    help="activation recomputation (auto: full only when needed to fit; "
                    "on = full, off = none; selective: the attention core only, with the "
                    "--tp/--pp model)")
-    p.add_argument("--efficiency", type=float, default=None,
-                   help="fraction of peak FLOP/s that compute achieves (default 0.5)")
+    p.add_argument("--efficiency", "--compute-efficiency", dest="efficiency", type=float,
+                   default=None, help="fraction of peak FLOP/s that compute achieves (default "
+                   "0.5; JSON: compute_efficiency)")
     p.add_argument("--overlap-slowdown", type=float, default=None,
                    help="compute slowdown factor while a collective runs beside it (>= 1; "
                    "default: the cluster YAML's compute.overlap_slowdown, else the runtime's)")
@@ -316,7 +317,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     help="largest micro-batch tried (powers of 2; default 16)")
     ad.add_argument("--strategies", default="all",
                     help="comma-separated PaRO strategies to search (default all 14)")
-    ad.add_argument("--efficiency", type=float, default=None,
+    ad.add_argument("--efficiency", "--compute-efficiency", dest="efficiency", type=float,
+                    default=None,
                     help="fraction of peak FLOP/s compute achieves (default 0.5)")
     ad.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 40GB")
     ad.add_argument("--cp", type=int, default=1,

@@ -405,6 +405,23 @@ def _training(TrainingSpec, p: dict, eff, recompute, parse_trainable_ratio, defa
         logit_bytes=p["logit_bytes"], precision=p["precision"])
 
 
+# the JSON / Python spellings of a job's keys -> the canonical ones (as simulate's flags)
+_KEY_ALIASES = {"accum_steps": "accum", "compute_efficiency": "efficiency"}
+
+
+def _canonical_keys(j: dict, jw: str) -> dict:
+    """``accum_steps`` / ``compute_efficiency`` (the JSON names) read as ``accum`` /
+    ``efficiency``; both spellings of one key are refused."""
+    out = dict(j)
+    for alias, key in _KEY_ALIASES.items():
+        if alias in out:
+            if key in out:
+                raise InputError(f"{jw}: {alias} and {key} are the same setting; expected "
+                                 f"one of them ({key})")
+            out[key] = out.pop(alias)
+    return out
+
+
 def load_jobs(path: str | Path):
     """(cluster spec, list of :class:`Job`, steps) from a jobs YAML (its format:
     :mod:`parosim.io.jobs`)."""
@@ -433,6 +450,7 @@ def load_jobs(path: str | Path):
         if not isinstance(j, dict):
             raise InputError(f"{where}: job {i} must be a mapping, got {j!r}")
         jw = f"{where}: job {j.get('name', i)!r}"
+        j = _canonical_keys(j, jw)
         check_keys(j, JOB_KEYS, jw)
         for req in ("name", "nodes"):
             if req not in j:
