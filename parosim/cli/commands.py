@@ -72,6 +72,8 @@ def _no_empty_values(parser: argparse.ArgumentParser, a: argparse.Namespace) -> 
                 or (a.command, act.dest) == ("validate", "strategies")):  # '': no step runs
             continue
         val = getattr(a, act.dest)
+        if val == act.default:   # not given (a default may be '', as validate's --parallel)
+            continue
         vals = val if isinstance(val, list) else [val]
         if any(isinstance(v, str) and not v.strip() for v in vals):
             opts = act.option_strings
