@@ -30,7 +30,10 @@ def cmd_run(a: argparse.Namespace) -> dict:
         run_report,
         simulate_run,
     )
-    from ..units import parse_time  # deferred: loaded when the command runs (start-up)
+    from ..units import (  # deferred: loaded when the command runs (start-up)
+        fmt_bytes,
+        parse_time,
+    )
 
     if a.replications < 1:
         raise InputError(f"--replications = {a.replications} must be a positive integer")
@@ -76,7 +79,7 @@ def cmd_run(a: argparse.Namespace) -> dict:
                       parallel=parallel_of(a))
     if not r.fits:
         raise InputError(f"{r.strategy.name} does not fit in GPU memory (short by "
-                         f"{r.memory.shortfall_bytes:.0f} bytes per GPU); expected a "
+                         f"{fmt_bytes(r.memory.shortfall_bytes)} per GPU); expected a "
                          "configuration that fits, see 'parosim memory'")
     tps = training.tokens_per_gpu_step * cluster.gpus
     samples = tuple((getattr(r, "extra", None) or {}).get("step_times_s") or ())
@@ -156,8 +159,11 @@ def cmd_advise(a: argparse.Namespace) -> dict:
     if a.seq_len < 1:
         raise InputError(f"--seq-len = {a.seq_len} must be a positive integer")
     batch = parse_global_batch(a.global_batch, a.seq_len)
-    strategies = None if a.strategies == "all" else [
+    strategies = None if a.strategies.strip().lower() == "all" else [
         s for s in a.strategies.split(",") if s.strip()]
+    if strategies == []:
+        raise InputError(f"--strategies {a.strategies!r} names no strategy; expected a comma "
+                         "list such as NIG,GGG, or all")
     if a.efficiency is not None and not 0 < a.efficiency <= 1:
         raise InputError(f"--efficiency = {a.efficiency} must be a fraction in (0, 1]")
     if a.plot:

@@ -68,7 +68,7 @@ from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import Strategy, parse_strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import DEFAULT_COMPUTE_EFFICIENCY, TrainingSpec, parse_trainable_ratio
-from ..units import parse_bandwidth, parse_size
+from ..units import fmt_bytes, parse_bandwidth, parse_size
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,8 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
         mem = memory_breakdown(model, strategy, spec, training, rt)
     if not mem.fits:
         raise InputError(f"job {name!r}: {strategy.name} of {model.name} on {spec.gpus} GPUs "
-                         f"does not fit in GPU memory (short by {mem.shortfall_bytes:.0f} "
-                         "bytes per GPU); expected a configuration that fits")
+                         f"does not fit in GPU memory (short by {fmt_bytes(mem.shortfall_bytes)} "
+                         "per GPU); expected a configuration that fits")
     if three_d:
         plan = build_plan_3d(model, strategy, spec, training, parallel, rt)
     else:
