@@ -121,6 +121,10 @@ def show_run(r: dict) -> None:
         print(settings_text(r["settings"]))
     print(f"best checkpoint interval  {r['best_checkpoint_interval_s']:.0f} s "
           f"(Young {r['young_interval_s']:.0f} s, Daly {r['daly_interval_s']:.0f} s)")
+    ks = [s["interval_steps"] for s in r["searched"]]
+    print(f"searched                  {len(ks)} distinct whole-step intervals, {min(ks)} to "
+          f"{max(ks)} steps" + (" (the longer candidates are the whole run)"
+                                if max(ks) == r["steps"] else ""))
     print(f"goodput                   {r['goodput']:.4f} (Daly {r['daly_goodput']:.4f})")
     print(f"wall clock                {dur(r['wall_clock_s'])} (p90 "
           f"{dur(r['wall_clock_p90_s'])}; without failures {dur(r['useful_s'])})")
@@ -153,7 +157,7 @@ def cmd_advise(a: argparse.Namespace) -> dict:
                          "simulate --cp N for a given configuration")
     model = load_model(a.model)
     cluster = load_cluster(a.cluster, a.nodes, None)
-    if a.gpu_memory:
+    if a.gpu_memory is not None:   # '' is refused by parse_size, never read as not given
         cluster = with_overrides(cluster, gpu_memory_bytes=parse_size(a.gpu_memory,
                                                                       "--gpu-memory"))
     if a.seq_len < 1:

@@ -391,7 +391,8 @@ def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
             model=model,
             memory_bytes=parse_size(unit(g["memory"], "gpu.memory"), f"{where}.gpu.memory")
             if "memory" in g else ref.memory_bytes,
-            peak_flops=parse_flops(g["peak_tflops"]) if "peak_tflops" in g
+            peak_flops=parse_flops(g["peak_tflops"], f"{where}.gpu.peak_tflops")
+            if "peak_tflops" in g
             else ref.peak_flops,
             hbm_bandwidth_Bps=parse_bandwidth(unit(g["hbm_bandwidth"], "gpu.hbm_bandwidth"),
                                               f"{where}.gpu.hbm_bandwidth")
@@ -407,7 +408,7 @@ def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
     if "latency" in o:
         kw["latency_s"] = parse_time(unit(o["latency"], "latency"), f"{where}.latency")
     if "failed" in o:
-        kw["failed"] = _flag(o["failed"], "failed")
+        kw["failed"] = _flag(o["failed"], f"{where}.failed")
     try:
         return Override(**kw)
     except InputError as e:
