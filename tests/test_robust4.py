@@ -784,11 +784,10 @@ def test_a_straggler_is_never_faster(strategy, d, capsys):
 
 
 @pytest.mark.parametrize("model,nodes,mb,seq", [
-    ("mpt-125m", 1, 1, 128), ("llama-7b", 4, 4, 512), ("llama-13b", 2, 2, 2048),
-    ("llama-7b", 16, 8, 1024), ("mpt-1b", 2, 16, 4096)])
+    ("mpt-125m", 1, 1, 128), ("llama-7b", 4, 4, 512), ("mpt-1b", 16, 16, 4096)])
 def test_mfu_is_a_fraction_in_every_strategy(model, nodes, mb, seq, capsys):
     r = run_json(["compare", *A, "--model", model, "--nodes", str(nodes), "--micro-batch",
-                  str(mb), "--seq-len", str(seq), "--accum", "2"], capsys)
+                  str(mb), "--seq-len", str(seq), "--accum", "2", "--workers", "1"], capsys)
     rows = r["results"] if isinstance(r, dict) and "results" in r else r
     seen = 0
     for row in rows:
@@ -804,7 +803,7 @@ def test_mfu_is_a_fraction_in_every_strategy(model, nodes, mb, seq, capsys):
     ["simulate", "--model", "mpt-125m", "--nodes", "1", "--accum", "1"],
     ["simulate", "--model", "mpt-125m", "--nodes", "2", "--accum", "1", "--jitter-cv", "0.1",
      "--repeats", "5"],
-    ["compare", *A, "--nodes", "2"],
+    ["compare", *A, "--model", "mpt-1b", "--nodes", "2", "--workers", "1"],
     ["memory", "--model", "llama-65b"],
     ["collective", "--op", "all-reduce", "-b", "8", "-e", "1M", "--algo", "nccl"],
     ["run", *A, "--nodes", "1", "--tokens", "1B", "--replications", "4"],
