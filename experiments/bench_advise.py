@@ -1,7 +1,8 @@
 """Benchmark of ``parosim advise``: wall time, simpy events/s of the engine replays, peak RSS.
 
 Target (issue 11): ``parosim advise --model llama-65b --cluster dgx-a100-ib --nodes 128
---global-batch 2048`` under 60 s on 2 cores. Run: ``python experiments/bench_advise.py``.
+--global-batch 2048 --seq-len 2048``
+under 60 s on 2 cores. Run: ``python experiments/bench_advise.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import time
 
 CMD = ["advise", "--model", "llama-65b", "--cluster", "dgx-a100-ib", "--nodes", "128",
-       "--global-batch", "2048"]
+       "--global-batch", "2048", "--seq-len", "2048"]
 
 
 def main() -> int:

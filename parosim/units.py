@@ -23,7 +23,7 @@ from .errors import InputError
 _DEC = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BIN = {"Ki": 2**10, "ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
-_SIZE_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTP]i?)?(B|bytes?)?\s*$")
+_SIZE_RE = re.compile(rf"^\s*{_NUM}\s*([kKmMgGtTpP][iI]?)?(B|b|bytes?)?\s*$")
 _BW_RE = re.compile(rf"^\s*{_NUM}\s*([kKMGTP]i?)?(bps|bit/s|b/s|Bps|B/s)\s*$")
 _TIME_RE = re.compile(rf"^\s*{_NUM}\s*(ps|ns|us|µs|ms|s|min|h)\s*$")
 # seconds = value * mul / div (dividing by 1e6 gives 5us == 5e-06 exactly, multiplying does not)
@@ -66,7 +66,8 @@ def _empty(text: object, what: str, example: str) -> None:
 
 
 def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = False) -> int:
-    """Bytes from ``"80GB"``, ``"1GiB"``, ``"512KiB"``, ``"4096"`` or a number.
+    """Bytes from ``"80GB"``, ``"1GiB"``, ``"512KiB"``, ``"4096"`` or a number. The unit's
+    letters may be in any case (``40gb`` = ``40GB``; a size is never in bits).
 
     >>> parse_size("2KiB"), parse_size("1.5GB"), parse_size(64)
     (2048, 1500000000, 64)
@@ -83,7 +84,8 @@ def parse_size(text: str | int | float, what: str = "size", allow_zero: bool = F
                 f"{what} {text!r} is not a size; expected a number with an optional unit "
                 "B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), "
                 "e.g. '80GB' or '1GiB'")
-        value = float(m.group(1)) * _prefix(m.group(2))
+        p = m.group(2)   # any case: a size is counted in bytes, never bits
+        value = float(m.group(1)) * _prefix(p and (p[0].upper() + p[1:].lower()))
     _positive(value, text, what, allow_zero)
     _within(value, text, what, None, MAX_SIZE_BYTES, "at most 1EiB (2**60 bytes)")
     n = int(round(value))
@@ -120,7 +122,8 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     return value
 
 
-def parse_time(text: str | int | float, what: str = "latency", allow_zero: bool = True) -> float:
+def parse_time(text: str | int | float, what: str = "latency", allow_zero: bool = True,
+               example: str = "5us") -> float:
     """Seconds from ``"5us"``, ``"2ms"``, ``"0s"`` or a number (seconds).
 
     >>> parse_time("2us"), parse_time("1.5ms")
@@ -135,7 +138,7 @@ def parse_time(text: str | int | float, what: str = "latency", allow_zero: bool 
         m = _TIME_RE.match(str(text))
         if not m:
             raise InputError(f"{what} {text!r} is not a time; expected a number with a unit "
-                             "ps, ns, us, ms, s, e.g. '5us'")
+                             f"ps, ns, us, ms, s, min or h, e.g. {example!r}")
         mul, div = _TIME[m.group(2)]
         value = float(m.group(1)) * mul / div
     _positive(value, text, what, allow_zero)

@@ -18,7 +18,8 @@ from parosim.spec.strategy import parse_strategy
 from parosim.spec.training import TrainingSpec
 from parosim.studies.advise import parse_global_batch
 
-ARGS = ["advise", "--model", "llama-13b", "--nodes", "2", "--global-batch", "64",
+ARGS = ["advise", "--model", "llama-13b", "--cluster", "dgx-a100-ib", "--seq-len", "2048",
+        "--nodes", "2", "--global-batch", "64",
         "--strategies", "NNN,NNG,IIG,GGG", "--top", "4", "--engine-top", "1"]
 
 
@@ -94,8 +95,8 @@ def test_summary_equals_the_plans_closed_form():
     (["--plot", "p.jpg"], "expected a .png, .svg or .pdf"),
 ])
 def test_advise_bad_input_exit_2(extra, needle, capsys):
-    argv = ["advise", "--model", "llama-7b", "--nodes", "1", "--global-batch", "16",
-            "--strategies", "NNN"]
+    argv = ["advise", "--model", "llama-7b", "--cluster", "dgx-a100-ib", "--seq-len", "2048",
+            "--nodes", "1", "--global-batch", "16", "--strategies", "NNN"]
     rc = main(argv + extra)
     err = capsys.readouterr().err
     assert rc == 2 and needle in err and err.count("\n") == 1

@@ -110,15 +110,17 @@ def _same_svg_cli(argv: list[str], tmp_path) -> None:
 
 def test_advise_pareto_plot(saved, tmp_path, capsys):
     out = tmp_path / "pareto.svg"
-    assert main(["advise", "--model", "llama-13b", "--nodes", "2", "--global-batch", "64",
+    assert main(["advise", "--model", "llama-13b", "--cluster", "dgx-a100-ib", "--seq-len",
+                 "2048", "--nodes", "2", "--global-batch", "64",
                  "--strategies", "NNG,IIG", "--top", "2", "--engine-top", "0",
                  "--plot", str(out)]) == 0
     (fig, path), = saved
     assert path == out and out.stat().st_size > 5_000
     check_figure(fig, ["llama-13b", "dgx-a100-ib", "throughput (tokens/s)",
-                       "memory per GPU (GB)"])
+                       "memory per GPU (GiB)"])
     first = out.read_bytes()
-    assert main(["advise", "--model", "llama-13b", "--nodes", "2", "--global-batch", "64",
+    assert main(["advise", "--model", "llama-13b", "--cluster", "dgx-a100-ib", "--seq-len",
+                 "2048", "--nodes", "2", "--global-batch", "64",
                  "--strategies", "NNG,IIG", "--top", "2", "--engine-top", "0",
                  "--plot", str(out)]) == 0
     assert out.read_bytes() == first  # the same run -> the same SVG bytes

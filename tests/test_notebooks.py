@@ -29,10 +29,11 @@ def kernel() -> str:
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize("name", ["quickstart", "paper_reproduction", "what_if"])
-def test_notebook_runs(name, kernel):
+def test_notebook_runs(name, kernel, tmp_path):
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    # run from a directory outside the repository: the notebooks find experiments/ themselves
     client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=120,
-                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+                                     resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

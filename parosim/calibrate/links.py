@@ -249,12 +249,15 @@ def fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
     from scipy.optimize import least_squares  # deferred: scipy loads only when this runs
 
     if not meas:
-        raise InputError("calibration has no measurements to fit (all held out?)")
+        raise InputError("calibration has no measurements left to fit (every size is held out "
+                         "by --holdout or below --min-size); expected some sizes in the fit")
     names = params or default_params(meas)
     ps = [make_param(n) for n in names]
     t = np.array([m.measured_s for m in meas])
     if not np.all(t > 0):
-        raise InputError("calibration: every measured time must be positive")
+        bad = next(m for m in meas if not m.measured_s > 0)
+        raise InputError(f"calibration: a measured time of {bad.measured_s!r} s (an nccl-tests "
+                         "log of --nccl-tests) is not positive; expected positive times")
     lo = np.log([p.lo for p in ps])
     hi = np.log([p.hi for p in ps])
     x0 = np.clip(np.log([max(p.get(base), p.lo) for p in ps]), lo + 1e-9, hi - 1e-9)

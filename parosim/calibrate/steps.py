@@ -104,6 +104,9 @@ class StepRun:
                 or self.dp_comm_overlap or self.cp > 1)
 
 
+MIN_STEP_S, MAX_STEP_S = 1e-6, 1e9   # a measured step: above 1 us, below ~32 years
+
+
 def _int(text: str, col: str, where: str) -> int:
     try:
         v = int(str(text).strip())
@@ -131,21 +134,30 @@ def read_steps(path: str | Path) -> list[StepRun]:
     if missing:
         raise InputError(f"--steps {str(path)!r}: missing column(s) {', '.join(missing)}; "
                          f"expected {', '.join(REQUIRED)} (optional: {', '.join(OPTIONAL)})")
+    dup = sorted({c for c in cols if cols.count(c) > 1})
+    if dup:
+        raise InputError(f"--steps {str(path)!r}: column(s) {', '.join(dup)} appear twice in "
+                         "the header; expected each column once")
     unknown = [c for c in cols if c not in REQUIRED + OPTIONAL]
     if unknown:
         raise InputError(f"--steps {str(path)!r}: unknown column(s) {', '.join(unknown)}; "
                          f"expected {', '.join(REQUIRED + OPTIONAL)}")
     runs = []
     for i, raw in enumerate(reader, start=2):
-        row = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
         where = f"--steps {p.name} line {i}"
+        cells = len(cols) + len(raw.get(None) or ()) - sum(v is None for v in raw.values())
+        if None in raw or any(v is None for v in raw.values()):
+            raise InputError(f"{where} has {cells} cells and the header {len(cols)} columns; "
+                             "expected one cell per column")
+        row = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
         try:
             t = float(row["step_time_s"])
         except ValueError:
             t = float("nan")
-        if not (math.isfinite(t) and t > 0):
+        if not (math.isfinite(t) and MIN_STEP_S <= t <= MAX_STEP_S):
             raise InputError(f"{where}: step_time_s = {row['step_time_s']!r} must be a "
-                             "positive number of seconds")
+                             f"number of seconds in [{MIN_STEP_S:g}, {MAX_STEP_S:g}] (a "
+                             "measured training step)")
         kw = {c: row[c] for c in ("trainable_ratio", "recompute", "attention", "algo",
                                   "runtime", "precision") if row.get(c)}
         for c in ("group_nodes", "tp", "pp", "virtual", "cp"):

@@ -37,9 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
     add_steps_argument(mode)
-    mode.add_argument("--nccl-tests", nargs="+", default=None, metavar="LOG",
-                      help="nccl-tests output files to fit (all_reduce_perf, all_gather_perf, "
-                      "reduce_scatter_perf)")
+    mode.add_argument("--nccl-tests", "--compare", dest="nccl_tests", nargs="+", default=None,
+                      metavar="LOG", help="nccl-tests output files to fit (all_reduce_perf, "
+                      "all_gather_perf, reduce_scatter_perf; --compare: the same, as "
+                      "collective spells it)")
     p.add_argument("--cluster", required=True,
                    help="the base cluster (preset name or YAML path): its topology is kept, "
                    "the fitted parameters replace its values")
@@ -190,6 +191,23 @@ def annotate_yaml(text: str, comments: dict[tuple[str, ...], str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def param_text(key: str, value: float) -> str:
+    """A fitted parameter with its unit (the JSON keeps SI numbers): bandwidths in Gbps,
+    latencies and overheads in us, factors bare.
+
+    >>> param_text("nic.bandwidth", 12.5e9), param_text("nic.latency", 2.5e-5)
+    ('100 Gbps', '25 us')
+    >>> param_text("collective.ring_ll.bw_efficiency", 0.0165331)
+    '0.01653'
+    """
+    leaf = key.rsplit(".", 1)[-1]
+    if leaf.endswith("bandwidth"):
+        return f"{value * 8 / 1e9:.4g} Gbps"
+    if leaf.endswith(("latency", "overhead")):
+        return f"{value * 1e6:.4g} us"
+    return f"{value:.4g}"
+
+
 def print_result(res: dict) -> None:
     if res.get("mode") == "steps":
         from ..calibrate.steps import (
@@ -202,7 +220,7 @@ def print_result(res: dict) -> None:
           f"{res['output']}")
     print(f"{'parameter':<40}{'value':>16}  identified")
     for k, v in res["params"].items():
-        print(f"{k:<40}{v:>16.6g}  {'yes' if res['identified'][k] else 'no'}")
+        print(f"{k:<40}{param_text(k, v):>16}  {'yes' if res['identified'][k] else 'no'}")
     for what, s in (("fit", res["fit"]), (f"held-out ({res['holdout']})", res["held_out"])):
         if not s["n"]:
             continue

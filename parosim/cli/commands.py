@@ -10,6 +10,7 @@ The command registry: each command module (:mod:`.step`, :mod:`.memory`,
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -44,7 +45,44 @@ COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
 _FLAGS = {"micro_batch": "--micro-batch", "accum_steps": "--accum", "seq_len": "--seq-len",
           "compute_efficiency": "--efficiency", "overlap_slowdown": "--overlap-slowdown",
           "trainable ratio": "--trainable-ratio", "trainable_ratio": "--trainable-ratio",
-          "nodes": "--nodes", "group_nodes": "--group-nodes"}
+          "nodes": "--nodes", "group_nodes": "--group-nodes", "logit_bytes": "--logit-bytes"}
+
+
+# What an empty value of a flag should have been (the others: "a value").
+_EMPTY_HINTS = {"runtime": "ideal, deepspeed, fsdp, paro or a runtime YAML path",
+                "ds_config": "a DeepSpeed JSON config path",
+                "deepspeed_config": "a DeepSpeed JSON config path",
+                "minbytes": "a size such as '8' or '1M'", "maxbytes": "a size such as '8G'",
+                "strategies": "a comma list of strategies such as NIG,GGG, or all",
+                "strategy": "a strategy such as NIG, or all",
+                "compare": "an nccl-tests log path", "nccl_tests": "an nccl-tests log path",
+                "trace": "a file path", "plot": "a file path", "link_timeline": "a file path",
+                "jobs": "a jobs YAML path", "spec": "a sweep spec YAML path",
+                "out": "a directory path"}
+# flags whose own parser already names the empty value ('' ) in its message
+_EMPTY_OWN = {"model", "global_batch", "tokens", "trainable_ratio", "algo", "op", "size",
+              "cluster", "gpu_memory", "nic_bandwidth", "intra_bandwidth", "scheduler",
+              "checkpoint_time", "restart_time", "checkpoint_interval", "gpu_mtbf", "node_mtbf"}
+
+
+def _no_empty_values(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """A flag given an empty (or blank) string is refused with one line naming it: never
+    read as 'not given' (which silently ran with the default)."""
+    sub = next(x for x in parser._actions if isinstance(x, argparse._SubParsersAction))
+    for act in sub.choices[a.command]._actions:
+        if (act.dest in _EMPTY_OWN or not hasattr(a, act.dest)
+                or (a.command, act.dest) == ("validate", "strategies")):  # '': no step runs
+            continue
+        val = getattr(a, act.dest)
+        if val == act.default:   # not given (a default may be '', as validate's --parallel)
+            continue
+        vals = val if isinstance(val, list) else [val]
+        if any(isinstance(v, str) and not v.strip() for v in vals):
+            opts = act.option_strings
+            flag = ("/".join(opts[:2]) if opts and not opts[0].startswith("--")
+                    else opts[0] if opts else act.dest)
+            hint = _EMPTY_HINTS.get(act.dest, f"a value (see parosim {a.command} --help)")
+            raise InputError(f"{flag} is empty; expected {hint}")
 
 
 def _flag_names(msg: str) -> str:
@@ -62,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(args)
     run, show = COMMANDS[a.command]
     try:
+        _no_empty_values(parser, a)
         res = run(a)
     except InputError as e:
         msg = str(e) if a.command == "sweep" else _flag_names(str(e))  # sweep: YAML keys

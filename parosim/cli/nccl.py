@@ -26,9 +26,10 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
                    help="nccl-tests sweep: smallest size, e.g. 8 (with -e, -f)")
     c.add_argument("-e", "--maxbytes", default=None, help="nccl-tests sweep: largest size, e.g. 8G")
     c.add_argument("-f", "--stepfactor", default=None, help="nccl-tests sweep: size factor (2)")
-    c.add_argument("--compare", nargs="+", default=None, metavar="LOG",
-                   help="nccl-tests output files (all_reduce_perf, all_gather_perf, "
-                   "reduce_scatter_perf): simulated vs measured per size")
+    c.add_argument("--compare", "--nccl-tests", dest="compare", nargs="+", default=None,
+                   metavar="LOG", help="nccl-tests output files (all_reduce_perf, "
+                   "all_gather_perf, reduce_scatter_perf): simulated vs measured per size "
+                   "(--nccl-tests: the same, as calibrate spells it)")
     c.add_argument("--plot", default=None, metavar="FILE",
                    help="with -b/-e or --compare: draw time vs size (log-log) to FILE")
     c.add_argument("--in-place", action="store_true",

@@ -63,7 +63,36 @@ EXAMPLES = {
               "  parosim memory --model llama-13b --strategy zero3 --gpu-memory 40GB",
     "sweep": "examples:\n  parosim sweep experiments/03_allgather_1gb/sweep.yaml --out "
              "/tmp/ag",
+    "advise": "examples:\n  parosim advise --model llama-7b --nodes 2 --global-batch 256\n"
+              "  parosim advise --model llama-65b --cluster dgx-a100-ib --nodes 128 "
+              "--global-batch 2048 --seq-len 2k --plot pareto.png",
+    "run": "examples:\n  parosim run --model llama-7b --nodes 4 --tokens 10B --mode analytic\n"
+           "  parosim run --nodes 64 --tokens 1T --gpu-mtbf 50000h --checkpoint-time 2min "
+           "--checkpoint-interval 3h",
+    "calibrate": "examples:\n  parosim calibrate --nccl-tests "
+                 "tests/data/nccl-tests/aws-p4de-2node-all_reduce.txt --cluster aws-p4de -o "
+                 "/tmp/p4de.yaml\n"
+                 "  parosim calibrate --steps experiments/09_calibrate_steps/runs_example.csv "
+                 "--cluster llm-foundry-a100-roce -o /tmp/steps.yaml",
+    "validate": "examples:\n  parosim validate --nodes 1 --ranks-per-node 2 --sizes 1MiB "
+                "--ops all-reduce --algos ring\n"
+                "  parosim validate --emulate --json    # root: namespaces, a bridge and tc",
 }
+
+
+def seq_len_type(text: str) -> int:
+    """``--seq-len``: a whole number of tokens, or ``4k`` / ``32K`` (x 1024, as context
+    lengths are named: 4k = 4096)."""
+    t = str(text).strip()
+    mul = 1
+    if t[-1:] in ("k", "K"):
+        t, mul = t[:-1], 1024
+    try:
+        return int(t) * mul
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a token count; expected a whole number such as 2048 "
+            "or 4k (= 4096)") from None
 
 
 def cluster_args(p: argparse.ArgumentParser) -> None:
@@ -80,19 +109,31 @@ def cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
 
-def training_args(p: argparse.ArgumentParser) -> None:
+# flags of training_args that cannot change a memory breakdown: not offered by `memory`
+NOT_MEMORY = {"efficiency": None, "overlap_slowdown": None, "compute_model": None,
+              "nic_bandwidth": None, "intra_bandwidth": None, "tp_algo": None,
+              "dp_comm_overlap": False}
+
+
+def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
+    """The training, override and layout flags; ``memory``: without the flags that cannot
+    change memory (:data:`NOT_MEMORY`, set to their defaults)."""
+    if memory:
+        p.set_defaults(**NOT_MEMORY)
+        p = _Filtered(p, NOT_MEMORY)
     p.add_argument("--model", default="llama-7b",
                    help="a preset (llama-7b/13b/30b/65b, llama-2-7b/13b/70b, llama-3-8b/70b, "
                         "gpt3-175b, mpt-125m ... mpt-70b) or a YAML path")
     p.add_argument("--micro-batch", type=int, default=4, action=Explicit,
                    help="sequences per GPU per micro-step")
-    p.add_argument("--accum", type=int, default=10, action=Explicit,
-                   help="accumulation micro-steps s")
+    p.add_argument("--accum", "--accum-steps", dest="accum", type=int, default=10,
+                   action=Explicit, help="accumulation micro-steps s (JSON: accum_steps)")
     p.add_argument("--global-batch", default=None, metavar="SEQS|TOKENS",
                    help="global batch per optimizer step, in sequences (2048) or tokens "
                    "(1Mitok = 2**20, 4Mtok = 4e6); sets --accum = global / (micro-batch x "
                    "data-parallel GPUs), as DeepSpeed's train_batch_size does")
-    p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
+    p.add_argument("--seq-len", type=seq_len_type, default=512,
+                   help="tokens per sequence, e.g. 2048 or 4k (= 4096)")
     p.add_argument("--trainable-ratio", default="full",
                    help="full | partial (1/16) | peft (3/1000) | a number in (0, 1]")
     p.add_argument("--recompute", default="auto",
@@ -100,8 +141,9 @@ def training_args(p: argparse.ArgumentParser) -> None:
                    help="activation recomputation (auto: full only when needed to fit; "
                    "on = full, off = none; selective: the attention core only, with the "
                    "--tp/--pp model)")
-    p.add_argument("--efficiency", type=float, default=None,
-                   help="fraction of peak FLOP/s that compute achieves (default 0.5)")
+    p.add_argument("--efficiency", "--compute-efficiency", dest="efficiency", type=float,
+                   default=None, help="fraction of peak FLOP/s that compute achieves (default "
+                   "0.5; JSON: compute_efficiency)")
     p.add_argument("--overlap-slowdown", type=float, default=None,
                    help="compute slowdown factor while a collective runs beside it (>= 1; "
                    "default: the cluster YAML's compute.overlap_slowdown, else the runtime's)")
@@ -134,6 +176,8 @@ def training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--intra-bandwidth", default=None,
                    help="override per-GPU intra-node bandwidth, e.g. 2400Gbps")
     g = p.add_argument_group("tensor / pipeline parallelism (docs/parallelism.md)")
+    if memory:
+        g = _Filtered(g, NOT_MEMORY)
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     g.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1); --accum "
                    "is then the micro-batches per step")
@@ -157,6 +201,21 @@ def training_args(p: argparse.ArgumentParser) -> None:
                    "parallel gradient reduction / parameter all-gather run bucket by bucket "
                    "beside the last backward / first forward (needs --tp or --pp >= 2 and "
                    "PaRO NNN, NNI or NNG; docs/parallelism.md)")
+
+
+class _Filtered:
+    """An argument container that skips the flags whose dest is in ``skip``."""
+
+    def __init__(self, inner, skip):
+        self.inner, self.skip = inner, skip
+
+    def add_argument(self, *names, **kw):
+        dest = kw.get("dest") or names[0].lstrip("-").replace("-", "_")
+        if dest not in self.skip:
+            self.inner.add_argument(*names, **kw)
+
+    def add_argument_group(self, *args, **kw):
+        return _Filtered(self.inner.add_argument_group(*args, **kw), self.skip)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -237,7 +296,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.add_argument("--json", action="store_true", help="summary as JSON")
 
-    v = sub.add_parser("validate", help="run the same schedule on real torch.distributed "
+    v = sub.add_parser("validate", epilog=EXAMPLES["validate"],
+                       help="run the same schedule on real torch.distributed "
                        "ranks and report simulated vs measured")
     if command in (None, "validate"):  # its options import the harness: only when needed
         from ..validate.cli import (
@@ -247,7 +307,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         _validate_args(v)
     v.add_argument("--json", action="store_true", help="the result as JSON")
 
-    rn = sub.add_parser("run", help="a whole training run with failures: goodput, wall clock, "
+    rn = sub.add_parser("run", epilog=EXAMPLES["run"],
+                        help="a whole training run with failures: goodput, wall clock, "
                         "best checkpoint interval (Monte-Carlo, see docs/runs-and-jobs.md)")
     rn.add_argument("--strategy", default=None,
                     help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
@@ -280,7 +341,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     training_args(rn)
     cluster_args(rn)
 
-    cal = sub.add_parser("calibrate", help="fit a cluster to measurements (nccl-tests logs) "
+    cal = sub.add_parser("calibrate", epilog=EXAMPLES["calibrate"],
+                         help="fit a cluster to measurements (nccl-tests logs) "
                          "and write a cluster YAML")
     if command in (None, "calibrate"):  # its options import calibrate_steps: only when needed
         from .calibrate import (
@@ -289,13 +351,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
         _calibrate_args(cal)
 
-    ad = sub.add_parser("advise", help="the fastest TP / PP / PaRO / micro-batch / "
+    ad = sub.add_parser("advise", epilog=EXAMPLES["advise"],
+                        help="the fastest TP / PP / PaRO / micro-batch / "
                         "recomputation / algorithm configurations for a global batch")
     ad.add_argument("--model", default="llama-7b", help="preset name or YAML path")
     ad.add_argument("--global-batch", required=True,
                     help="sequences (2048, 2048seq) or tokens (4Mtok, 4194304tokens)")
-    ad.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence "
-                    "(default 2048)")
+    ad.add_argument("--seq-len", type=seq_len_type, default=512,
+                    help="tokens per sequence, e.g. 2048 or 4k (= 4096) (default 512, as "
+                    "every command)")
     ad.add_argument("--top", type=int, default=5, help="configurations to print (default 5)")
     ad.add_argument("--engine-top", type=int, default=3,
                     help="best configurations replayed on the engine (default 3)")
@@ -303,7 +367,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     help="largest micro-batch tried (powers of 2; default 16)")
     ad.add_argument("--strategies", default="all",
                     help="comma-separated PaRO strategies to search (default all 14)")
-    ad.add_argument("--efficiency", type=float, default=None,
+    ad.add_argument("--efficiency", "--compute-efficiency", dest="efficiency", type=float,
+                    default=None,
                     help="fraction of peak FLOP/s compute achieves (default 0.5)")
     ad.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 40GB")
     ad.add_argument("--cp", type=int, default=1,
@@ -317,8 +382,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     "Core's DP communication overlap (a fixed setting, not searched)")
     ad.add_argument("--plot", default=None, help="write the memory-vs-throughput Pareto "
                     "plot to FILE (.png, .svg, .pdf)")
-    ad.add_argument("--cluster", default="dgx-a100-ib",
-                    help="preset name or YAML path (default: dgx-a100-ib)")
+    ad.add_argument("--cluster", default="paper-a100-roce",
+                    help="preset name or YAML path (default: paper-a100-roce, as every "
+                    "command)")
     ad.add_argument("--nodes", type=int, default=None, help="override the node count")
     ad.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                     help="change one key of the cluster YAML (e.g. nic.bandwidth=100Gbps); "
@@ -332,7 +398,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     m = sub.add_parser("memory", epilog=EXAMPLES["memory"],
                        help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
-    training_args(m)
+    training_args(m, memory=True)
     cluster_args(m)
     return p
 

@@ -49,6 +49,9 @@ def cmd_jobs(a: argparse.Namespace) -> dict:
     return out
 
 
+_TEXT_NAMES = {"accum_steps": "accum", "compute_efficiency": "efficiency"}
+
+
 def show_jobs(r: dict) -> None:
     from ..units import fmt_bytes  # deferred: loaded when the command runs (start-up)
 
@@ -62,6 +65,8 @@ def show_jobs(r: dict) -> None:
               f"{j['slowdown']:>10.3f}")
     for j in r["jobs"]:
         st = j.get("settings") or {}
+        # the text names settings as simulate's header and flags do (JSON keys unchanged)
+        st = {_TEXT_NAMES.get(k, k): v for k, v in st.items()}
         if st:
             print(f"settings of {j['name']}: " + ", ".join(
                 f"{k.replace('_', '-')} {v:g}" if isinstance(v, float) else

@@ -30,7 +30,10 @@ def cmd_run(a: argparse.Namespace) -> dict:
         run_report,
         simulate_run,
     )
-    from ..units import parse_time  # deferred: loaded when the command runs (start-up)
+    from ..units import (  # deferred: loaded when the command runs (start-up)
+        fmt_bytes,
+        parse_time,
+    )
 
     if a.replications < 1:
         raise InputError(f"--replications = {a.replications} must be a positive integer")
@@ -50,12 +53,12 @@ def cmd_run(a: argparse.Namespace) -> dict:
         elif str(val).strip().lower() in ("none", "inf", "never"):
             mtbf[flag] = None
         else:
-            mtbf[flag] = parse_time(val, flag, allow_zero=False)
+            mtbf[flag] = parse_time(val, flag, allow_zero=False, example="50000h")
     if mtbf["--gpu-mtbf"] is None and mtbf["--node-mtbf"] is None:
         raise InputError("--gpu-mtbf and --node-mtbf are both 'none'; expected at least one "
                          "failure rate (e.g. --gpu-mtbf 50000h)")
-    ckpt = parse_time(a.checkpoint_time, "--checkpoint-time")
-    restart = parse_time(a.restart_time, "--restart-time")
+    ckpt = parse_time(a.checkpoint_time, "--checkpoint-time", example="60s")
+    restart = parse_time(a.restart_time, "--restart-time", example="10min")
     if a.repeats < 1:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
     if a.jitter_cv is not None:
@@ -76,16 +79,27 @@ def cmd_run(a: argparse.Namespace) -> dict:
                       parallel=parallel_of(a))
     if not r.fits:
         raise InputError(f"{r.strategy.name} does not fit in GPU memory (short by "
-                         f"{r.memory.shortfall_bytes:.0f} bytes per GPU); expected a "
+                         f"{fmt_bytes(r.memory.shortfall_bytes)} per GPU); expected a "
                          "configuration that fits, see 'parosim memory'")
     tps = training.tokens_per_gpu_step * cluster.gpus
     samples = tuple((getattr(r, "extra", None) or {}).get("step_times_s") or ())
     spec = run_from_step(r.step_time_s, tps, tokens, cluster.gpus, cluster.nodes, ckpt,
                          restart, mtbf["--gpu-mtbf"], mtbf["--node-mtbf"], samples)
+    tau = None
+    if a.checkpoint_interval is not None:
+        tau = parse_time(a.checkpoint_interval, "--checkpoint-interval", allow_zero=False,
+                         example="3h")
+        if tau < spec.step_time_s:
+            raise InputError(f"--checkpoint-interval {a.checkpoint_interval} is shorter than "
+                             f"one step ({spec.step_time_s:.4g} s); expected at least one step "
+                             "(a checkpoint is written between steps)")
+        if tau > spec.useful_s:
+            raise InputError(f"--checkpoint-interval {a.checkpoint_interval} is longer than "
+                             f"the whole run's compute ({spec.useful_s:.6g} s = {spec.steps} "
+                             f"steps); expected at most {spec.useful_s:.6g} s")
     search = best_interval(spec, a.replications, a.seed, a.search_points)
     fixed = None
-    if a.checkpoint_interval is not None:
-        tau = parse_time(a.checkpoint_interval, "--checkpoint-interval", allow_zero=False)
+    if tau is not None:
         k = max(1, min(spec.steps, round(tau / spec.step_time_s)))
         fixed = simulate_run(spec, k, a.replications, a.seed)
     out = run_report(search, tokens, tps, fixed)
@@ -107,6 +121,10 @@ def show_run(r: dict) -> None:
         print(settings_text(r["settings"]))
     print(f"best checkpoint interval  {r['best_checkpoint_interval_s']:.0f} s "
           f"(Young {r['young_interval_s']:.0f} s, Daly {r['daly_interval_s']:.0f} s)")
+    ks = [s["interval_steps"] for s in r["searched"]]
+    print(f"searched                  {len(ks)} distinct whole-step intervals, {min(ks)} to "
+          f"{max(ks)} steps" + (" (the longer candidates are the whole run)"
+                                if max(ks) == r["steps"] else ""))
     print(f"goodput                   {r['goodput']:.4f} (Daly {r['daly_goodput']:.4f})")
     print(f"wall clock                {dur(r['wall_clock_s'])} (p90 "
           f"{dur(r['wall_clock_p90_s'])}; without failures {dur(r['useful_s'])})")
@@ -139,14 +157,17 @@ def cmd_advise(a: argparse.Namespace) -> dict:
                          "simulate --cp N for a given configuration")
     model = load_model(a.model)
     cluster = load_cluster(a.cluster, a.nodes, None, a.set or ())
-    if a.gpu_memory:
+    if a.gpu_memory is not None:   # '' is refused by parse_size, never read as not given
         cluster = with_overrides(cluster, gpu_memory_bytes=parse_size(a.gpu_memory,
                                                                       "--gpu-memory"))
     if a.seq_len < 1:
         raise InputError(f"--seq-len = {a.seq_len} must be a positive integer")
     batch = parse_global_batch(a.global_batch, a.seq_len)
-    strategies = None if a.strategies == "all" else [
+    strategies = None if a.strategies.strip().lower() == "all" else [
         s for s in a.strategies.split(",") if s.strip()]
+    if strategies == []:
+        raise InputError(f"--strategies {a.strategies!r} names no strategy; expected a comma "
+                         "list such as NIG,GGG, or all")
     if a.efficiency is not None and not 0 < a.efficiency <= 1:
         raise InputError(f"--efficiency = {a.efficiency} must be a fraction in (0, 1]")
     if a.plot:

@@ -76,7 +76,7 @@ from ..spec.system import (
 )
 from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .cluster_base import MAX_BASE_DEPTH, apply_sets, merge
-from .yamlspec import check_keys, number, positive_int, read_yaml, section
+from .yamlspec import check_keys, name_value, number, positive_int, read_yaml, section
 
 _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
         "collective", "group_nodes", "sources", "notes", "compute", "overrides",
@@ -164,7 +164,7 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
                          "fabric: leaf-spine")
     nodes = data.get("nodes", 1)
     spec = ClusterSpec(
-        name=str(data["name"]),
+        name=name_value(data["name"], where),
         nodes=positive_int(nodes, f"{where}: nodes"),
         gpus_per_node=positive_int(data["gpus_per_node"], f"{where}: gpus_per_node"),
         gpu=_gpu(gpu, where),
@@ -401,7 +401,8 @@ def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
             model=model,
             memory_bytes=parse_size(unit(g["memory"], "gpu.memory"), f"{where}.gpu.memory")
             if "memory" in g else ref.memory_bytes,
-            peak_flops=parse_flops(g["peak_tflops"]) if "peak_tflops" in g
+            peak_flops=parse_flops(g["peak_tflops"], f"{where}.gpu.peak_tflops")
+            if "peak_tflops" in g
             else ref.peak_flops,
             hbm_bandwidth_Bps=parse_bandwidth(unit(g["hbm_bandwidth"], "gpu.hbm_bandwidth"),
                                               f"{where}.gpu.hbm_bandwidth")
@@ -417,7 +418,7 @@ def _override(o: Any, base_gpu: GPUSpec, where: str) -> Override:
     if "latency" in o:
         kw["latency_s"] = parse_time(unit(o["latency"], "latency"), f"{where}.latency")
     if "failed" in o:
-        kw["failed"] = _flag(o["failed"], "failed")
+        kw["failed"] = _flag(o["failed"], f"{where}.failed")
     try:
         return Override(**kw)
     except InputError as e:

@@ -39,8 +39,8 @@ JOB_KEYS = {"name", "nodes", "model", "strategy", "algo", "micro_batch", "accum"
 JOB_DEFAULTS = {"model": "llama-7b", "strategy": "NIG", "algo": None, "micro_batch": 4,
                 "accum": 10, "seq_len": 512, "trainable_ratio": "full", "recompute": "auto",
                 "efficiency": None, "overlap_slowdown": None, "group_nodes": 1,
-                "runtime": None, "compute_model": None, "attention": "flash",
-                "memory_model": "korthikanti", "logit_bytes": None, "precision": "bf16",
+                "runtime": None, "compute_model": None, "attention": None,
+                "memory_model": None, "logit_bytes": None, "precision": "bf16",
                 "tp": 1, "pp": 1, "pp_schedule": "1f1b", "virtual_stages": None,
                 "sequence_parallel": False}
 

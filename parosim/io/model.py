@@ -42,7 +42,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..spec.model import ModelSpec, is_preset, known_models, preset
-from .yamlspec import MAX_YAML_BYTES, check_keys, number, positive_int, read_yaml
+from .yamlspec import MAX_YAML_BYTES, check_keys, name_value, number, positive_int, read_yaml
 
 _SHAPE = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 _ARCH = ("kv_heads", "mlp", "norm", "bias", "tied_embeddings", "pos_embedding")
@@ -58,7 +58,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
     check_keys(data, _KEYS, where)
     if "name" not in data:
         raise InputError(f"{where}: missing required key 'name'")
-    name = str(data["name"])
+    name = name_value(data["name"], where)
     shape = {k: data[k] for k in _SHAPE if k in data}
     if shape:
         if len(shape) != len(_SHAPE):

@@ -41,7 +41,7 @@ from typing import Any
 from ..errors import InputError
 from ..spec.runtime import IDEAL, RuntimeSpec
 from ..spec.strategy import parse_strategy
-from .yamlspec import check_keys, read_yaml
+from .yamlspec import check_keys, name_value, read_yaml
 
 _KEYS = {"name", "framework", "stages", "collective_algo", "paro_cc_min_elements",
          "grad_bucket_elements", "allgather_bucket_elements", "overlap_comm",
@@ -101,7 +101,7 @@ def runtime_from_dict(data: dict[str, Any], where: str = "runtime") -> RuntimeSp
         raise InputError(f"{where}: forward_only_gather must be a list of strategies")
     d = RuntimeSpec()
     kw: dict[str, Any] = {
-        "name": str(data["name"]),
+        "name": name_value(data["name"], where),
         "framework": str(data.get("framework", d.framework)),
         "stages": stages,
         "collective_algo": data.get("collective_algo"),

@@ -105,3 +105,14 @@ def number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{name} = {value!r} must be a number")
     return float(value)
+
+
+def name_value(value: Any, where: str) -> str:
+    """A ``name:`` field: a non-empty string (a YAML number is read as its text); a list, a
+    mapping, a boolean or an empty string is refused."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InputError(f"{where}: name = {value!r} must be a string, e.g. name: my-cluster")
+    text = str(value)
+    if not text.strip():
+        raise InputError(f"{where}: name is empty; expected a non-empty string")
+    return text

@@ -99,17 +99,17 @@ class ParallelSpec:
         if v is None:
             v = 2 if self.schedule == "interleaved" else 1
             object.__setattr__(self, "virtual", v)
-        _pos_int(v, "virtual stages per pipeline stage")
+        _pos_int(v, "--virtual-stages")
         if self.schedule == "1f1b" and v != 1:
-            raise InputError(f"virtual stages = {v} need --pp-schedule interleaved; the 1f1b "
+            raise InputError(f"--virtual-stages {v} needs --pp-schedule interleaved; the 1f1b "
                              "schedule has one model chunk per stage")
         if self.schedule == "interleaved":
             if self.pp < 2:
                 raise InputError("--pp-schedule interleaved needs --pp >= 2 (it interleaves "
                                  "model chunks over several pipeline stages)")
             if v < 2:
-                raise InputError(f"interleaved schedule with {v} chunk per stage is 1f1b; "
-                                 "expected at least 2 virtual stages")
+                raise InputError(f"--virtual-stages {v} with --pp-schedule interleaved is "
+                                 "1f1b (one chunk per stage); expected --virtual-stages >= 2")
         if self.tp_comm_overlap and not (self.sequence_parallel and self.tp >= 2):
             got = f"--tp {self.tp}" + ("" if self.sequence_parallel
                                         else " without --sequence-parallel")

@@ -413,8 +413,9 @@ class ClusterSpec:
                  f"has more than {MAX_GPUS} GPUs, the simulator's limit; expected at most "
                  f"{max(1, MAX_GPUS // self.gpus_per_node)} nodes")
         _require(self.nodes % self.group_nodes == 0,
-                 f"group of {self.group_nodes} nodes does not divide the {self.nodes} nodes of "
-                 f"cluster {self.name!r}; expected a divisor of {self.nodes}")
+                 f"group_nodes = {self.group_nodes} (nodes per PaRO group) does not divide the "
+                 f"{self.nodes} nodes of cluster {self.name!r}; expected a divisor of "
+                 f"{self.nodes}")
         if self.nodes > 1:
             _require(self.nic.per_node >= 1,
                      f"cluster {self.name!r} has {self.nodes} nodes but nic.per_node = 0: the "

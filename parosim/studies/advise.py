@@ -48,6 +48,8 @@ from ..spec.system import ClusterSpec
 from ..spec.training import TrainingSpec
 
 RECOMPUTE = ("none", "selective", "full")
+MAX_ENGINE_TOP = 20   # engine replays (each seconds to minutes): a bounded run
+MAX_TOP = 1000        # configurations listed
 
 
 def parse_global_batch(text: str | int, seq_len: int) -> int:
@@ -180,15 +182,26 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
 
     model.require_shape("advise")
     if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or not cluster.closed_form_exact:
-        raise InputError(f"parosim advise ranks layouts with the model of identical ranks and "
-                         f"links; cluster {cluster.name!r} has GPU or link overrides, jitter "
-                         "or ECMP hashing; expected a cluster without them (parosim simulate "
-                         "--mode engine models stragglers)")
+        why = ("GPU overrides (speed, type or memory)" if cluster.compute_heterogeneous
+               else f"compute jitter (jitter.cv = {cluster.jitter_cv:g})"
+               if cluster.jitter_cv > 0 else "link overrides (bandwidth, latency or a failed "
+               "link)" if cluster.network_heterogeneous else "ECMP hashing")
+        raise InputError(f"parosim advise ranks layouts with the closed form of identical "
+                         f"ranks and links; cluster {cluster.name!r} has {why}, where it does "
+                         "not hold; expected a cluster without them (parosim simulate --mode "
+                         "engine models it for a given configuration)")
     for name, v in (("--top", top), ("--max-micro-batch", max_micro_batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"{name} = {v!r} must be a positive integer")
     if isinstance(engine_top, bool) or not isinstance(engine_top, int) or engine_top < 0:
         raise InputError(f"--engine-top = {engine_top!r} must be a non-negative integer")
+    if engine_top > MAX_ENGINE_TOP:
+        raise InputError(f"--engine-top = {engine_top} replays more than {MAX_ENGINE_TOP} "
+                         "configurations on the engine (seconds to minutes each); expected "
+                         f"at most {MAX_ENGINE_TOP}")
+    if top > MAX_TOP:
+        raise InputError(f"--top = {top} is more than {MAX_TOP}; expected at most {MAX_TOP} "
+                         "configurations")
     if global_batch < 1:
         raise InputError(f"--global-batch = {global_batch!r} must be positive")
     t0 = time.perf_counter()
@@ -247,6 +260,14 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
                                           capacity_bytes=mem.capacity_bytes)
                             pool.append((ub, c, (cl, tr, par, strat, algo)))
                         b *= 2
+    if not pool and not screened:
+        ds = sorted({cluster.gpus // (tp * pp) for tp, pp, *_ in _structures(model, cluster)})
+        raise InputError(
+            f"--global-batch {global_batch} sequences has no layout on {cluster.gpus} GPUs: it "
+            f"is not a multiple of micro-batch (1 .. {max_micro_batch}) x any data-parallel "
+            f"degree ({', '.join(map(str, ds))}); expected a global batch divisible by one of "
+            f"them, e.g. {-(-global_batch // ds[0]) * ds[0]} (a divisibility problem, not "
+            "memory)")
     if not pool:
         raise InputError(f"no configuration of {model.name} fits on {cluster.gpus} GPUs of "
                          f"{cluster.name} with a global batch of {global_batch} sequences "
@@ -344,7 +365,7 @@ def _reasons(best: list[Candidate]) -> None:
         losses = [f"exposed communication {c.exposed_comm_s:.2f} s "
                   f"({100 * c.exposed_comm_s / c.step_time_s:.0f} % of the step)",
                   f"bubble {100 * c.bubble_fraction:.1f} %",
-                  f"memory headroom {c.headroom_bytes / 1e9:.1f} GB"]
+                  f"memory headroom {c.headroom_bytes / 2**30:.1f} GiB"]
         why = ""
         if i + 1 < len(best):
             n = best[i + 1]
@@ -363,11 +384,11 @@ def format_advice(res: dict) -> str:
              f"{res['global_batch_sequences']} x {res['seq_len']} tokens: screened "
              f"{res['screened']} configurations, {res['fitting']} fit, {res['evaluated']} "
              f"costed in closed form, best replayed on the engine ({res['wall_s']:.1f} s)",
-             f"{'#':>2} {'tokens/s':>10} {'TFLOPS':>7} {'step s':>8} {'mem GB':>7} {'mode':<8} "
+             f"{'#':>2} {'tokens/s':>10} {'TFLOPS':>7} {'step s':>8} {'mem GiB':>7} {'mode':<8} "
              "configuration"]
     for i, (c, lab) in enumerate(zip(res["candidates"], res["top_labels"], strict=True), 1):
         lines.append(f"{i:>2} {c['tokens_per_s']:>10.0f} {c['tflops_per_gpu']:>7.1f} "
-                     f"{c['step_time_s']:>8.3f} {c['memory_bytes'] / 1e9:>7.1f} "
+                     f"{c['step_time_s']:>8.3f} {c['memory_bytes'] / 2**30:>7.1f} "
                      f"{c['mode'][:8]:<8} {lab}")
         lines.append(f"{'':>3}why: {c['reason']}")
     if res.get("plot"):

@@ -57,7 +57,7 @@ from ..fabric.topology import cluster_graph
 from ..io.cluster import load_cluster
 from ..io.jobs import JOB_DEFAULTS, JOB_KEYS, TOP_KEYS
 from ..io.model import load_model
-from ..io.runtime import load_runtime
+from ..io.runtime import load_runtime, training_for_runtime
 from ..io.yamlspec import check_keys, read_yaml
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
 from ..plan.layout import ParallelSpec
@@ -68,7 +68,7 @@ from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import Strategy, parse_strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import DEFAULT_COMPUTE_EFFICIENCY, TrainingSpec, parse_trainable_ratio
-from ..units import parse_bandwidth, parse_size
+from ..units import fmt_bytes, parse_bandwidth, parse_size
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,8 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
     if three_d:
         check_runtime_3d(rt, strategy, parallel)
         training = training_for_runtime_3d(training, rt)
+    else:   # the memory settings the profile sets, as simulate resolves them
+        training = training_for_runtime(training, rt)
     if rt.collective_algo is not None:   # the runtime fixes each call's algorithm
         algo = Algo.RING
     slow = effective_overlap_slowdown(training.overlap_slowdown,
@@ -122,8 +124,8 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
         mem = memory_breakdown(model, strategy, spec, training, rt)
     if not mem.fits:
         raise InputError(f"job {name!r}: {strategy.name} of {model.name} on {spec.gpus} GPUs "
-                         f"does not fit in GPU memory (short by {mem.shortfall_bytes:.0f} "
-                         "bytes per GPU); expected a configuration that fits")
+                         f"does not fit in GPU memory (short by {fmt_bytes(mem.shortfall_bytes)} "
+                         "per GPU); expected a configuration that fits")
     if three_d:
         plan = build_plan_3d(model, strategy, spec, training, parallel, rt)
     else:
@@ -404,6 +406,23 @@ def _training(TrainingSpec, p: dict, eff, recompute, parse_trainable_ratio, defa
         logit_bytes=p["logit_bytes"], precision=p["precision"])
 
 
+# the JSON / Python spellings of a job's keys -> the canonical ones (as simulate's flags)
+_KEY_ALIASES = {"accum_steps": "accum", "compute_efficiency": "efficiency"}
+
+
+def _canonical_keys(j: dict, jw: str) -> dict:
+    """``accum_steps`` / ``compute_efficiency`` (the JSON names) read as ``accum`` /
+    ``efficiency``; both spellings of one key are refused."""
+    out = dict(j)
+    for alias, key in _KEY_ALIASES.items():
+        if alias in out:
+            if key in out:
+                raise InputError(f"{jw}: {alias} and {key} are the same setting; expected "
+                                 f"one of them ({key})")
+            out[key] = out.pop(alias)
+    return out
+
+
 def load_jobs(path: str | Path):
     """(cluster spec, list of :class:`Job`, steps) from a jobs YAML (its format:
     :mod:`parosim.io.jobs`)."""
@@ -432,6 +451,7 @@ def load_jobs(path: str | Path):
         if not isinstance(j, dict):
             raise InputError(f"{where}: job {i} must be a mapping, got {j!r}")
         jw = f"{where}: job {j.get('name', i)!r}"
+        j = _canonical_keys(j, jw)
         check_keys(j, JOB_KEYS, jw)
         for req in ("name", "nodes"):
             if req not in j:

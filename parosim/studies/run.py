@@ -217,8 +217,9 @@ def feasible_intervals(spec: RunSpec, ks: list[int], replications: int) -> list[
     if not ok:
         raise InputError(
             f"failures are too frequent for the run to finish: a job MTBF of "
-            f"{spec.mtbf_s:.3g} s with a {spec.checkpoint_s:g} s checkpoint and a "
-            f"{spec.restart_s:g} s restart gives an expected wall clock over "
+            f"{spec.mtbf_s:.3g} s (--gpu-mtbf, --node-mtbf) with a --checkpoint-time of "
+            f"{spec.checkpoint_s:g} s and a --restart-time of {spec.restart_s:g} s gives an "
+            "expected wall clock over "
             f"{MAX_SLOWDOWN:g} x the compute at every interval tried; expected a longer MTBF "
             "(--gpu-mtbf, --node-mtbf) or shorter checkpoint and restart times")
     cost = replications * sum(spec.steps / k + 2.0 * walls[k] / spec.mtbf_s for k in ok)

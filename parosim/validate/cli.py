@@ -68,7 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also run TP x PP x DP Plans, e.g. 2x1,1x2 or 2x1:IIG (TPxPP[:PaRO "
                    "strategy on the DP group, default NNN]; docs/parallelism.md)")
     p.add_argument("--step-algo", default=d["step_algo"], help="algorithm for the Plans")
-    p.add_argument("--accum-steps", type=int, default=d["accum_steps"],
+    p.add_argument("--accum", "--accum-steps", dest="accum_steps", type=int,
+                   default=d["accum_steps"],
                    help="micro-steps per step in the Plans")
     p.add_argument("--mode", default=d["mode"], choices=("explicit", "native", "both"),
                    help="explicit ring steps, the backend's own collectives, or both")
