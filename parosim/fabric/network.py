@@ -83,7 +83,8 @@ class Router:
 
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
-        self._kind = dict(graph.nodes(data="kind"))
+        kinds = getattr(graph, "kinds", None)  # a FoldedGraph: looked up as needed
+        self._kind = kinds() if kinds else dict(graph.nodes(data="kind"))
         self._cache: dict[tuple, list] = {}
         self._exits: dict[str, tuple[str, str] | None] = {}
         self._switches = None  # switch-only subgraph (False: fast path not applicable)
@@ -301,11 +302,17 @@ class Network:
         self.requested_period = period_nodes or self.nodes
         self.period = self.requested_period
         if self.period < self.nodes:
-            self.period = verified_period(graph, self.nodes, self.gpn, self.period)
+            prove = getattr(graph, "verified_period", None)  # a FoldedGraph proves its own
+            self.period = (prove(self.period) if prove else
+                           verified_period(graph, self.nodes, self.gpn, self.period))
         self.scale = self.nodes // self.period
-        self._rank_name = {d["rank"]: n for n, d in graph.nodes(data=True)
-                           if d.get("kind") == "gpu"}
-        self._rep = self._representatives()
+        if hasattr(graph, "rank_names"):  # a FoldedGraph: vertices named as looked up
+            self._rank_name = graph.rank_names()
+            self._rep = _Reps(self)
+        else:
+            self._rank_name = {d["rank"]: n for n, d in graph.nodes(data=True)
+                               if d.get("kind") == "gpu"}
+            self._rep = self._representatives()
         self._link_idx: dict[tuple[str, str], int] = {}
         self._cap: list[float] = []
         self._class: list[str] = []
@@ -355,24 +362,24 @@ class Network:
         return self._progress
 
     # -- symmetry -------------------------------------------------------------------------
+    def _leaves(self) -> tuple[set[str], int]:
+        leaves = {n for n in self.graph if n.startswith("leaf")}
+        return leaves, (max(1, self.nodes // len(leaves)) if leaves else 0)
+
+    def _rep_of(self, n: str, d: dict, leaves: set[str], per_leaf: int) -> tuple[str, bool]:
+        """(orbit representative, moves under translation) of vertex ``n``."""
+        T = self.period
+        if "node" in d:
+            return (f"n{d['node'] % T}/{n.split('/', 1)[1]}", self.scale > 1)
+        if n in leaves and self.scale > 1:
+            return (f"leaf{int(n[4:]) % max(1, T // per_leaf)}", True)
+        return (n, False)
+
     def _representatives(self) -> dict[str, tuple[str, bool]]:
         """node name -> (orbit representative, moves under translation)."""
-        rep: dict[str, tuple[str, bool]] = {}
-        T = self.period
-        leaves = {n for n in self.graph if n.startswith("leaf")}
-        per_leaf = 0
-        if leaves:
-            per_leaf = max(1, self.nodes // len(leaves))
-        for n, d in self.graph.nodes(data=True):
-            if "node" in d:
-                i = d["node"]
-                rep[n] = (f"n{i % T}/{n.split('/', 1)[1]}", self.scale > 1)
-            elif n in leaves and self.scale > 1:
-                lp = max(1, T // per_leaf)
-                rep[n] = (f"leaf{int(n[4:]) % lp}", True)
-            else:
-                rep[n] = (n, False)
-        return rep
+        leaves, per_leaf = self._leaves()
+        return {n: self._rep_of(n, d, leaves, per_leaf)
+                for n, d in self.graph.nodes(data=True)}
 
     def _link(self, u: str, v: str) -> int:
         (ru, mu), (rv, mv) = self._rep[u], self._rep[v]
@@ -569,8 +576,12 @@ class Network:
             if self._egress[i]:
                 e = self._egress[i]
                 st.gpu_egress[e] = st.gpu_egress.get(e, 0.0) + self._bytes[i] * orbit[i]
-        for _, _, cls in self.graph.edges(data="link_class"):
-            st.links[cls] = st.links.get(cls, 0) + 1
+        counts = getattr(self.graph, "link_class_counts", None)  # a FoldedGraph counts
+        if counts:
+            st.links.update(counts())
+        else:
+            for _, _, cls in self.graph.edges(data="link_class"):
+                st.links[cls] = st.links.get(cls, 0) + 1
         return st
 
 
@@ -617,6 +628,20 @@ class Network:
         if self._segments:
             out.append((self.env.now / PS, {names[i]: 0.0 for i in want}))
         return out
+
+
+class _Reps(dict):
+    """:meth:`Network._representatives` of a FoldedGraph, computed on first lookup (its
+    leaves, all built with the switches, are known at once)."""
+
+    def __init__(self, net: Network):
+        super().__init__()
+        self._net = net
+        self._leaves = net._leaves()
+
+    def __missing__(self, n):
+        r = self[n] = self._net._rep_of(n, self._net.graph.nodes[n], *self._leaves)
+        return r
 
 
 def symmetry_period(spec) -> int:
