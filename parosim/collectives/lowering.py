@@ -43,6 +43,9 @@ def scope_rings(spec: ClusterSpec, scope: Scope) -> RingSet:
     gn = spec.group_nodes
     if scope is Scope.GLOBAL:
         rings = channel_rings(spec, list(range(spec.nodes)))
+    elif scope is Scope.INTRA and (gn == 1 or spec.gpus_per_node == 1
+                                   or spec.nic.per_node <= 1):
+        rings = tuple(tuple(range(g * m, (g + 1) * m)) for g in range(ng))  # rank order
     elif scope is Scope.INTRA:
         rings = tuple(r for g in range(ng)
                       for r in channel_rings(spec, list(range(g * gn, (g + 1) * gn))))

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+
 from ..spec.collective import Algo, Op, Scope, parse_enum  # noqa: F401  (re-exported)
 
 
@@ -53,6 +55,24 @@ class RingSet:
             k = len(ring)
             if k > 1:
                 yield [(ring[i], ring[(i + 1) % k]) for i in range(k)]
+
+    @cached_property
+    def hop_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(src, dst): int64 arrays of shape (rings, k), row r the hops of ring r in
+        :meth:`hops` order, when every ring has the same k > 1; None otherwise. What the
+        closed form and the network use instead of a Python loop over 100,000 hops.
+
+        >>> src, dst = RingSet(((0, 1, 2), (3, 4, 5)), "g").hop_arrays
+        >>> dst.tolist()
+        [[1, 2, 0], [4, 5, 3]]
+        """
+        if not self.rings:
+            return None
+        k = len(self.rings[0])
+        if k < 2 or any(len(r) != k for r in self.rings):
+            return None
+        src = np.array(self.rings, dtype=np.int64)
+        return src, np.roll(src, -1, axis=1)
 
     @cached_property
     def rings_per_rank(self) -> int:

@@ -407,6 +407,9 @@ class Network:
         fs = self._flowsets.get(ringset)
         if fs is not None:
             return fs
+        arrays = getattr(ringset, "hop_arrays", None) if self.scale > 1 else None
+        if arrays is not None:
+            return self._flowset_folded(ringset, *arrays)
         hops = list(ringset.hops())
         if self.scale > 1:
             shift = self.period * self.gpn
@@ -417,6 +420,17 @@ class Network:
                                    f"network's symmetry period of {self.period} nodes")
             limit = self.period * self.gpn
             hops = [(a, b) for a, b in hops if a < limit]
+        counts, lat_of = self._route(hops)
+        # per-step latency: the largest mean hop latency of a ring (over its routed hops)
+        alpha = 0.0
+        for ring in ringset.ring_hops():
+            lats = [lat_of[h] for h in ring if h in lat_of]
+            if lats:
+                alpha = max(alpha, sum(lats) / len(lats))
+        return self._store(ringset, counts, alpha, sum(1 for _ in ringset.hops()))
+
+    def _route(self, hops) -> tuple[Counter, dict[tuple[int, int], float]]:
+        """Flows per link of ``hops`` and each hop's path latency (slowest ECMP path)."""
         counts: Counter = Counter()
         lat_of: dict[tuple[int, int], float] = {}
         edges = self.graph.edges
@@ -429,19 +443,41 @@ class Network:
                     p_lat += edges[u, v]["latency_s"]
                 lat = max(lat, p_lat)  # ECMP alternatives: the slowest path's latency
             lat_of[a, b] = lat
-        # per-step latency: the largest mean hop latency of a ring (over its routed hops)
-        alpha = 0.0
-        for ring in ringset.ring_hops():
-            lats = [lat_of[h] for h in ring if h in lat_of]
-            if lats:
-                alpha = max(alpha, sum(lats) / len(lats))
+        return counts, lat_of
+
+    def _store(self, ringset, counts: Counter, alpha: float, flows: int) -> FlowSet:
         idx = np.array(sorted(counts), dtype=np.int64)
         cnt = np.array([counts[i] for i in idx], dtype=float)
         if self.scale > 1:
             cnt *= self.scale / np.array([self._orbit[i] for i in idx], dtype=float)
-        fs = FlowSet(idx, cnt, alpha, sum(1 for _ in ringset.hops()), len(self._flowsets))
+        fs = FlowSet(idx, cnt, alpha, flows, len(self._flowsets))
         self._flowsets[ringset] = fs
         return fs
+
+    def _flowset_folded(self, ringset: RingSet, src: np.ndarray, dst: np.ndarray) -> FlowSet:
+        """:meth:`flowset` with a symmetry reduction for rings of equal length given as
+        (rings, k) arrays: the invariance check and the choice of the routed hops (those
+        leaving the first ``period`` nodes) in numpy; the same hops, in the same order, are
+        routed and summed as by the loop."""
+        n, shift = self.nodes * self.gpn, self.period * self.gpn
+        s, d = src.ravel(), dst.ravel()
+        moved = ((s + shift) % n) * n + (d + shift) % n
+        have = np.sort(s * n + d)
+        at = np.minimum(np.searchsorted(have, moved), len(have) - 1)
+        if not (have[at] == moved).all():
+            raise RuntimeError(f"ring set {ringset.label!r} is not invariant under the "
+                               f"network's symmetry period of {self.period} nodes")
+        mine = src < shift
+        flat = mine.ravel()
+        counts, lat_of = self._route(zip(s[flat].tolist(), d[flat].tolist(), strict=True))
+        # per-step latency: the largest mean hop latency of a ring (over its routed hops)
+        alpha = 0.0
+        for r in np.flatnonzero(mine.any(axis=1)).tolist():
+            m = mine[r]
+            lats = [lat_of[h] for h in zip(src[r][m].tolist(), dst[r][m].tolist(),
+                                           strict=True)]
+            alpha = max(alpha, sum(lats) / len(lats))
+        return self._store(ringset, counts, alpha, int(s.size))
 
     # -- fluid engine ---------------------------------------------------------------------
     def transfer(self, fs: FlowSet, nbytes: float, max_rate_Bps: float = math.inf

@@ -35,7 +35,7 @@ class NetworkFabric(str, enum.Enum):
 # grows about linearly in the GPU count (the engine's symmetry reduction and the O(n) ring
 # sets); at this size a collective over all algorithms takes ~10 s and ~250 MB. The check
 # runs when a spec is built, before any graph or ring is.
-MAX_GPUS = 65536
+MAX_GPUS = 131072
 
 
 def _require(cond: bool, msg: str) -> None:
