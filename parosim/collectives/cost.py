@@ -230,10 +230,26 @@ def program_time(spec: ClusterSpec, program: Program) -> float:
     exceeds that bound and stays exact; for HO-Ring the max of the two is an estimate (the
     engine is the reference).
     """
-    durations = [phase_time(spec, ph) for ph in program.phases]
+    durations = _per_phase(spec, program.phases, phase_time)
     ends = [e for _, e in lane_schedule(program, durations)]
     t = max(ends, default=0.0)
     if spec.collective.serial_progress and program.phases:
-        lat = [latency_part(spec, ph) for ph in program.phases]
+        lat = _per_phase(spec, program.phases, latency_part)
         t = max(t, sum(lat) + min(d - a for d, a in zip(durations, lat, strict=True)))
     return t + spec.collective.call_overhead_s
+
+
+def _per_phase(spec: ClusterSpec, phases, fn) -> list[float]:
+    """``[fn(spec, ph) for ph in phases]``, computed once per distinct phase: an HO-Ring
+    program repeats one costed phase per chunk under other names (the figures depend only
+    on the fields in the key)."""
+    memo: dict[tuple, float] = {}
+    out = []
+    for ph in phases:
+        key = (id(ph.ringset), ph.op, ph.buffer_bytes, ph.bw_eff, ph.cap_Bps, ph.fixed_s,
+               ph.tree_steps)
+        v = memo.get(key)
+        if v is None:
+            v = memo[key] = fn(spec, ph)
+        out.append(v)
+    return out

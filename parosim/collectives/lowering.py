@@ -87,21 +87,21 @@ def _hierarchical(spec: ClusterSpec, op: Op, size: float, chunks: int, algo: Alg
         pa = make_phase(spec, "", op, inter, c_inter, lane_b)
         pb = make_phase(spec, "", op, intra, c_intra, lane_a)
         for c in range(k):
-            ph.append(replace(pa, name=f"inter AG c{c}"))
-            ph.append(replace(pb, name=f"intra AG c{c}", deps=(len(ph) - 1,)))
+            ph.append(pa.renamed(f"inter AG c{c}"))
+            ph.append(pb.renamed(f"intra AG c{c}", (len(ph) - 1,)))
     elif op is Op.REDUCE_SCATTER:
         pa = make_phase(spec, "", op, intra, c_intra, lane_a)
         pb = make_phase(spec, "", op, inter, c_inter, lane_b)
         for c in range(k):
-            ph.append(replace(pa, name=f"intra RS c{c}"))
-            ph.append(replace(pb, name=f"inter RS c{c}", deps=(len(ph) - 1,)))
+            ph.append(pa.renamed(f"intra RS c{c}"))
+            ph.append(pb.renamed(f"inter RS c{c}", (len(ph) - 1,)))
     else:
         prs = make_phase(spec, "", Op.REDUCE_SCATTER, intra, c_intra, lane_a)
         par = make_phase(spec, "", Op.ALL_REDUCE, inter, c_inter, lane_b)
         pag = make_phase(spec, "", Op.ALL_GATHER, intra, c_intra, lane_a)
-        rs = [replace(prs, name=f"intra RS c{c}") for c in range(k)]
-        ar = [replace(par, name=f"inter AR c{c}", deps=(c,)) for c in range(k)]
-        ag = [replace(pag, name=f"intra AG c{c}", deps=(k + c,)) for c in range(k)]
+        rs = [prs.renamed(f"intra RS c{c}") for c in range(k)]
+        ar = [par.renamed(f"inter AR c{c}", (c,)) for c in range(k)]
+        ag = [pag.renamed(f"intra AG c{c}", (k + c,)) for c in range(k)]
         # list order is execution order within a lane: intra lane runs RS*, then AG*
         ph = rs + ar + ag
     return Program(op, Scope.GLOBAL, algo, size, spec.gpus, tuple(ph), chunks)

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..fabric.engine import CountingEnvironment, DeadlockError, Record, run_program
+from ..fabric.folded import network_graph
 from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period
 from ..fabric.symmetry import transfer_period
-from ..fabric.folded import network_graph
 from ..fabric.topology import cluster_graph
 from ..spec.system import ClusterSpec
 from .cost import program_time

@@ -14,7 +14,7 @@ torch.distributed executor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace  # noqa: F401  (replace: the doctest)
 from functools import cached_property
 
 import numpy as np
@@ -149,6 +149,22 @@ class Phase:
     @property
     def kind(self) -> str:
         return "tree" if self.tree_steps else "ring"
+
+    def renamed(self, name: str, deps: tuple[int, ...] | None = None) -> Phase:
+        """This phase under another name (and deps): ``dataclasses.replace`` without its
+        introspection, keeping the derived figures (a lowering copies one costed phase per
+        HO-Ring chunk).
+
+        >>> ph = Phase("a", Op.ALL_GATHER, RingSet(((0, 1),), "g"), 8.0, "main")
+        >>> ph.renamed("b", (0,)) == replace(ph, name="b", deps=(0,))
+        True
+        """
+        new = object.__new__(Phase)
+        new.__dict__.update(self.__dict__)
+        new.__dict__["name"] = name
+        if deps is not None:
+            new.__dict__["deps"] = deps
+        return new
 
 
 @dataclass(frozen=True)

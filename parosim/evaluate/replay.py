@@ -29,8 +29,8 @@ from ..fabric.engine import (
     run_counted,
     run_lanes,
 )
-from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period, to_ps
 from ..fabric.folded import network_graph
+from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period, to_ps
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan
 from ..spec.system import ClusterSpec
 

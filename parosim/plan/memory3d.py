@@ -8,6 +8,7 @@ A memory model: it imports no planner (the planners import it).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ..cost.compute import fp8_peak_flops, layer_fp8_params
 from ..cost.decompose import chunk_units
@@ -182,7 +183,6 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
                   lay: Layout) -> list[MemoryBreakdown]:
     t, sp = par.tp, par.sequence_parallel
     r = training.trainable_ratio
-    units = chunk_units(model, par)
     per_chunk = model.layers // par.chunks
     s, b, h = training.seq_len, training.micro_batch, model.hidden
     full_layer = layer_activation_bytes_3d(model, training, t, sp, par.selective_recompute)
@@ -191,9 +191,9 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     out = []
     cap = float(cluster.gpu.memory_bytes)
     fp8p = stage_fp8_params(model, par)
+    sums, biggests = _stage_sums(model, par)
     for k in range(par.pp):
-        mine = [us for vs, us in enumerate(units) if vs % par.pp == k]
-        psi = sum(u.params for us in mine for u in us) / t
+        psi = sums[k] / t
         states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
         cache = fp8_weight_cache_bytes(model, training, fp8p[k])
         states += cache
@@ -205,7 +205,7 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         if k == par.pp - 1:   # final norm + LM-head input and fp32 logits (vocab split by t)
             logit = training.logit_bytes or 4          # fp32 logits unless told otherwise
             acts += 4 * s * b * h / (t if sp else 1) + logit * s * b * model.vocab / t
-        biggest = max(u.params for us in mine for u in us) / t
+        biggest = biggests[k] / t
         bufs = 0.0
         if strategy.p is not Level.N:
             bufs += 2 * BYTES_PER_PARAM * biggest
@@ -226,6 +226,20 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute,
             fp8_weight_cache_bytes=cache))
     return out
+
+
+@lru_cache(maxsize=1024)
+def _stage_sums(model: ModelSpec, par: ParallelSpec) -> tuple[tuple, tuple]:
+    """Per pipeline stage: the parameters of its units (summed in unit order, as the memory
+    estimate sums them) and its largest unit's; cached (``advise`` asks for the same
+    pipeline layout thousands of times)."""
+    units, pp = chunk_units(model, par), par.pp
+    sums, biggests = [], []
+    for k in range(pp):
+        mine = [us for vs, us in enumerate(units) if vs % pp == k]
+        sums.append(sum(u.params for us in mine for u in us))
+        biggests.append(max(u.params for us in mine for u in us))
+    return tuple(sums), tuple(biggests)
 
 
 def _memory(model, strategy, cluster, training, par, recompute) -> MemoryBreakdown:
