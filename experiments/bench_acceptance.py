@@ -2,7 +2,8 @@
 
 Each case runs as ``python -m parosim.cli ...`` (the bare interpreter as ``python -c pass``)
 with ``PYTHONPATH`` set to one checkout, then to the other, ``--repeat`` times in turn; the
-median wall time and the largest peak RSS of each are printed with the target and whether the
+median wall time, the median CPU time (user + system: less sensitive to other processes on
+a shared machine) and the largest peak RSS of each are printed with the target and whether the
 JSON outputs of the two checkouts are identical (``wall_s`` left out). Bytecode is compiled
 first (``python -m compileall``) in both checkouts, as an installed package has it.
 
@@ -50,8 +51,8 @@ def _strip(x):
     return x
 
 
-def run(checkout: str, argv: list[str] | None) -> tuple[float, float, int, str]:
-    """(wall s, peak RSS MiB, exit code, stdout) of one process."""
+def run(checkout: str, argv: list[str] | None) -> tuple[float, float, int, str, float]:
+    """(wall s, peak RSS MiB, exit code, stdout, CPU s) of one process."""
     env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout),
            "PYTHONWARNINGS": "ignore::DeprecationWarning"}
     cmd = [sys.executable, "-c", "pass"] if argv is None else [
@@ -64,7 +65,7 @@ def run(checkout: str, argv: list[str] | None) -> tuple[float, float, int, str]:
         dt = time.perf_counter() - t0
         p.stdout.close()
         p.returncode = os.waitstatus_to_exitcode(status)
-    return dt, ru.ru_maxrss / 1024, p.returncode, out
+    return dt, ru.ru_maxrss / 1024, p.returncode, out, ru.ru_utime + ru.ru_stime
 
 
 def main() -> int:
@@ -77,22 +78,25 @@ def main() -> int:
     for d in (a.before, a.after):
         subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(d, "parosim")],
                        check=True)
-    print(f"{'case':<42}{'before s':>9}{'after s':>9}{'MiB b':>7}{'MiB a':>7}{'target':>8}"
-          f"  same JSON", flush=True)
+    print(f"{'case':<42}{'before s':>9}{'after s':>9}{'CPU b':>8}{'CPU a':>8}{'MiB b':>7}"
+          f"{'MiB a':>7}{'target':>8}  same JSON", flush=True)
     bare = {}
     for name, (argv, target) in CASES.items():
         if a.only and argv is not None and not any(s in name for s in a.only):
             continue
         times = {"before": [], "after": []}
+        cpu = {"before": [], "after": []}
         rss = {"before": 0.0, "after": 0.0}
         outs, codes = {}, {}
         for _ in range(a.repeat):
             for which in ("before", "after"):
-                dt, mib, rc, out = run(getattr(a, which), argv)
+                dt, mib, rc, out, c = run(getattr(a, which), argv)
                 times[which].append(dt)
+                cpu[which].append(c)
                 rss[which] = max(rss[which], mib)
                 outs[which], codes[which] = out, rc
         med = {k: statistics.median(v) for k, v in times.items()}
+        mcpu = {k: statistics.median(v) for k, v in cpu.items()}
         if argv is None:
             bare = med
         if argv is None or argv == ["--version"]:
@@ -107,8 +111,9 @@ def main() -> int:
             tgt = "+0.10"
             same = (f"over bare: {med['before'] - bare['before']:.3f} / "
                     f"{med['after'] - bare['after']:.3f} s")
-        print(f"{name:<42}{med['before']:>9.3f}{med['after']:>9.3f}{rss['before']:>7.0f}"
-              f"{rss['after']:>7.0f}{tgt:>8}  {same}", flush=True)
+        print(f"{name:<42}{med['before']:>9.3f}{med['after']:>9.3f}{mcpu['before']:>8.3f}"
+              f"{mcpu['after']:>8.3f}{rss['before']:>7.0f}{rss['after']:>7.0f}{tgt:>8}  {same}",
+              flush=True)
     return 0
 
 

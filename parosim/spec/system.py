@@ -11,6 +11,7 @@ import enum
 import math
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from ..errors import InputError
 from .compute import ComputeProfile
@@ -531,9 +532,17 @@ class ClusterSpec:
         return replace(self, nodes=nodes)
 
     def with_group_nodes(self, group_nodes: int) -> ClusterSpec:
-        """The same cluster with groups of ``group_nodes`` nodes (``--group-nodes``)."""
-        return replace(self, group_nodes=group_nodes)
+        """The same cluster with groups of ``group_nodes`` nodes (``--group-nodes``); one
+        object per (cluster, group size), so the caches keyed by it hit at once."""
+        if type(group_nodes) is not int:   # validated (and refused) by the constructor
+            return replace(self, group_nodes=group_nodes)
+        return _with_group_nodes(self, group_nodes)
 
     def nic_of(self, local: int) -> int:
         """Index of the NIC used by GPU ``local`` of a node."""
         return local * self.nic.per_node // self.gpus_per_node
+
+
+@lru_cache(maxsize=256)
+def _with_group_nodes(spec: ClusterSpec, group_nodes: int) -> ClusterSpec:
+    return replace(spec, group_nodes=group_nodes)
