@@ -19,18 +19,15 @@ from parosim.collectives.lowering import (
 )
 from parosim.collectives.nccl import make_phase, ring_phase_costs
 from parosim.collectives.types import Algo, Op, RingSet, Scope
-from parosim.io import available_presets, load_cluster
+from parosim.io import load_cluster
 from parosim.plan.layout import layout_for
 
 
 def _clusters():
     out = []
-    for name in available_presets():
+    for name in ("paper-a100-roce", "dgx-a100-ib", "dgx-h100-ib", "aws-p4de"):
         for nodes, gn in ((4, 1), (8, 2)):
-            try:
-                out.append(load_cluster(name, nodes=nodes).with_group_nodes(gn))
-            except Exception:  # a preset that does not take this shape
-                continue
+            out.append(load_cluster(name, nodes=nodes).with_group_nodes(gn))
     base = load_cluster("dgx-a100-ib", nodes=8).with_group_nodes(2)
     tun = base.collective
     out += [replace(base, collective=replace(tun, model="ideal")),
@@ -85,3 +82,37 @@ def test_ring_profile_arrays_equal_loop(ci):
             loop = RingSet(rs.rings, rs.label)
             loop.__dict__["hop_arrays"] = None   # force the per-hop loop
             assert ring_profile.__wrapped__(spec, rs) == ring_profile.__wrapped__(spec, loop)
+
+
+def test_advise_rankings_identical_with_the_reference_search(monkeypatch):
+    """advise on a small case: the same ranking and figures with the reference HO-Ring
+    chunk search and no cached costs."""
+    from parosim.collectives import lowering
+    from parosim.evaluate import threed
+    from parosim.plan.layout import lower_group
+    from parosim.spec.model import preset
+    from parosim.studies.advise import advise
+
+    def run():
+        res = advise(preset("llama-7b"), load_cluster("dgx-h100-ib", 4), 128, seq_len=2048,
+                     engine_top=0, max_micro_batch=2, top=8,
+                     strategies=["NNN", "NGG", "IIG", "GGG"])
+        res.pop("wall_s")
+        return res
+
+    fast_search, calls = lowering._best_chunks, []
+
+    def counted(*a):
+        calls.append(fast_search(*a))
+        return calls[-1]
+
+    monkeypatch.setattr(lowering, "_best_chunks", counted)
+    monkeypatch.setattr(threed, "_SUMMARY_TIMES", {})
+    lower_group.cache_clear()
+    fast = run()
+    assert len(calls) > 10 and max(calls) > 1   # HO-Ring candidates were costed
+    monkeypatch.setattr(lowering, "_best_chunks", lowering._best_chunks_loop)
+    monkeypatch.setattr(threed, "_SUMMARY_TIMES", {})
+    lower_group.cache_clear()
+    assert run() == fast
+    lower_group.cache_clear()
