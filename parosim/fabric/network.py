@@ -28,6 +28,9 @@ The graph's invariance is not assumed:
 :func:`parosim.fabric.symmetry.verified_period` checks it edge
 by edge and falls back to the smallest multiple of the asked period under which it holds (the
 node count: no reduction), so an override (a slow NIC on node 3) is never folded away.
+A homogeneous cluster's graph may be a :class:`parosim.fabric.folded.FoldedGraph` (built where
+it is looked up, its symmetry proved on what is built); the network then looks vertices up
+and never iterates the graph.
 """
 
 from __future__ import annotations

@@ -32,10 +32,11 @@ class NetworkFabric(str, enum.Enum):
     RAIL = "rail"                    # NIC k of every node on rail switch k; rails joined by a spine
 
 
-# The largest cluster the simulator accepts (docs/limits.md): 65,536 GPUs. Every mode's cost
-# grows about linearly in the GPU count (the engine's symmetry reduction and the O(n) ring
-# sets); at this size a collective over all algorithms takes ~10 s and ~250 MB. The check
-# runs when a spec is built, before any graph or ring is.
+# The largest cluster the simulator accepts (docs/limits.md): 131,072 GPUs. Every mode's cost
+# grows about linearly in the GPU count (the O(n) ring sets); an engine run on a homogeneous
+# cluster builds only the folded part of its graph (parosim.fabric.folded), a heterogeneous
+# one the whole graph (~1.1 million links at this size). The check runs when a spec is
+# built, before any graph or ring is.
 MAX_GPUS = 131072
 
 
