@@ -142,3 +142,19 @@ def test_a_broken_fundamental_domain_is_caught():
     assert g.built_nodes == 4
     env_net = Network(__import__("simpy").Environment(), g, 4, 1, 2)
     assert env_net.period == 4
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_a_folded_run_builds_few_nodes(name, monkeypatch):
+    """A folded engine run builds the fundamental domain, its image and the nodes its flows
+    reach, not the cluster (explicit spines included: their paths are searched on the
+    switches alone)."""
+    from parosim.fabric import folded
+
+    made = []
+    monkeypatch.setattr(folded, "FoldedGraph",
+                        type("Seen", (FoldedGraph,), {"__init__": lambda self, s: (
+                            FoldedGraph.__init__(self, s), made.append(self))[0]}))
+    spec = replace(SPECS[name], nodes=32)
+    simulate_collective(spec, Op.ALL_REDUCE, Scope.GLOBAL, 2**26, Algo.HO_RING)
+    assert len(made) == 1 and made[0].built_nodes <= 3 * symmetry_period(spec) < 32

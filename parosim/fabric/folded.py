@@ -170,6 +170,20 @@ class FoldedGraph(LiteDiGraph):
         return super().to_networkx()
 
     # -- what parosim.fabric.network.Network asks of a graph ------------------------------
+    def switch_graph(self):
+        """The switches and the links between them as a :class:`networkx.DiGraph`, in the
+        whole graph's order (what :class:`parosim.fabric.network.Router` searches between
+        the switches of two NICs; every NIC of a builder-made graph is on one switch)."""
+        import networkx as nx  # deferred: networkx loads only when this runs
+
+        g = nx.DiGraph()
+        g.add_nodes_from((n, dict.__getitem__(self._node, n)) for n in self._switches)
+        sw = set(self._switches)
+        g.add_edges_from((u, v, d) for u in self._switches
+                         for v, d in dict.items(self._succ[u]) if v in sw)
+        return g
+
+
     def kinds(self) -> _Kinds:
         k = _Kinds()
         k._g = self

@@ -119,6 +119,9 @@ class Router:
         of NICs on a switch."""
         import networkx as nx  # deferred: networkx loads only when this runs
 
+        switch_graph = getattr(self.graph, "switch_graph", None)
+        if self._switches is None and switch_graph is not None:
+            self._switches = switch_graph()   # a FoldedGraph: not every node built
         if self._switches is None:
             g, kind = self.graph, self._kind
             if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: work on its networkx copy
