@@ -116,3 +116,15 @@ def test_advise_rankings_identical_with_the_reference_search(monkeypatch):
     lower_group.cache_clear()
     assert run() == fast
     lower_group.cache_clear()
+
+
+def test_a_ring_set_with_other_hops_keeps_the_loop():
+    """A pair set (its hops are its pairs, not rings) has no ring arrays: its profile is the
+    loop's."""
+    from parosim.plan.layout import PairSet
+
+    pairs = PairSet(((0, 8), (8, 0), (1, 9), (9, 1)), "pairs")
+    assert pairs.hop_arrays is None
+    spec = load_cluster("dgx-a100-ib", nodes=2)
+    _, _, frac = ring_profile.__wrapped__(spec, pairs)
+    assert frac == 1.0

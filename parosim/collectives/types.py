@@ -66,8 +66,9 @@ class RingSet:
         >>> dst.tolist()
         [[1, 2, 0], [4, 5, 3]]
         """
-        if not self.rings:
-            return None
+        if not self.rings or type(self).hops is not RingSet.hops \
+                or type(self).ring_hops is not RingSet.ring_hops:
+            return None   # a subclass with other hops (parosim.plan.layout.PairSet)
         k = len(self.rings[0])
         if k < 2 or any(len(r) != k for r in self.rings):
             return None
