@@ -215,12 +215,12 @@ CASES: list[tuple[str, list[str], tuple]] = [
     ("results-csv-dir", ["sweep", "{d}/s_ok.yaml", "--out", "{d}/outdir_with_csv_dir"],
      ERR("is a directory")),
     # --- the hangs ---------------------------------------------------------------------
-    ("nodes-1e9-collective", ["collective", "--nodes", "1000000000"], ERR("65536 GPUs")),
-    ("nodes-1e9-simulate", ["simulate", "--nodes", "1000000000"], ERR("65536 GPUs")),
-    ("nodes-1e9-analytic", ["simulate", "--nodes", "1000000000", *A], ERR("65536 GPUs")),
-    ("nodes-1e30", ["collective", "--nodes", BIG], ERR("65536 GPUs")),
-    ("nodes-1e30-memory", ["memory", "--nodes", BIG], ERR("65536 GPUs")),
-    ("nodes-8193", ["compare", "--nodes", "8193", *A], ERR("at most 8192 nodes")),
+    ("nodes-1e9-collective", ["collective", "--nodes", "1000000000"], ERR("131072 GPUs")),
+    ("nodes-1e9-simulate", ["simulate", "--nodes", "1000000000"], ERR("131072 GPUs")),
+    ("nodes-1e9-analytic", ["simulate", "--nodes", "1000000000", *A], ERR("131072 GPUs")),
+    ("nodes-1e30", ["collective", "--nodes", BIG], ERR("131072 GPUs")),
+    ("nodes-1e30-memory", ["memory", "--nodes", BIG], ERR("131072 GPUs")),
+    ("nodes-16385", ["compare", "--nodes", "16385", *A], ERR("at most 16384 nodes")),
     ("accum-1e7-engine", ["simulate", "--accum", "10000000"], ERR("engine's limit")),
     ("accum-1e7-analytic", ["simulate", "--accum", "10000000", *A], ERR("exceeds")),
     ("accum-1e5-analytic", ["simulate", "--accum", "100000", *A], OK()),
@@ -314,10 +314,10 @@ CASES: list[tuple[str, list[str], tuple]] = [
     ("yaml-nodes-float", ["collective", "--cluster", "{d}/nodes_float.yaml"], ERR("nodes = 1.5")),
     ("yaml-nodes-str", ["collective", "--cluster", "{d}/nodes_str.yaml"], ERR("nodes = '4'")),
     ("yaml-nodes-bool", ["collective", "--cluster", "{d}/nodes_bool.yaml"], ERR("nodes = True")),
-    ("yaml-nodes-huge", ["collective", "--cluster", "{d}/nodes_huge.yaml"], ERR("65536")),
+    ("yaml-nodes-huge", ["collective", "--cluster", "{d}/nodes_huge.yaml"], ERR("131072")),
     ("yaml-gpn-zero", ["collective", "--cluster", "{d}/gpn_zero.yaml"], ERR("gpus_per_node")),
     ("yaml-gpn-float", ["collective", "--cluster", "{d}/gpn_float.yaml"], ERR("gpus_per_node")),
-    ("yaml-gpn-huge", ["collective", "--cluster", "{d}/gpn_huge.yaml"], ERR("65536")),
+    ("yaml-gpn-huge", ["collective", "--cluster", "{d}/gpn_huge.yaml"], ERR("131072")),
     ("yaml-chunks-zero", ["collective", "--cluster", "{d}/chunks_zero.yaml"],
      ERR("ho_ring_max_chunks")),
     ("yaml-chunks-bool", ["collective", "--cluster", "{d}/chunks_bool.yaml"],
@@ -488,8 +488,8 @@ CASES: list[tuple[str, list[str], tuple]] = [
     ("advise-global-batch-0", ["advise", "--global-batch", "0"], ERR("--global-batch '0'")),
     ("advise-global-batch-empty", ["advise", "--global-batch="], ERR("--global-batch ''")),
     ("advise-global-batch-inf", ["advise", "--global-batch", "1e400"], ERR("--global-batch")),
-    ("advise-nodes-8193", ["advise", "--global-batch", "2048", "--nodes", "8193"],
-     ERR("65536 GPUs")),
+    ("advise-nodes-16385", ["advise", "--global-batch", "2048", "--nodes", "16385"],
+     ERR("131072 GPUs")),
     ("advise-top-0", ["advise", "--global-batch", "2048", "--top", "0"], ERR("--top = 0")),
     ("advise-strategy-bad", ["advise", "--global-batch", "2048", "--strategies", "XYZ"],
      ERR("'XYZ'")),
@@ -723,7 +723,7 @@ def test_sweep_workers_die_with_a_killed_sweep(tmp_path):
 def test_real_process_one_line_for_a_limit():
     p = subprocess.run([sys.executable, "-m", "parosim.cli", "simulate", "--nodes",
                         "1000000000"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "65536" in p.stderr
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "131072" in p.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -833,5 +833,5 @@ def test_random_flag_values_exit_0_or_2_and_never_raise(flags, capsys):
         assert s["micro_batch"] == int(flags["--micro-batch"])
     if "--nodes" in flags:
         assert s["nodes"] == int(flags["--nodes"])
-    assert 1 <= s["nodes"] * s["gpus_per_node"] <= 65536
+    assert 1 <= s["nodes"] * s["gpus_per_node"] <= 131072
     assert 0 < s["trainable_ratio"] <= 1 and 0 < s["compute_efficiency"] <= 1

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 
+import numpy as np
+
 from ..spec.system import ClusterSpec, NetworkFabric
 from .types import Phase, Program, RingSet
 
@@ -53,6 +55,9 @@ def ring_alpha_beta(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float]:
 def ring_profile(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float, float]:
     """(alpha_s, B_Bps, inter_fraction): :func:`ring_alpha_beta` plus the fraction of the
     hops that leave a node (for the per-link-type protocol latencies of NCCL's model)."""
+    arrays = getattr(ringset, "hop_arrays", None)
+    if arrays is not None:  # rings of equal length: the same sums, in numpy
+        return _profile_arrays(spec, *arrays)
     gpn = spec.gpus_per_node
     net = spec.network
     nic_out: Counter = Counter()
@@ -96,6 +101,59 @@ def ring_profile(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float, flo
     if worst_nic:
         bw = min(bw, spec.nic.bandwidth_Bps / worst_nic)
     worst_up = max([*up_out.values(), *up_in.values()], default=0)
+    if worst_up:
+        if net.fabric is NetworkFabric.LEAF_SPINE:
+            cap = net.nodes_per_leaf * spec.nic.per_node * spec.nic.bandwidth_Bps
+        else:
+            cap = spec.nodes * spec.nic.bandwidth_Bps
+        bw = min(bw, cap / net.oversubscription / worst_up)
+    frac = n_inter / n_hops if n_hops else 0.0
+    return alpha + spec.collective.step_latency_s, bw, frac
+
+
+def _most(keys: np.ndarray) -> int:
+    """The largest number of times one value occurs in ``keys`` (0 if empty)."""
+    if not len(keys):
+        return 0
+    return int(np.bincount(keys).max())  # keys are ranks, nodes, NICs, leaves: >= 0
+
+
+def _profile_arrays(spec: ClusterSpec, src: np.ndarray, dst: np.ndarray
+                    ) -> tuple[float, float, float]:
+    """:func:`ring_profile` of rings of equal length given as (rings, k) arrays of hops:
+    the same per-hop latencies summed in ring order (``cumsum`` adds left to right, as the
+    loop does, so the result is the same to the bit) and the same sharing counts."""
+    gpn = spec.gpus_per_node
+    net = spec.network
+    inter_lat = 2 * spec.pcie.latency_s + spec.nic.latency_s
+    intra_lat = spec.intra.latency_s
+    cross_lat = inter_lat + 2 * net.uplink_latency_s
+    na, nb = src // gpn, dst // gpn
+    inter = na != nb
+    per = spec.nic.per_node
+    ka, kb = (src % gpn) * per // gpn, (dst % gpn) * per // gpn
+    if net.fabric is NetworkFabric.LEAF_SPINE:
+        ua, ub = na // net.nodes_per_leaf, nb // net.nodes_per_leaf
+    elif net.fabric is NetworkFabric.RAIL:
+        ua, ub = ka, kb
+    else:
+        ua = ub = None
+    cross = inter & (ua != ub) if ua is not None else np.zeros_like(inter)
+    lat = np.where(cross, cross_lat, np.where(inter, inter_lat, intra_lat))
+    k = src.shape[1]
+    alpha = max(0.0, float((np.cumsum(lat, axis=1)[:, -1] / k).max()))
+    n_hops, n_inter = int(src.size), int(inter.sum())
+    bw = float("inf")
+    if n_hops > n_inter:
+        intra = ~inter
+        flows = max(_most(src[intra]), _most(dst[intra]))
+        bw = min(bw, spec.intra.bandwidth_Bps / flows)
+    if n_inter:
+        flows = max(_most(src[inter]), _most(dst[inter]))
+        bw = min(bw, spec.pcie.bandwidth_Bps / flows)
+        worst_nic = max(_most(na[inter] * per + ka[inter]), _most(nb[inter] * per + kb[inter]))
+        bw = min(bw, spec.nic.bandwidth_Bps / worst_nic)
+    worst_up = max(_most(ua[cross]), _most(ub[cross])) if ua is not None else 0
     if worst_up:
         if net.fabric is NetworkFabric.LEAF_SPINE:
             cap = net.nodes_per_leaf * spec.nic.per_node * spec.nic.bandwidth_Bps
@@ -172,10 +230,26 @@ def program_time(spec: ClusterSpec, program: Program) -> float:
     exceeds that bound and stays exact; for HO-Ring the max of the two is an estimate (the
     engine is the reference).
     """
-    durations = [phase_time(spec, ph) for ph in program.phases]
+    durations = _per_phase(spec, program.phases, phase_time)
     ends = [e for _, e in lane_schedule(program, durations)]
     t = max(ends, default=0.0)
     if spec.collective.serial_progress and program.phases:
-        lat = [latency_part(spec, ph) for ph in program.phases]
+        lat = _per_phase(spec, program.phases, latency_part)
         t = max(t, sum(lat) + min(d - a for d, a in zip(durations, lat, strict=True)))
     return t + spec.collective.call_overhead_s
+
+
+def _per_phase(spec: ClusterSpec, phases, fn) -> list[float]:
+    """``[fn(spec, ph) for ph in phases]``, computed once per distinct phase: an HO-Ring
+    program repeats one costed phase per chunk under other names (the figures depend only
+    on the fields in the key)."""
+    memo: dict[tuple, float] = {}
+    out = []
+    for ph in phases:
+        key = (id(ph.ringset), ph.op, ph.buffer_bytes, ph.bw_eff, ph.cap_Bps, ph.fixed_s,
+               ph.tree_steps)
+        v = memo.get(key)
+        if v is None:
+            v = memo[key] = fn(spec, ph)
+        out.append(v)
+    return out

@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
+import numpy as np
+
 from ..spec.system import ClusterSpec
 from .cost import latency_part, phase_time, program_time
-from .nccl import channel_rings, make_phase, tree_parts, tree_phase
+from .nccl import channel_rings, make_phase, ring_phase_costs, tree_parts, tree_phase
 from .types import Algo, Op, Phase, Program, RingSet, Scope
 
 
@@ -43,6 +45,9 @@ def scope_rings(spec: ClusterSpec, scope: Scope) -> RingSet:
     gn = spec.group_nodes
     if scope is Scope.GLOBAL:
         rings = channel_rings(spec, list(range(spec.nodes)))
+    elif scope is Scope.INTRA and (gn == 1 or spec.gpus_per_node == 1
+                                   or spec.nic.per_node <= 1):
+        rings = tuple(tuple(range(g * m, (g + 1) * m)) for g in range(ng))  # rank order
     elif scope is Scope.INTRA:
         rings = tuple(r for g in range(ng)
                       for r in channel_rings(spec, list(range(g * gn, (g + 1) * gn))))
@@ -82,21 +87,21 @@ def _hierarchical(spec: ClusterSpec, op: Op, size: float, chunks: int, algo: Alg
         pa = make_phase(spec, "", op, inter, c_inter, lane_b)
         pb = make_phase(spec, "", op, intra, c_intra, lane_a)
         for c in range(k):
-            ph.append(replace(pa, name=f"inter AG c{c}"))
-            ph.append(replace(pb, name=f"intra AG c{c}", deps=(len(ph) - 1,)))
+            ph.append(pa.renamed(f"inter AG c{c}"))
+            ph.append(pb.renamed(f"intra AG c{c}", (len(ph) - 1,)))
     elif op is Op.REDUCE_SCATTER:
         pa = make_phase(spec, "", op, intra, c_intra, lane_a)
         pb = make_phase(spec, "", op, inter, c_inter, lane_b)
         for c in range(k):
-            ph.append(replace(pa, name=f"intra RS c{c}"))
-            ph.append(replace(pb, name=f"inter RS c{c}", deps=(len(ph) - 1,)))
+            ph.append(pa.renamed(f"intra RS c{c}"))
+            ph.append(pb.renamed(f"inter RS c{c}", (len(ph) - 1,)))
     else:
         prs = make_phase(spec, "", Op.REDUCE_SCATTER, intra, c_intra, lane_a)
         par = make_phase(spec, "", Op.ALL_REDUCE, inter, c_inter, lane_b)
         pag = make_phase(spec, "", Op.ALL_GATHER, intra, c_intra, lane_a)
-        rs = [replace(prs, name=f"intra RS c{c}") for c in range(k)]
-        ar = [replace(par, name=f"inter AR c{c}", deps=(c,)) for c in range(k)]
-        ag = [replace(pag, name=f"intra AG c{c}", deps=(k + c,)) for c in range(k)]
+        rs = [prs.renamed(f"intra RS c{c}") for c in range(k)]
+        ar = [par.renamed(f"inter AR c{c}", (c,)) for c in range(k)]
+        ag = [pag.renamed(f"intra AG c{c}", (k + c,)) for c in range(k)]
         # list order is execution order within a lane: intra lane runs RS*, then AG*
         ph = rs + ar + ag
     return Program(op, Scope.GLOBAL, algo, size, spec.gpus, tuple(ph), chunks)
@@ -146,6 +151,53 @@ def best_chunks(spec: ClusterSpec, op: Op, size: float, intra: RingSet | None = 
     intra = intra if intra is not None else scope_rings(spec, Scope.INTRA)
     inter = inter if inter is not None else scope_rings(spec, Scope.INTER)
     m = m if m is not None else spec.group_size
+    return _best_chunks(spec, op, float(size), intra, inter, m)
+
+
+@lru_cache(maxsize=4096)
+def _best_chunks(spec: ClusterSpec, op: Op, size: float, intra: RingSet, inter: RingSet,
+                 m: int) -> int:
+    """:func:`best_chunks`, cached by (cluster, op, bytes, ring sets): the phase costs of
+    every K at once (:func:`parosim.collectives.nccl.ring_phase_costs`, the same doubles as
+    one ``make_phase`` per K), then the lane recurrence per K."""
+    serial = spec.collective.serial_progress
+    ks = np.arange(1, spec.collective.ho_ring_max_chunks + 1)
+
+    def cost(o: Op, rs, bufs) -> tuple[list[float], list[float]]:
+        t, lat = ring_phase_costs(spec, o, rs, bufs)
+        return t.tolist(), lat.tolist()
+
+    if op is Op.ALL_REDUCE:
+        (rs_t, rs_l), (ag_t, ag_l) = (cost(Op.REDUCE_SCATTER, intra, size / ks),
+                                      cost(Op.ALL_GATHER, intra, size / ks))
+        ar_t, ar_l = cost(Op.ALL_REDUCE, inter, size / (m * ks))
+    elif op is Op.ALL_GATHER:
+        a_t, a_l = cost(op, inter, size / (m * ks))
+        b_t, b_l = cost(op, intra, size / ks)
+    else:
+        a_t, a_l = cost(op, intra, size / ks)
+        b_t, b_l = cost(op, inter, size / (m * ks))
+    best_k, best_t = 1, float("inf")
+    for i, k in enumerate(ks.tolist()):
+        if op is Op.ALL_REDUCE:
+            rs, l_rs, ag, l_ag, ar, l_ar = rs_t[i], rs_l[i], ag_t[i], ag_l[i], ar_t[i], ar_l[i]
+            t = _ar_pipeline(k, rs, ar, ag)
+            if serial:  # as in cost.program_time
+                t = max(t, k * (l_rs + l_ag + l_ar) + min(rs - l_rs, ag - l_ag, ar - l_ar))
+        else:
+            a, la, b, lb = a_t[i], a_l[i], b_t[i], b_l[i]
+            t = a + b + (k - 1) * max(a, b)
+            if serial:
+                t = max(t, k * (la + lb) + min(a - la, b - lb))
+        if t < best_t * (1 - 1e-12):
+            best_k, best_t = k, t
+    return best_k
+
+
+def _best_chunks_loop(spec: ClusterSpec, op: Op, size: float, intra: RingSet,
+                      inter: RingSet, m: int) -> int:
+    """The reference search: one ``make_phase`` per phase and K (what :func:`_best_chunks`
+    reproduces; the tests compare them)."""
     serial = spec.collective.serial_progress
 
     def cost(o: Op, rs, buf: float) -> tuple[float, float]:

@@ -53,8 +53,10 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+import numpy as np
+
 from ..spec.system import ClusterSpec, IntraFabric
-from .cost import phase_time, ring_profile
+from .cost import phase_time, ring_alpha_beta, ring_profile
 from .types import HopSet, Op, Phase, RingSet, Scope
 
 # NCCL 2.20.3 src/graph/tuning.cc, treeCorrectionFactor[protocol][log2(bytes / 64)]: "Trees are
@@ -282,3 +284,68 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
             red = hbm_s
     return Phase(ph.name, ph.op, ph.ringset, ph.buffer_bytes, ph.lane, ph.deps, proto,
                  eff, cap, lat + red, ph.tree_steps)
+
+
+def ring_phase_costs(spec: ClusterSpec, op: Op, ringset: RingSet, totals: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`~parosim.collectives.cost.phase_time`, :func:`~parosim.collectives.cost.
+    latency_part`) of ``make_phase(spec, "", op, ringset, total, lane)`` for every total in
+    ``totals`` at once: the protocol chosen per total as :func:`make_phase` chooses it (ties:
+    the first), each figure computed by the same operations in the same order as
+    :func:`_costed` and ``phase_time`` (IEEE arithmetic elementwise: the same doubles).
+    What :func:`parosim.collectives.lowering.best_chunks` evaluates for 64 chunk counts."""
+    tun = spec.collective
+    totals = np.asarray(totals, dtype=float)
+    rpr = max(1, ringset.rings_per_rank)
+    K = ringset.size
+    steps = op.ring_factor * (K - 1) if K > 1 else 0
+    if steps == 0:
+        zero = np.zeros(len(totals))
+        return zero, zero.copy()
+    buffer = totals / rpr
+    bpr = op.ring_factor * (K - 1) / K * buffer          # Phase.bytes_per_rank
+    alpha, bw = ring_alpha_beta(spec, ringset)
+    over = tun.phase_overhead_s
+    if tun.model == "ideal":                             # Phase defaults: no protocol
+        t = steps * alpha + bpr / min(bw * 1.0, math.inf) + over + 0.0
+        return t, np.full(len(totals), steps * alpha + over + 0.0)
+    nodes, ppn = _instance_shape(spec, ringset)
+    C = channels(spec)
+    _, _, frac = ring_profile(spec, ringset)
+    best_t = np.full(len(totals), math.inf)
+    best_l = np.zeros(len(totals))
+    for proto in tun.protocols:
+        pc = tun.protocol("ring", proto)
+        hw_intra = pc.nvlink_latency_s if spec.intra_fabric is IntraFabric.NVSWITCH else (
+            pc.pcie_latency_s)
+        intra = max(0.0, hw_intra - spec.intra.latency_s)
+        net = max(0.0, pc.net_latency_s - (2 * spec.pcie.latency_s + spec.nic.latency_s))
+        eff = pc.bw_efficiency
+        if nodes > 1:
+            floor = tun.net_overhead_s * (3 if proto == "simple" else 1)
+            intra = max(intra, floor - spec.intra.latency_s)
+        if proto == "ll128" and ppn < 2:
+            eff *= LL128_ONE_PPN
+        lat0 = pc.base_latency_s + steps * ((1 - frac) * intra + frac * net)
+        lat = np.full(len(totals), lat0)
+        if proto == "simple" and nodes > 1 and op is Op.ALL_REDUCE:
+            lat = np.where(totals / (C * K) >= 64, lat0 * RING_SIMPLE_PLATEAU, lat)
+        reduced = (K - 1) / K * totals
+        per_channel, whole = pc.caps(nodes)
+        cap = np.full(len(totals), min(whole, C * per_channel) / rpr)
+        red = np.zeros(len(totals))
+        if op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE) and tun.reduction_hbm_factor:
+            hbm_s = tun.reduction_hbm_factor * reduced / spec.gpu.hbm_bandwidth_Bps
+            pos = hbm_s > 0
+            if tun.reduction_overlap:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    cap = np.where(pos, np.minimum(cap, bpr / hbm_s), cap)
+                red = np.where(pos, red, hbm_s)
+            else:
+                red = hbm_s
+        fixed = lat + red
+        t = steps * alpha + bpr / np.minimum(bw * eff, cap) + over + fixed
+        take = t < best_t * (1 - 1e-12)
+        best_t = np.where(take, t, best_t)
+        best_l = np.where(take, steps * alpha + over + fixed, best_l)
+    return best_t, best_l

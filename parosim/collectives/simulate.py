@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..fabric.engine import CountingEnvironment, DeadlockError, Record, run_program
+from ..fabric.folded import network_graph
 from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period
 from ..fabric.symmetry import transfer_period
 from ..fabric.topology import cluster_graph
@@ -78,7 +79,6 @@ def closed_form_time(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float,
 def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | None = None,
                      symmetric: bool = True, trace: bool = False) -> CollectiveResult:
     """Run a lowered collective on the simpy flow-level network of the cluster graph."""
-    g = graph if graph is not None else cluster_graph(spec, lite=True)
     env = CountingEnvironment()
     # a tree is not invariant under translation: no symmetry reduction
     period = symmetry_period(spec) if symmetric and not program.tree else spec.nodes
@@ -86,6 +86,7 @@ def simulate_program(spec: ClusterSpec, program: Program, graph: nx.DiGraph | No
 
         period = transfer_period({ph.ringset for ph in program.phases}, spec.nodes,
                                  spec.gpus_per_node, period)
+    g = graph if graph is not None else network_graph(spec, period)
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     records: list[Record] = []
     proc = env.process(run_program(env, net, program, spec.collective,

@@ -14,8 +14,10 @@ torch.distributed executor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace  # noqa: F401  (replace: the doctest)
 from functools import cached_property
+
+import numpy as np
 
 from ..spec.collective import Algo, Op, Scope, parse_enum  # noqa: F401  (re-exported)
 
@@ -53,6 +55,25 @@ class RingSet:
             k = len(ring)
             if k > 1:
                 yield [(ring[i], ring[(i + 1) % k]) for i in range(k)]
+
+    @cached_property
+    def hop_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(src, dst): int64 arrays of shape (rings, k), row r the hops of ring r in
+        :meth:`hops` order, when every ring has the same k > 1; None otherwise. What the
+        closed form and the network use instead of a Python loop over 100,000 hops.
+
+        >>> src, dst = RingSet(((0, 1, 2), (3, 4, 5)), "g").hop_arrays
+        >>> dst.tolist()
+        [[1, 2, 0], [4, 5, 3]]
+        """
+        if not self.rings or type(self).hops is not RingSet.hops \
+                or type(self).ring_hops is not RingSet.ring_hops:
+            return None   # a subclass with other hops (parosim.plan.layout.PairSet)
+        k = len(self.rings[0])
+        if k < 2 or any(len(r) != k for r in self.rings):
+            return None
+        src = np.array(self.rings, dtype=np.int64)
+        return src, np.roll(src, -1, axis=1)
 
     @cached_property
     def rings_per_rank(self) -> int:
@@ -129,6 +150,22 @@ class Phase:
     @property
     def kind(self) -> str:
         return "tree" if self.tree_steps else "ring"
+
+    def renamed(self, name: str, deps: tuple[int, ...] | None = None) -> Phase:
+        """This phase under another name (and deps): ``dataclasses.replace`` without its
+        introspection, keeping the derived figures (a lowering copies one costed phase per
+        HO-Ring chunk).
+
+        >>> ph = Phase("a", Op.ALL_GATHER, RingSet(((0, 1),), "g"), 8.0, "main")
+        >>> ph.renamed("b", (0,)) == replace(ph, name="b", deps=(0,))
+        True
+        """
+        new = object.__new__(Phase)
+        new.__dict__.update(self.__dict__)
+        new.__dict__["name"] = name
+        if deps is not None:
+            new.__dict__["deps"] = deps
+        return new
 
 
 @dataclass(frozen=True)

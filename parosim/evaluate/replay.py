@@ -29,8 +29,8 @@ from ..fabric.engine import (
     run_counted,
     run_lanes,
 )
+from ..fabric.folded import network_graph
 from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period, to_ps
-from ..fabric.topology import cluster_graph
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan
 from ..spec.system import ClusterSpec
 
@@ -93,9 +93,9 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     ``period_nodes``: the symmetry period of the plan's ring sets (default: the cluster's,
     right for data-parallel plans; 3D plans pass their own, :mod:`parosim.plan.threed`)."""
     env = CountingEnvironment()
-    g = graph if graph is not None else cluster_graph(spec, lite=True)
     cache = ProgramCache(spec, algo)
     period = period_nodes if period_nodes is not None else plan_period(plan, spec, cache)
+    g = graph if graph is not None else network_graph(spec, period)
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     net.record_links = record_links
     ops = plan.ops

@@ -30,6 +30,9 @@ The graph's invariance is not assumed:
 :func:`parosim.fabric.symmetry.verified_period` checks it edge
 by edge and falls back to the smallest multiple of the asked period under which it holds (the
 node count: no reduction), so an override (a slow NIC on node 3) is never folded away.
+A homogeneous cluster's graph may be a :class:`parosim.fabric.folded.FoldedGraph` (built where
+it is looked up, its symmetry proved on what is built); the network then looks vertices up
+and never iterates the graph.
 """
 
 from __future__ import annotations
@@ -137,11 +140,17 @@ class Network:
         self.requested_period = period_nodes or self.nodes
         self.period = self.requested_period
         if self.period < self.nodes:
-            self.period = verified_period(graph, self.nodes, self.gpn, self.period)
+            prove = getattr(graph, "verified_period", None)  # a FoldedGraph proves its own
+            self.period = (prove(self.period) if prove else
+                           verified_period(graph, self.nodes, self.gpn, self.period))
         self.scale = self.nodes // self.period
-        self._rank_name = {d["rank"]: n for n, d in graph.nodes(data=True)
-                           if d.get("kind") == "gpu"}
-        self._rep = self._representatives()
+        if hasattr(graph, "rank_names"):  # a FoldedGraph: vertices named as looked up
+            self._rank_name = graph.rank_names()
+            self._rep = _Reps(self)
+        else:
+            self._rank_name = {d["rank"]: n for n, d in graph.nodes(data=True)
+                               if d.get("kind") == "gpu"}
+            self._rep = self._representatives()
         self._link_idx: dict[tuple[str, str], int] = {}
         self._cap: list[float] = []
         self._class: list[str] = []
@@ -195,24 +204,24 @@ class Network:
         return self._progress
 
     # -- symmetry -------------------------------------------------------------------------
+    def _leaves(self) -> tuple[set[str], int]:
+        leaves = {n for n in self.graph if n.startswith("leaf")}
+        return leaves, (max(1, self.nodes // len(leaves)) if leaves else 0)
+
+    def _rep_of(self, n: str, d: dict, leaves: set[str], per_leaf: int) -> tuple[str, bool]:
+        """(orbit representative, moves under translation) of vertex ``n``."""
+        T = self.period
+        if "node" in d:
+            return (f"n{d['node'] % T}/{n.split('/', 1)[1]}", self.scale > 1)
+        if n in leaves and self.scale > 1:
+            return (f"leaf{int(n[4:]) % max(1, T // per_leaf)}", True)
+        return (n, False)
+
     def _representatives(self) -> dict[str, tuple[str, bool]]:
         """node name -> (orbit representative, moves under translation)."""
-        rep: dict[str, tuple[str, bool]] = {}
-        T = self.period
-        leaves = {n for n in self.graph if n.startswith("leaf")}
-        per_leaf = 0
-        if leaves:
-            per_leaf = max(1, self.nodes // len(leaves))
-        for n, d in self.graph.nodes(data=True):
-            if "node" in d:
-                i = d["node"]
-                rep[n] = (f"n{i % T}/{n.split('/', 1)[1]}", self.scale > 1)
-            elif n in leaves and self.scale > 1:
-                lp = max(1, T // per_leaf)
-                rep[n] = (f"leaf{int(n[4:]) % lp}", True)
-            else:
-                rep[n] = (n, False)
-        return rep
+        leaves, per_leaf = self._leaves()
+        return {n: self._rep_of(n, d, leaves, per_leaf)
+                for n, d in self.graph.nodes(data=True)}
 
     def _link(self, u: str, v: str) -> int:
         (ru, mu), (rv, mv) = self._rep[u], self._rep[v]
@@ -240,6 +249,9 @@ class Network:
         fs = self._flowsets.get(ringset)
         if fs is not None:
             return fs
+        arrays = getattr(ringset, "hop_arrays", None) if self.scale > 1 else None
+        if arrays is not None:
+            return self._flowset_folded(ringset, *arrays)
         hops = list(ringset.hops())
         if self.scale > 1:
             shift = self.period * self.gpn
@@ -250,6 +262,17 @@ class Network:
                                    f"network's symmetry period of {self.period} nodes")
             limit = self.period * self.gpn
             hops = [(a, b) for a, b in hops if a < limit]
+        counts, lat_of = self._route(hops)
+        # per-step latency: the largest mean hop latency of a ring (over its routed hops)
+        alpha = 0.0
+        for ring in ringset.ring_hops():
+            lats = [lat_of[h] for h in ring if h in lat_of]
+            if lats:
+                alpha = max(alpha, sum(lats) / len(lats))
+        return self._store(ringset, counts, alpha, sum(1 for _ in ringset.hops()))
+
+    def _route(self, hops) -> tuple[Counter, dict[tuple[int, int], float]]:
+        """Flows per link of ``hops`` and each hop's path latency (slowest ECMP path)."""
         counts: Counter = Counter()
         lat_of: dict[tuple[int, int], float] = {}
         edges = self.graph.edges
@@ -262,19 +285,41 @@ class Network:
                     p_lat += edges[u, v]["latency_s"]
                 lat = max(lat, p_lat)  # ECMP alternatives: the slowest path's latency
             lat_of[a, b] = lat
-        # per-step latency: the largest mean hop latency of a ring (over its routed hops)
-        alpha = 0.0
-        for ring in ringset.ring_hops():
-            lats = [lat_of[h] for h in ring if h in lat_of]
-            if lats:
-                alpha = max(alpha, sum(lats) / len(lats))
+        return counts, lat_of
+
+    def _store(self, ringset, counts: Counter, alpha: float, flows: int) -> FlowSet:
         idx = np.array(sorted(counts), dtype=np.int64)
         cnt = np.array([counts[i] for i in idx], dtype=float)
         if self.scale > 1:
             cnt *= self.scale / np.array([self._orbit[i] for i in idx], dtype=float)
-        fs = FlowSet(idx, cnt, alpha, sum(1 for _ in ringset.hops()), len(self._flowsets))
+        fs = FlowSet(idx, cnt, alpha, flows, len(self._flowsets))
         self._flowsets[ringset] = fs
         return fs
+
+    def _flowset_folded(self, ringset: RingSet, src: np.ndarray, dst: np.ndarray) -> FlowSet:
+        """:meth:`flowset` with a symmetry reduction for rings of equal length given as
+        (rings, k) arrays: the invariance check and the choice of the routed hops (those
+        leaving the first ``period`` nodes) in numpy; the same hops, in the same order, are
+        routed and summed as by the loop."""
+        n, shift = self.nodes * self.gpn, self.period * self.gpn
+        s, d = src.ravel(), dst.ravel()
+        moved = ((s + shift) % n) * n + (d + shift) % n
+        have = np.sort(s * n + d)
+        at = np.minimum(np.searchsorted(have, moved), len(have) - 1)
+        if not (have[at] == moved).all():
+            raise RuntimeError(f"ring set {ringset.label!r} is not invariant under the "
+                               f"network's symmetry period of {self.period} nodes")
+        mine = src < shift
+        flat = mine.ravel()
+        counts, lat_of = self._route(zip(s[flat].tolist(), d[flat].tolist(), strict=True))
+        # per-step latency: the largest mean hop latency of a ring (over its routed hops)
+        alpha = 0.0
+        for r in np.flatnonzero(mine.any(axis=1)).tolist():
+            m = mine[r]
+            lats = [lat_of[h] for h in zip(src[r][m].tolist(), dst[r][m].tolist(),
+                                           strict=True)]
+            alpha = max(alpha, sum(lats) / len(lats))
+        return self._store(ringset, counts, alpha, int(s.size))
 
     # -- fluid engine ---------------------------------------------------------------------
     def transfer(self, fs: FlowSet, nbytes: float, max_rate_Bps: float = math.inf,
@@ -416,8 +461,12 @@ class Network:
             if self._egress[i]:
                 e = self._egress[i]
                 st.gpu_egress[e] = st.gpu_egress.get(e, 0.0) + self._bytes[i] * orbit[i]
-        for _, _, cls in self.graph.edges(data="link_class"):
-            st.links[cls] = st.links.get(cls, 0) + 1
+        counts = getattr(self.graph, "link_class_counts", None)  # a FoldedGraph counts
+        if counts:
+            st.links.update(counts())
+        else:
+            for _, _, cls in self.graph.edges(data="link_class"):
+                st.links[cls] = st.links.get(cls, 0) + 1
         return st
 
 
@@ -502,6 +551,20 @@ class Network:
         if self._segments:
             out.append((self.env.now / PS, {names[i]: 0.0 for i in want}))
         return out
+
+
+class _Reps(dict):
+    """:meth:`Network._representatives` of a FoldedGraph, computed on first lookup (its
+    leaves, all built with the switches, are known at once)."""
+
+    def __init__(self, net: Network):
+        super().__init__()
+        self._net = net
+        self._leaves = net._leaves()
+
+    def __missing__(self, n):
+        r = self[n] = self._net._rep_of(n, self._net.graph.nodes[n], *self._leaves)
+        return r
 
 
 def symmetry_period(spec) -> int:

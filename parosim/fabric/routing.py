@@ -29,7 +29,8 @@ class Router:
 
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
-        self._kind = dict(graph.nodes(data="kind"))
+        kinds = getattr(graph, "kinds", None)  # a FoldedGraph: looked up as needed
+        self._kind = kinds() if kinds else dict(graph.nodes(data="kind"))
         self._cache: dict[tuple, list] = {}
         self._exits: dict[str, tuple[str, str] | None] = {}
         self._switches = None  # switch-only subgraph (False: fast path not applicable)
@@ -61,6 +62,9 @@ class Router:
         of NICs on a switch."""
         import networkx as nx  # deferred: networkx loads only when this runs
 
+        switch_graph = getattr(self.graph, "switch_graph", None)
+        if self._switches is None and switch_graph is not None:
+            self._switches = switch_graph()   # a FoldedGraph: not every node built
         if self._switches is None:
             g, kind = self.graph, self._kind
             if not isinstance(g, nx.DiGraph):  # a LiteDiGraph: work on its networkx copy

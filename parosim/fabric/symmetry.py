@@ -64,17 +64,20 @@ def translation(graph: nx.DiGraph, nodes: int, shift: int) -> dict[str, str] | N
     return out
 
 
-def is_invariant(graph: nx.DiGraph, nodes: int, gpus_per_node: int, shift: int) -> bool:
+def is_invariant(graph: nx.DiGraph, nodes: int, gpus_per_node: int, shift: int,
+                 vertices=None, edges=None) -> bool:
     """True when translating by ``shift`` nodes maps the graph onto itself: vertex kinds,
-    GPU ranks (+ shift x gpus_per_node) and every edge with its bandwidth, latency, class."""
+    GPU ranks (+ shift x gpus_per_node) and every edge with its bandwidth, latency, class.
+    ``vertices`` / ``edges`` ((u, v, data) triples): check only these (default: all;
+    :class:`parosim.fabric.folded.FoldedGraph` checks its fundamental domain)."""
     if graph.graph.get("ecmp") == "hash":
         return False
     sigma = translation(graph, nodes, shift)
     if sigma is None:
         return False
     n_gpus = nodes * gpus_per_node
-    for v, d in graph.nodes(data=True):
-        w = sigma[v]
+    for v in (graph.nodes if vertices is None else vertices):
+        d, w = graph.nodes[v], sigma[v]
         if w not in graph:
             return False
         e = graph.nodes[w]
@@ -83,7 +86,7 @@ def is_invariant(graph: nx.DiGraph, nodes: int, gpus_per_node: int, shift: int) 
         if d.get("kind") == "gpu" and e.get("rank") != (d["rank"] + shift * gpus_per_node) \
                 % n_gpus:
             return False
-    for u, v, d in graph.edges(data=True):
+    for u, v, d in (graph.edges(data=True) if edges is None else edges):
         su, sv = sigma[u], sigma[v]
         if not graph.has_edge(su, sv):
             return False

@@ -89,11 +89,16 @@ def _nics(spec: ClusterSpec, i: int) -> list[str]:
 def single_switch(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
     """Every NIC on one non-blocking switch."""
     g.add_node("switch", kind="switch")
-    half = spec.nic.latency_s / 2
     for i in range(spec.nodes):
-        for nic in _nics(spec, i):
-            _link(g, nic, "switch", spec.nic.bandwidth_Bps, half, "nic")
+        _attach_single(g, spec, i)
     return g
+
+
+def _attach_single(g: nx.DiGraph, spec: ClusterSpec, i: int) -> None:
+    """Node ``i``'s NICs on the switch."""
+    half = spec.nic.latency_s / 2
+    for nic in _nics(spec, i):
+        _link(g, nic, "switch", spec.nic.bandwidth_Bps, half, "nic")
 
 
 def leaf_spine(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
@@ -106,10 +111,17 @@ def leaf_spine(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
     uplink of 1/S of that to each spine; how flows use them is ``network.ecmp`` (the graph
     attribute ``ecmp``, read by :class:`parosim.fabric.routing.Router`).
     """
+    _leaf_spine_switches(g, spec)
+    for i in range(spec.nodes):
+        _attach_leaf(g, spec, i)
+    return g
+
+
+def _leaf_spine_switches(g: nx.DiGraph, spec: ClusterSpec) -> None:
+    """The spines, the leaves and the uplinks between them."""
     net = spec.network
     per_leaf = net.nodes_per_leaf
     leaves = -(-spec.nodes // per_leaf)
-    half = spec.nic.latency_s / 2
     down = per_leaf * spec.nic.per_node * spec.nic.bandwidth_Bps
     spines = [f"spine{s}" for s in range(net.spines)] if net.spines else ["spine"]
     if net.spines:
@@ -121,30 +133,53 @@ def leaf_spine(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
         for sp in spines:
             _link(g, f"leaf{leaf}", sp, down / net.oversubscription / len(spines),
                   net.uplink_latency_s, "uplink")
-    for i in range(spec.nodes):
-        for nic in _nics(spec, i):
-            _link(g, nic, f"leaf{i // per_leaf}", spec.nic.bandwidth_Bps, half, "nic")
-    return g
+
+
+def _attach_leaf(g: nx.DiGraph, spec: ClusterSpec, i: int) -> None:
+    """Node ``i``'s NICs on its leaf, ``leaf{i // nodes_per_leaf}``."""
+    half = spec.nic.latency_s / 2
+    leaf = f"leaf{i // spec.network.nodes_per_leaf}"
+    for nic in _nics(spec, i):
+        _link(g, nic, leaf, spec.nic.bandwidth_Bps, half, "nic")
 
 
 def rail(g: nx.DiGraph, spec: ClusterSpec) -> nx.DiGraph:
     """Rail-optimized: NIC k of every node on rail switch k; rails joined by a spine whose
     links carry (rail downlink capacity) / oversubscription."""
+    _rail_switches(g, spec)
+    for i in range(spec.nodes):
+        _attach_rail(g, spec, i)
+    return g
+
+
+def _rail_switches(g: nx.DiGraph, spec: ClusterSpec) -> None:
+    """The spine, the rails and the uplinks between them."""
     net = spec.network
-    half = spec.nic.latency_s / 2
     g.add_node("spine", kind="switch")
     down = spec.nodes * spec.nic.bandwidth_Bps
     for k in range(spec.nic.per_node):
         g.add_node(f"rail{k}", kind="switch")
         _link(g, f"rail{k}", "spine", down / net.oversubscription, net.uplink_latency_s,
               "uplink")
-        for i in range(spec.nodes):
-            _link(g, nic_name(i, k), f"rail{k}", spec.nic.bandwidth_Bps, half, "nic")
-    return g
+
+
+def _attach_rail(g: nx.DiGraph, spec: ClusterSpec, i: int) -> None:
+    """Node ``i``'s NIC k on rail k."""
+    half = spec.nic.latency_s / 2
+    for k in range(spec.nic.per_node):
+        _link(g, nic_name(i, k), f"rail{k}", spec.nic.bandwidth_Bps, half, "nic")
 
 
 _FABRICS = {NetworkFabric.SINGLE_SWITCH: single_switch, NetworkFabric.LEAF_SPINE: leaf_spine,
             NetworkFabric.RAIL: rail}
+# per fabric: (its switches and the links between them, node i's links to them); the
+# builders above are these two in turn, and parosim.fabric.folded builds nodes one by one
+FABRIC_PARTS = {
+    NetworkFabric.SINGLE_SWITCH: (lambda g, spec: g.add_node("switch", kind="switch"),
+                                  _attach_single),
+    NetworkFabric.LEAF_SPINE: (_leaf_spine_switches, _attach_leaf),
+    NetworkFabric.RAIL: (_rail_switches, _attach_rail),
+}
 
 
 def cluster_graph(spec: ClusterSpec, lite: bool = False) -> nx.DiGraph:

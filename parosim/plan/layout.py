@@ -33,7 +33,7 @@ pairs), so the closed form and the engine agree as for the existing scopes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from ..collectives.cost import program_time
@@ -189,7 +189,11 @@ class GroupScopes:
 
     def size(self, scope: Scope) -> int:
         """k of a scope over this group set."""
-        return {Scope.GLOBAL: self.m * self.ng, Scope.INTRA: self.m, Scope.INTER: self.ng}[scope]
+        if scope is Scope.INTRA:   # (costed thousands of times by advise: no dict)
+            return self.m
+        if scope is Scope.INTER:
+            return self.ng
+        return {Scope.GLOBAL: self.m * self.ng}[scope]
 
     def rings(self, scope: Scope) -> RingSet:
         return {Scope.GLOBAL: self.glob, Scope.INTRA: self.intra, Scope.INTER: self.inter}[scope]
@@ -365,21 +369,21 @@ def _phases(spec: ClusterSpec, op: Op, gs: GroupScopes, size: float,
         pa = make_phase(spec, "", op, gs.inter, c_inter, lane_b)
         pb = make_phase(spec, "", op, gs.intra, c_intra, lane_a)
         for c in range(k):
-            ph.append(replace(pa, name=f"inter AG c{c}"))
-            ph.append(replace(pb, name=f"intra AG c{c}", deps=(len(ph) - 1,)))
+            ph.append(pa.renamed(f"inter AG c{c}"))
+            ph.append(pb.renamed(f"intra AG c{c}", (len(ph) - 1,)))
     elif op is Op.REDUCE_SCATTER:
         pa = make_phase(spec, "", op, gs.intra, c_intra, lane_a)
         pb = make_phase(spec, "", op, gs.inter, c_inter, lane_b)
         for c in range(k):
-            ph.append(replace(pa, name=f"intra RS c{c}"))
-            ph.append(replace(pb, name=f"inter RS c{c}", deps=(len(ph) - 1,)))
+            ph.append(pa.renamed(f"intra RS c{c}"))
+            ph.append(pb.renamed(f"inter RS c{c}", (len(ph) - 1,)))
     else:
         prs = make_phase(spec, "", Op.REDUCE_SCATTER, gs.intra, c_intra, lane_a)
         par = make_phase(spec, "", Op.ALL_REDUCE, gs.inter, c_inter, lane_b)
         pag = make_phase(spec, "", Op.ALL_GATHER, gs.intra, c_intra, lane_a)
-        rs = [replace(prs, name=f"intra RS c{c}") for c in range(k)]
-        ar = [replace(par, name=f"inter AR c{c}", deps=(c,)) for c in range(k)]
-        ag = [replace(pag, name=f"intra AG c{c}", deps=(k + c,)) for c in range(k)]
+        rs = [prs.renamed(f"intra RS c{c}") for c in range(k)]
+        ar = [par.renamed(f"inter AR c{c}", (c,)) for c in range(k)]
+        ag = [pag.renamed(f"intra AG c{c}", (k + c,)) for c in range(k)]
         ph = rs + ar + ag
     return tuple(ph)
 

@@ -8,6 +8,7 @@ A memory model: it imports no planner (the planners import it).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ..cost.compute import fp8_peak_flops, layer_fp8_params
 from ..cost.decompose import chunk_units
@@ -117,11 +118,16 @@ def cp_kv_bytes(model: ModelSpec, local: TrainingSpec, par: ParallelSpec) -> flo
 def stage_fp8_params(model: ModelSpec, par: ParallelSpec) -> list[float]:
     """Per pipeline stage, the decoder-layer GEMM weights one rank holds (split by t): the
     weights that run in FP8 and are cached in fp8 under ``precision = "fp8"``."""
+    return list(_stage_fp8(model, par))
+
+
+@lru_cache(maxsize=1024)
+def _stage_fp8(model: ModelSpec, par: ParallelSpec) -> tuple[float, ...]:
     per = layer_fp8_params(model) / par.tp
     out = [0.0] * par.pp
     for vs, us in enumerate(chunk_units(model, par)):
         out[vs % par.pp] += per * sum(1 for u in us if u.kind == "layer")
-    return out
+    return tuple(out)
 
 
 def resolve_recompute_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
@@ -179,25 +185,26 @@ class StageMemory:
 
 def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
                   training: TrainingSpec, par: ParallelSpec, recompute: bool,
-                  lay: Layout) -> list[MemoryBreakdown]:
+                  lay: Layout, only_peak: bool = False) -> list[MemoryBreakdown]:
+    """Every stage's breakdown (stage 0 first); ``only_peak``: only the first stage of the
+    largest total (what :func:`memory_3d` reports; the others are not built)."""
     t, sp = par.tp, par.sequence_parallel
     r = training.trainable_ratio
-    units = chunk_units(model, par)
     per_chunk = model.layers // par.chunks
     s, b, h = training.seq_len, training.micro_batch, model.hidden
     full_layer = layer_activation_bytes_3d(model, training, t, sp, par.selective_recompute)
     no_rc_layer = layer_activation_bytes_3d(model, training, t, sp, False)
     kept = BYTES_PER_ACTIVATION * s * b * h / (t if sp else 1) if recompute else full_layer
-    out = []
+    figures = []
     cap = float(cluster.gpu.memory_bytes)
     fp8p = stage_fp8_params(model, par)
+    sums, biggests = _stage_sums(model, par)
+    d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)   # the same for every stage
     for k in range(par.pp):
-        mine = [us for vs, us in enumerate(units) if vs % par.pp == k]
-        psi = sum(u.params for us in mine for u in us) / t
+        psi = sums[k] / t
         states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
         cache = fp8_weight_cache_bytes(model, training, fp8p[k])
         states += cache
-        d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)
         fp8_w = fp8p[k] / d_p if training.fp8_params else 0.0   # 1 byte, not 2 (fp8mem)
         states -= fp8_w
         chunks = in_flight(k, par, training.accum_steps)
@@ -205,7 +212,7 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         if k == par.pp - 1:   # final norm + LM-head input and fp32 logits (vocab split by t)
             logit = training.logit_bytes or 4          # fp32 logits unless told otherwise
             acts += 4 * s * b * h / (t if sp else 1) + logit * s * b * model.vocab / t
-        biggest = max(u.params for us in mine for u in us) / t
+        biggest = biggests[k] / t
         bufs = 0.0
         if strategy.p is not Level.N:
             bufs += 2 * BYTES_PER_PARAM * biggest
@@ -217,21 +224,38 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             bufs += 4 * cp_kv_bytes(model, training, par)
         margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
         total = states + acts + bufs + margin
-        out.append(MemoryBreakdown(
-            model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
-            margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
-            shortfall_bytes=max(0.0, total - cap),
-            params_bytes=BYTES_PER_PARAM * psi / d_p - fp8_w,
-            grads_bytes=BYTES_PER_GRAD * psi * r / d_g,
-            optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute,
-            fp8_weight_cache_bytes=cache))
-    return out
+        figures.append((states, acts, bufs, margin, total, psi, fp8_w, cache))
+    if only_peak:   # max() keeps the first of equal totals, as max over the breakdowns
+        figures = [max(figures, key=lambda f: f[4])]
+    return [MemoryBreakdown(
+        model_states_bytes=states, activations_bytes=acts, buffers_bytes=bufs,
+        margin_bytes=margin, total_bytes=total, capacity_bytes=cap, fits=total <= cap,
+        shortfall_bytes=max(0.0, total - cap),
+        params_bytes=BYTES_PER_PARAM * psi / d_p - fp8_w,
+        grads_bytes=BYTES_PER_GRAD * psi * r / d_g,
+        optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute,
+        fp8_weight_cache_bytes=cache)
+        for states, acts, bufs, margin, total, psi, fp8_w, cache in figures]
+
+
+@lru_cache(maxsize=1024)
+def _stage_sums(model: ModelSpec, par: ParallelSpec) -> tuple[tuple, tuple]:
+    """Per pipeline stage: the parameters of its units (summed in unit order, as the memory
+    estimate sums them) and its largest unit's; cached (``advise`` asks for the same
+    pipeline layout thousands of times)."""
+    units, pp = chunk_units(model, par), par.pp
+    sums, biggests = [], []
+    for k in range(pp):
+        mine = [us for vs, us in enumerate(units) if vs % pp == k]
+        sums.append(sum(u.params for us in mine for u in us))
+        biggests.append(max(u.params for us in mine for u in us))
+    return tuple(sums), tuple(biggests)
 
 
 def _memory(model, strategy, cluster, training, par, recompute) -> MemoryBreakdown:
     lay = layout_for(cluster, par.tp, par.pp)
-    stages = _stage_memory(model, strategy, cluster, training, par, recompute, lay)
-    return max(stages, key=lambda mb: mb.total_bytes)
+    return _stage_memory(model, strategy, cluster, training, par, recompute, lay,
+                         only_peak=True)[0]
 
 
 def memory_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,

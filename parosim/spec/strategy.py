@@ -45,7 +45,7 @@ class Level(enum.Enum):
 
     def divisor(self, n: int, m: int) -> int:
         """d_N = 1, d_I = m, d_G = n: the share of a partitioned tensor a GPU holds is 1/d."""
-        return {"N": 1, "I": m, "G": n}[self.value]
+        return 1 if self is Level.N else m if self is Level.I else n
 
     @property
     def meaning(self) -> str:

@@ -11,6 +11,7 @@ import enum
 import math
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from ..errors import InputError
 from .compute import ComputeProfile
@@ -31,11 +32,12 @@ class NetworkFabric(str, enum.Enum):
     RAIL = "rail"                    # NIC k of every node on rail switch k; rails joined by a spine
 
 
-# The largest cluster the simulator accepts (docs/limits.md): 65,536 GPUs. Every mode's cost
-# grows about linearly in the GPU count (the engine's symmetry reduction and the O(n) ring
-# sets); at this size a collective over all algorithms takes ~10 s and ~250 MB. The check
-# runs when a spec is built, before any graph or ring is.
-MAX_GPUS = 65536
+# The largest cluster the simulator accepts (docs/limits.md): 131,072 GPUs. Every mode's cost
+# grows about linearly in the GPU count (the O(n) ring sets); an engine run on a homogeneous
+# cluster builds only the folded part of its graph (parosim.fabric.folded), a heterogeneous
+# one the whole graph (~1.1 million links at this size). The check runs when a spec is
+# built, before any graph or ring is.
+MAX_GPUS = 131072
 
 
 def _require(cond: bool, msg: str) -> None:
@@ -532,9 +534,17 @@ class ClusterSpec:
         return replace(self, nodes=nodes)
 
     def with_group_nodes(self, group_nodes: int) -> ClusterSpec:
-        """The same cluster with groups of ``group_nodes`` nodes (``--group-nodes``)."""
-        return replace(self, group_nodes=group_nodes)
+        """The same cluster with groups of ``group_nodes`` nodes (``--group-nodes``); one
+        object per (cluster, group size), so the caches keyed by it hit at once."""
+        if type(group_nodes) is not int:   # validated (and refused) by the constructor
+            return replace(self, group_nodes=group_nodes)
+        return _with_group_nodes(self, group_nodes)
 
     def nic_of(self, local: int) -> int:
         """Index of the NIC used by GPU ``local`` of a node."""
         return local * self.nic.per_node // self.gpus_per_node
+
+
+@lru_cache(maxsize=256)
+def _with_group_nodes(spec: ClusterSpec, group_nodes: int) -> ClusterSpec:
+    return replace(spec, group_nodes=group_nodes)
