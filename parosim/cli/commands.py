@@ -19,6 +19,7 @@ from ..errors import InputError
 from .calibrate import cmd_calibrate, show_calibrate
 from .collective import cmd_collective, show_collective
 from .memory import cmd_memory, show_memory
+from .model import cmd_model, show_model
 from .parser import build_parser
 from .step import cmd_compare, cmd_simulate, show_compare, show_simulate
 from .studies import cmd_advise, cmd_run, show_advise, show_run
@@ -34,6 +35,7 @@ COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
     "simulate": (cmd_simulate, show_simulate),
     "compare": (cmd_compare, show_compare),
     "memory": (cmd_memory, show_memory),
+    "model": (cmd_model, show_model),
     "run": (cmd_run, show_run),
 }
 

@@ -323,6 +323,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
     training_args(m)
     cluster_args(m)
+    from .model import (  # deferred: loaded when the command runs (start-up)
+        add_arguments as _model_args,  # deferred: loaded when the command runs (start-up)
+    )
+
+    _model_args(sub)
     return p
 
 
