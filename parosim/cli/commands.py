@@ -18,6 +18,7 @@ from collections.abc import Callable
 from ..errors import InputError
 from .calibrate import cmd_calibrate, show_calibrate
 from .collective import cmd_collective, show_collective
+from .experts import cmd_experts, show_experts
 from .memory import cmd_memory, show_memory
 from .model import cmd_model, show_model
 from .parser import build_parser
@@ -36,6 +37,7 @@ COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
     "compare": (cmd_compare, show_compare),
     "memory": (cmd_memory, show_memory),
     "model": (cmd_model, show_model),
+    "experts": (cmd_experts, show_experts),
     "run": (cmd_run, show_run),
 }
 
