@@ -44,6 +44,14 @@ def add_arguments(sub) -> None:
     e.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
     e.add_argument("--accum", type=int, default=1,
                    help="gradient-accumulation micro-steps per step (expert traffic)")
+    e.add_argument("--routing", default=None,
+                   help="simulate one MoE layer (forward + backward) on the engine with token "
+                   "routing drawn per step: balanced | uniform | skew | zipf (docs/moe.md)")
+    e.add_argument("--max-over-mean", type=float, default=1.5,
+                   help="skew routing: the hot rank's load over the mean")
+    e.add_argument("--zipf", type=float, default=1.0, help="zipf routing: the exponent")
+    e.add_argument("--seed", type=int, default=0, help="seed of the routing draws")
+    e.add_argument("--draws", type=int, default=20, help="steps drawn with --routing")
     e.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
 
@@ -110,6 +118,19 @@ def cmd_experts(a: argparse.Namespace) -> dict:
             prog = lower_alltoall(cluster, Scope.GLOBAL, disp["a2a_size_bytes"], algo, groups)
             disp[f"{algo.value.replace('-', '_')}_time_s"] = program_time(cluster, prog)
         d["dispatch"] = disp
+        if a.routing is not None:
+            from ..evaluate.moe_layer import (  # deferred: numpy and simpy, only when asked
+                Routing,
+                layer_distribution,
+            )
+
+            routing = Routing(a.routing, a.max_over_mean, a.zipf, a.seed)
+            d["moe_layer"] = layer_distribution(cluster, model, groups, disp["rows"],
+                                                training, routing, a.draws)
+    elif a.routing is not None:
+        raise InputError(f"--routing needs --ep > 1 and --tp 1 --etp 1 (got --ep {a.ep} --tp "
+                         f"{a.tp} --etp {a.etp}): the layer is simulated over the EP groups "
+                         "with the all-to-all dispatcher")
     return d
 
 
@@ -137,3 +158,10 @@ def show_experts(d: dict) -> None:
               f"it), p2p {fmt_time(x['p2p_time_s'])}, hierarchical-a2a "
               f"{fmt_time(x['hierarchical_a2a_time_s'])}; combine the same; forward and "
               f"backward: {x['all_to_alls_per_layer']} all-to-alls")
+    if "moe_layer" in d:
+        y = d["moe_layer"]
+        print(f"one MoE layer on the engine, routing {y['routing']} (seed {y['seed']}, "
+              f"{y['draws']} steps): balanced {fmt_time(y['balanced_s'])} (closed form "
+              f"{fmt_time(y['closed_form_s'])}); mean {fmt_time(y['mean_s'])}, p50 "
+              f"{fmt_time(y['p50_s'])}, p99 {fmt_time(y['p99_s'])}, max {fmt_time(y['max_s'])}; "
+              f"cost of imbalance {100 * y['imbalance_cost']:+.1f} %")
