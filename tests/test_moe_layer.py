@@ -103,3 +103,16 @@ def test_experts_routing_command(capsys):
     assert main(["experts", "--model", "mixtral-8x7b", "--nodes", "1", "--ep", "1",
                  "--routing", "uniform"]) == 2
     assert "--routing needs --ep > 1" in capsys.readouterr().err
+
+
+def test_distribution_plot(tmp_path, capsys):
+    out = tmp_path / "layer.png"
+    assert main(["experts", "--model", "mixtral-8x7b", "--nodes", "1", "--ep", "8",
+                 "--expert-strategy", "NNG", "--seq-len", "512", "--routing", "uniform",
+                 "--draws", "3", "--plot", str(out), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["plot"] == str(out) and out.stat().st_size > 1000
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert main(["experts", "--model", "mixtral-8x7b", "--nodes", "1", "--ep", "8",
+                 "--plot", str(out)]) == 2
+    assert "goes with --routing" in capsys.readouterr().err

@@ -172,3 +172,20 @@ def test_model_command(capsys):
     assert d["experts"]["shared_experts"] == 1 and d["attention"]["kind"] == "mla"
     assert main(["model", "--model", "mixtral-8x7b"]) == 0
     assert "12,879,925,248" in capsys.readouterr().out
+
+
+def test_jobs_and_step_calibration_refuse_moe_in_one_line(tmp_path, capsys):
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("cluster: dgx-h100-ib\nnodes: 2\njobs:\n"
+                    "  - {name: a, model: mixtral-8x7b, strategy: GGG, nodes: [0]}\n"
+                    "  - {name: b, model: llama-7b, strategy: GGG, nodes: [1]}\n")
+    steps = tmp_path / "steps.csv"
+    steps.write_text("model,strategy,nodes,micro_batch,accum,seq_len,step_time_s\n"
+                     "mixtral-8x7b,NNG,2,1,1,512,1.0\n")
+    for argv in (["simulate", "--jobs", str(jobs)],
+                 ["calibrate", "--steps", str(steps), "--cluster", "dgx-h100-ib", "-o",
+                  str(tmp_path / "x.yaml")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "mixtral-8x7b" in err, err
+        assert "mixture of experts" in err

@@ -52,6 +52,9 @@ def add_arguments(sub) -> None:
     e.add_argument("--zipf", type=float, default=1.0, help="zipf routing: the exponent")
     e.add_argument("--seed", type=int, default=0, help="seed of the routing draws")
     e.add_argument("--draws", type=int, default=20, help="steps drawn with --routing")
+    e.add_argument("--plot", default=None,
+                   help="with --routing: write the layer-time distribution to FILE (.png, "
+                   ".svg, .pdf)")
     e.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
 
@@ -127,10 +130,20 @@ def cmd_experts(a: argparse.Namespace) -> dict:
             routing = Routing(a.routing, a.max_over_mean, a.zipf, a.seed)
             d["moe_layer"] = layer_distribution(cluster, model, groups, disp["rows"],
                                                 training, routing, a.draws)
+            if a.plot:
+                from ..plots.moe import (  # deferred: matplotlib, only when a plot is asked
+                    plot_layer_distribution,
+                )
+
+                title = (f"{model.name}, EP {lay.ep} on {cluster.name} ({cluster.gpus} GPUs), "
+                         f"micro-batch {a.micro_batch} x seq {a.seq_len}")
+                d["plot"] = str(plot_layer_distribution(d["moe_layer"], a.plot, title))
     elif a.routing is not None:
         raise InputError(f"--routing needs --ep > 1 and --tp 1 --etp 1 (got --ep {a.ep} --tp "
                          f"{a.tp} --etp {a.etp}): the layer is simulated over the EP groups "
                          "with the all-to-all dispatcher")
+    if a.plot and "moe_layer" not in d:
+        raise InputError("--plot draws the layer-time distribution: it goes with --routing")
     return d
 
 
