@@ -180,3 +180,10 @@ def test_never_faster_than_the_bandwidth_bound_and_monotone(nodes, size):
         assert t >= (n - 1) / n * size / egress * (1 - 1e-9)
         assert program_time(spec, lower(spec, Op.ALL_TO_ALL, Scope.GLOBAL, 2 * size,
                                         algo)) >= t
+
+
+def test_too_many_flows_is_refused_in_one_line(capsys):
+    assert main(["collective", "--op", "all-to-all", "--cluster", "dgx-h100-ib", "--nodes",
+                 "128", "--size", "1GiB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "1,047,552 point-to-point flows" in err

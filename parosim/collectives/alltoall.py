@@ -33,12 +33,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..errors import InputError
 from ..spec.system import ClusterSpec, IntraFabric
 from .cost import program_time, ring_profile
 from .types import Algo, Op, Phase, Program, Scope
 
 #: NCCL's NCCL_P2P_LL_THRESHOLD default: peer messages up to this many bytes use LL
 P2P_LL_THRESHOLD = 16384
+#: most point-to-point flows of one all-to-all: every flow is routed and costed on its own
+#: (512 ranks in one group: 261,632 flows, about 40 s on one core); docs/limits.md
+MAX_A2A_FLOWS = 2**18
 
 
 @dataclass(frozen=True)
@@ -112,10 +116,19 @@ def lower_p2p(spec: ClusterSpec, scope: Scope, size: float, algo: Algo = Algo.P2
     ``groups``: explicit rank groups of equal size (an EP layout's), else the scope's."""
     groups = groups_of(spec, scope) if groups is None else groups
     k = len(groups[0])
+    _check_flows(sum(len(g) * (len(g) - 1) for g in groups))
     hops = [(a, b) for grp in groups for a in grp for b in grp if a != b]
     ph = _phase(spec, f"all-to-all {scope.value}", hops, scope.value, k, size / k, "main")
     return Program(Op.ALL_TO_ALL, scope, algo, size, k, (ph,),
                    choice="p2p" if algo is Algo.NCCL else "")
+
+
+def _check_flows(flows: int) -> None:
+    if flows > MAX_A2A_FLOWS:
+        raise InputError(f"an all-to-all of {flows:,} point-to-point flows is more than "
+                         f"{MAX_A2A_FLOWS:,}, the simulator's limit (each flow is routed on "
+                         "its own; 512 ranks in one group fit); expected fewer ranks per "
+                         "all-to-all group (--nodes, --scope, --ep)")
 
 
 def _split(spec: ClusterSpec, groups: list[list[int]]) -> list[list[list[int]]] | None:
@@ -138,6 +151,7 @@ def _hierarchical(spec: ClusterSpec, size: float, chunks: int, parts: list[list[
                   scope: Scope) -> Program:
     ng, m = len(parts[0]), len(parts[0][0])
     n = ng * m
+    _check_flows(len(parts) * n * (ng - 1 + m - 1))
     inter = [(p[g][j], p[h][j]) for p in parts for g in range(ng) for h in range(ng) if g != h
              for j in range(m)]
     intra = [(p[g][j], p[g][q]) for p in parts for g in range(ng) for j in range(m)

@@ -50,6 +50,7 @@ from ..spec.training import TrainingSpec
 
 ROUTINGS = ("balanced", "uniform", "skew", "zipf")
 BYTES_PER_ELEMENT = 2  # bf16 tokens
+MAX_DRAWS = 1000       # steps per --routing run (each is one layer on the engine: ~0.1-1 s)
 
 
 @dataclass(frozen=True)
@@ -207,8 +208,9 @@ def layer_distribution(spec: ClusterSpec, model: ModelSpec, groups: list[list[in
                        rows: int, training: TrainingSpec, routing: Routing,
                        draws: int) -> dict:
     """The layer time over ``draws`` steps of ``routing``, against forced balance."""
-    if not (isinstance(draws, int) and 1 <= draws <= 10_000):
-        raise InputError(f"--draws {draws!r} must be an integer in 1..10000")
+    if not (isinstance(draws, int) and 1 <= draws <= MAX_DRAWS):
+        raise InputError(f"--draws {draws!r} must be an integer in 1..{MAX_DRAWS} (each draw "
+                         "is a layer on the engine)")
     ep, experts = len(groups[0]), model.moe.experts
     rng = np.random.default_rng(routing.seed)
     g = cluster_graph(spec, lite=True)
