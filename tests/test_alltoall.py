@@ -187,3 +187,19 @@ def test_too_many_flows_is_refused_in_one_line(capsys):
                  "128", "--size", "1GiB"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "1,047,552 point-to-point flows" in err
+
+
+def test_hierarchical_avoids_oversubscribed_rail_uplinks():
+    """On a rail fabric a p2p flow between two local indices crosses the spine; the
+    hierarchical algorithm's RDMA stage stays on its rail. With 4:1 uplinks the p2p
+    all-to-all is uplink-bound and the hierarchical one NIC-bound."""
+    spec = load_cluster("dgx-h100-ib", 4)
+    slow = replace(spec, network=replace(spec.network, oversubscription=4.0))
+    p2p = simulate_program(slow, lower(slow, Op.ALL_TO_ALL, Scope.GLOBAL, S, Algo.P2P))
+    hier = simulate_program(slow, lower(slow, Op.ALL_TO_ALL, Scope.GLOBAL, S,
+                                        Algo.HIERARCHICAL_A2A))
+    assert hier.link_bytes.get("uplink", 0.0) == 0.0 < p2p.link_bytes["uplink"]
+    assert hier.time_s < p2p.time_s / 2
+    # NIC-bound: (ng-1)·m·S/n bytes leave each GPU through its own NIC
+    nic_s = 3 * 8 * S / 32 / spec.nic.bandwidth_Bps
+    assert nic_s < hier.time_s < 1.2 * nic_s
