@@ -111,6 +111,8 @@ def cmd_experts(a: argparse.Namespace) -> dict:
                     "ep_nodes": lay.ep_nodes, "ep_group": list(lay.ep_groups(0)[0]),
                     "edp_group": list(lay.edp_groups(0)[0])},
          "strategy": dense.name,
+         "settings": {"micro_batch": a.micro_batch, "seq_len": a.seq_len, "accum": a.accum,
+                      "nodes": cluster.nodes, "group_nodes": cluster.group_nodes},
          "params": {"expert_per_gpu": expert_params_per_gpu(model, lay),
                     "dense_per_gpu": dense_params_per_gpu(model, lay)},
          "results": rows}
@@ -150,7 +152,9 @@ def cmd_experts(a: argparse.Namespace) -> dict:
 def show_experts(d: dict) -> None:
     from ..units import fmt_bytes, fmt_time  # deferred: loaded when the command runs
 
-    lay = d["layout"]
+    lay, st = d["layout"], d["settings"]
+    print(f"settings: micro-batch {st['micro_batch']} x seq {st['seq_len']}, accum "
+          f"{st['accum']}, PaRO groups of {st['group_nodes']} node(s)")
     print(f"{d['model']} on {d['cluster']}, {d['gpus']} GPUs: TP {lay['tp']} PP {lay['pp']} "
           f"CP {lay['cp']} DP {lay['dp']}; experts EP {lay['ep']} x ETP {lay['etp']} x "
           f"EDP {lay['edp']} (EP group spans {lay['ep_nodes']} node(s); {lay['m_edp']} EDP "
