@@ -19,6 +19,7 @@ from parosim.collectives import (
 )
 from parosim.collectives.cost import lane_schedule, phase_time, ring_alpha_beta
 from parosim.io import load_cluster
+from parosim.spec.collective import RING_ALGOS, RING_OPS
 from parosim.spec.system import ClusterSpec, LinkSpec, NetworkFabric, NetworkSpec, NICSpec
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
@@ -36,8 +37,8 @@ CASES = [(n, s) for n in (2, 4, 16, 128, 1024) for s in (KiB, MiB, GiB, 4 * GiB)
 CASES += [(4096, s) for s in (KiB, 4 * GiB)]
 
 
-@pytest.mark.parametrize("algo", list(Algo))
-@pytest.mark.parametrize("op", list(Op))
+@pytest.mark.parametrize("algo", list(RING_ALGOS))
+@pytest.mark.parametrize("op", list(RING_OPS))
 @pytest.mark.parametrize("n,size", CASES)
 def test_uncontended_engine_matches_closed_form(n, size, op, algo):
     if n == 4096 and algo is Algo.NCCL and op is Op.ALL_REDUCE:
@@ -48,7 +49,7 @@ def test_uncontended_engine_matches_closed_form(n, size, op, algo):
     assert r.closed_form_s == closed_form_time(spec, op, Scope.GLOBAL, size, algo)
 
 
-@pytest.mark.parametrize("op", list(Op))
+@pytest.mark.parametrize("op", list(RING_OPS))
 @pytest.mark.parametrize("n", [2, 16, 1024])
 def test_flat_ring_is_textbook_alpha_beta(op, n):
     """Ring = (k-1)a + (k-1)/k S/B for AG/RS, twice for AR (Thakur et al. 2005), per channel
@@ -107,7 +108,7 @@ def test_ho_ring_all_reduce_lanes_respect_dependencies():
 
 @pytest.mark.parametrize("preset,nodes", [("paper-a100-roce", 4), ("dgx-a100-ib", 4),
                                           ("eth-2tier-a100", 16)])
-@pytest.mark.parametrize("algo", list(Algo))
+@pytest.mark.parametrize("algo", list(RING_ALGOS))
 def test_symmetry_reduction_is_exact(preset, nodes, algo):
     spec = load_cluster(preset, nodes=nodes)
     prog = lower(spec, Op.ALL_REDUCE, Scope.GLOBAL, 64 * MiB, algo)
@@ -156,7 +157,8 @@ PAPER_NODES = [2, 4, 8, 16]
 @pytest.mark.parametrize("nodes", PAPER_NODES)
 def test_paper_all_gather_1GB_ordering(nodes):
     spec = load_cluster("paper-a100-roce", nodes=nodes)
-    t = {a: simulate_collective(spec, Op.ALL_GATHER, Scope.GLOBAL, 1e9, a).time_s for a in Algo}
+    t = {a: simulate_collective(spec, Op.ALL_GATHER, Scope.GLOBAL, 1e9, a).time_s
+         for a in RING_ALGOS}
     assert t[Algo.HIERARCHICAL] < t[Algo.RING]
     assert t[Algo.HO_RING] < t[Algo.RING]
     assert t[Algo.HO_RING] <= t[Algo.HIERARCHICAL]
@@ -193,7 +195,7 @@ def test_nic_sharing_in_closed_form():
 
 @settings(max_examples=25, deadline=None)
 @given(size=st.integers(min_value=1, max_value=2**33), nodes=st.sampled_from([1, 2, 4, 8]),
-       algo=st.sampled_from(list(Algo)), op=st.sampled_from(list(Op)))
+       algo=st.sampled_from(list(RING_ALGOS)), op=st.sampled_from(list(RING_OPS)))
 def test_never_faster_than_the_bandwidth_bound_and_monotone(size, nodes, algo, op):
     spec = load_cluster("paper-a100-roce", nodes=nodes)
     n = spec.gpus
@@ -213,7 +215,7 @@ def test_phase_overhead_is_paid_per_phase_and_limits_ho_ring_chunks():
 
     base = _tuned(load_cluster("paper-a100-roce", nodes=4), model="ideal")
     slow = replace(base, collective=CollectiveTuning(phase_overhead_s=2e-3))
-    for algo in Algo:
+    for algo in RING_ALGOS:
         p0 = lower(base, Op.ALL_REDUCE, Scope.GLOBAL, 64 * MiB, algo)
         p1 = lower(slow, Op.ALL_REDUCE, Scope.GLOBAL, 64 * MiB, algo)
         if algo is not Algo.HO_RING:  # same phases: the overhead is added once per phase
@@ -233,7 +235,7 @@ def _tuned(spec, **kw):
 
 
 @pytest.mark.parametrize("serial", [False, True])
-@pytest.mark.parametrize("op", list(Op))
+@pytest.mark.parametrize("op", list(RING_OPS))
 def test_chosen_chunk_count_minimises_the_closed_form(op, serial):
     from parosim.collectives.cost import program_time
     from parosim.collectives.lowering import _hierarchical, best_chunks
@@ -246,7 +248,7 @@ def test_chosen_chunk_count_minimises_the_closed_form(op, serial):
     assert times[k - 1] == pytest.approx(min(times), rel=1e-9)
 
 
-@pytest.mark.parametrize("op", list(Op))
+@pytest.mark.parametrize("op", list(RING_OPS))
 def test_serial_progress_engine(op):
     """One progress thread per rank: single-lane programs are unchanged (closed form exact);
     HO-Ring's overlapped latency parts queue, so it gets slower, never faster."""
@@ -278,12 +280,12 @@ PROTO_CASES = [("dgx-h100-ib", 2), ("dgx-a100-ib", 4), ("paper-a100-roce", 4),
 
 
 @pytest.mark.parametrize("proto", ["ll", "ll128", "simple"])
-@pytest.mark.parametrize("algo", list(Algo))
+@pytest.mark.parametrize("algo", list(RING_ALGOS))
 @pytest.mark.parametrize("preset,nodes", PROTO_CASES)
 def test_engine_matches_closed_form_every_protocol(preset, nodes, algo, proto):
     spec = _tuned(load_cluster(preset, nodes=nodes), protocols=(proto,))
     assert spec.collective.model == "nccl"
-    for op in Op:
+    for op in RING_OPS:
         for size in (4 * KiB, 256 * MiB):
             r = simulate_collective(spec, op, Scope.GLOBAL, size, algo)
             assert r.time_s == pytest.approx(r.closed_form_s, rel=0.01), (op, size)

@@ -173,7 +173,8 @@ def test_every_model_key_is_documented():
 
     doc = set(re.findall(r"(?m)^\|\s*`([\w.]+)`", (DOCS / "model-yaml.md").read_text()))
     keys = set(m._KEYS) | set(m.HF_REQUIRED) | set(m.HF_CHECKED) | set(m.HF_IGNORED) | set(
-        m.HF_MOE)
+        m.HF_MOE) | set(m._ATTENTION_KEYS) | set(m._MOE_KEYS) | {
+        k for keys_, ignored in m.HF_MOE_TYPES.values() for k in (*keys_, *ignored)}
     missing = sorted(keys - doc)
     assert not missing, f"docs/model-yaml.md does not document: {missing}"
 

@@ -34,7 +34,8 @@ def cmd_collective(a: argparse.Namespace) -> dict:
         spec = seeded(spec, a.seed)
     op = parse_enum(Op, "all-gather" if a.op is None else a.op, "--op")
     scope = parse_enum(Scope, a.scope, "--scope")
-    algos = parse_algos("ho-ring" if a.algo is None else a.algo)
+    default = "p2p" if op is Op.ALL_TO_ALL else "ho-ring"
+    algos = parse_algos(default if a.algo is None else a.algo, op)
     size = parse_size(a.size if a.size is not None else "1GiB", "--size")
     results = [simulate_collective(spec, op, scope, size, al).to_dict() for al in algos]
     settings = {"nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node,

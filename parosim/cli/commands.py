@@ -20,7 +20,9 @@ from ..errors import InputError
 from .calibrate import cmd_calibrate, show_calibrate
 from .cluster import cmd_cluster, show_cluster
 from .collective import cmd_collective, show_collective
+from .experts import cmd_experts, show_experts
 from .memory import cmd_memory, show_memory
+from .model import cmd_model, show_model
 from .parser import build_parser
 from .step import cmd_compare, cmd_simulate, show_compare, show_simulate
 from .studies import cmd_advise, cmd_run, show_advise, show_run
@@ -37,6 +39,8 @@ COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
     "simulate": (cmd_simulate, show_simulate),
     "compare": (cmd_compare, show_compare),
     "memory": (cmd_memory, show_memory),
+    "model": (cmd_model, show_model),
+    "experts": (cmd_experts, show_experts),
     "run": (cmd_run, show_run),
 }
 

@@ -65,7 +65,10 @@ def run(a: argparse.Namespace) -> dict:
     if a.compare:
         algos = parse_algos(a.algo) if a.algo else [default_compare_algo()]
         return _compare(a, algos)
-    algos = parse_algos(a.algo or "ho-ring")
+    from ..collectives import Op, parse_enum  # deferred: loaded when the command runs (start-up)
+
+    op = parse_enum(Op, a.op or "all-gather", "--op")
+    algos = parse_algos(a.algo or ("p2p" if op is Op.ALL_TO_ALL else "ho-ring"), op)
     return _sweep(a, algos)
 
 

@@ -228,14 +228,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     c = sub.add_parser("collective", epilog=EXAMPLES["collective"],
                        help="simulate one collective")
     c.add_argument("--op", default=None,
-                   help="all-gather (default) | reduce-scatter | all-reduce")
+                   help="all-gather (default) | reduce-scatter | all-reduce | all-to-all")
     c.add_argument("--size", default=None,
                    help="full buffer as nccl-tests counts it (AG output, RS input, AR buffer); "
                    "default 1GiB")
     c.add_argument("--scope", default="global", help="global | intra | inter")
     c.add_argument("--algo", default=None,
                    help="ring | hierarchical | ho-ring | nccl | all, or a comma list (default "
-                   "ho-ring; with --compare: nccl)")
+                   "ho-ring; with --compare: nccl); for --op all-to-all: p2p (= nccl, the "
+                   "default) | hierarchical-a2a | all")
     from .nccl import (  # deferred: loaded when the command runs (start-up)
         add_arguments as _nccl_args,  # deferred: loaded when the command runs (start-up)
     )
@@ -400,6 +401,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
     training_args(m, memory=True)
     cluster_args(m)
+    from .model import (  # deferred: loaded when the command runs (start-up)
+        add_arguments as _model_args,  # deferred: loaded when the command runs (start-up)
+    )
+
+    _model_args(sub)
+    from .experts import (  # deferred: loaded when the command runs (start-up)
+        add_arguments as _experts_args,  # deferred: loaded when the command runs (start-up)
+    )
+
+    _experts_args(sub)
     return p
 
 

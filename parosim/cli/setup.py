@@ -28,6 +28,8 @@ def specs_of(a: argparse.Namespace):
     )
 
     model = load_model(a.model)
+    if model.is_extended:
+        raise InputError(model.refusal(f"parosim {a.command}"))
     cluster = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
     cluster = with_overrides(
         cluster,

@@ -156,6 +156,8 @@ def cmd_advise(a: argparse.Namespace) -> dict:
                          "screen has no ring-attention term); expected --cp 1, and parosim "
                          "simulate --cp N for a given configuration")
     model = load_model(a.model)
+    if model.is_extended:
+        raise InputError(model.refusal("parosim advise"))
     cluster = load_cluster(a.cluster, a.nodes, None, a.set or ())
     if a.gpu_memory is not None:   # '' is refused by parse_size, never read as not given
         cluster = with_overrides(cluster, gpu_memory_bytes=parse_size(a.gpu_memory,

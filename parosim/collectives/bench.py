@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import InputError
+from ..spec.collective import A2A_ALGOS, RING_ALGOS
 from ..spec.system import ClusterSpec
 from . import Algo, Op, Scope, closed_form_time, parse_enum, simulate_collective
 
@@ -41,12 +42,13 @@ def size_range(begin: int, end: int, factor: float) -> list[int]:
     return out
 
 
-def parse_algos(text: str | None) -> list[Algo]:
-    """``"ring,ho-ring"`` / ``"all"`` -> algorithms (order kept, duplicates dropped)."""
+def parse_algos(text: str | None, op: Op | None = None) -> list[Algo]:
+    """``"ring,ho-ring"`` / ``"all"`` -> algorithms (order kept, duplicates dropped); ``all``
+    is every algorithm of the operation's kind (ring-based, or all-to-all)."""
     if text is None or not str(text).strip():
         raise InputError("--algo '' is empty; expected e.g. ring or nccl,ring,ho-ring or all")
     if text.strip() == "all":
-        return list(Algo)
+        return list(A2A_ALGOS if op is Op.ALL_TO_ALL else RING_ALGOS)
     out: list[Algo] = []
     for part in str(text).split(","):
         a = parse_enum(Algo, part, "--algo")

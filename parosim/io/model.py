@@ -42,11 +42,37 @@ from typing import Any
 
 from ..errors import InputError
 from ..spec.model import ModelSpec, is_preset, known_models, preset
+from ..spec.moe import Attention, MoE
 from .yamlspec import MAX_YAML_BYTES, check_keys, name_value, number, positive_int, read_yaml
 
 _SHAPE = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 _ARCH = ("kv_heads", "mlp", "norm", "bias", "tied_embeddings", "pos_embedding")
-_KEYS = {"name", "params", "sources", "notes", *_SHAPE, *_ARCH}
+_KEYS = {"name", "params", "sources", "notes", "attention", "moe", *_SHAPE, *_ARCH}
+_ATTENTION_KEYS = {f for f in Attention.__dataclass_fields__}
+_MOE_KEYS = {f for f in MoE.__dataclass_fields__}
+
+
+def _sub(data: dict[str, Any], key: str, kind: type, keys: set[str], where: str) -> Any:
+    """The ``attention`` / ``moe`` mapping of a model YAML as its spec, or None."""
+    if key not in data or data[key] is None:
+        return None
+    v = data[key]
+    if not isinstance(v, dict):
+        raise InputError(f"{where}: {key} must be a mapping of {', '.join(sorted(keys))}; got "
+                         f"{v!r}")
+    check_keys(v, keys, f"{where}: {key}")
+    vals = dict(v)
+    if key == "moe":
+        missing = [k for k in ("experts", "top_k", "expert_ffn") if k not in vals]
+        if missing:
+            raise InputError(f"{where}: moe: missing required key {missing[0]!r}; a moe "
+                             "mapping needs experts, top_k, expert_ffn")
+    if key == "attention" and "kind" in vals:
+        vals["kind"] = str(vals["kind"]).strip().lower()
+    try:
+        return kind(**vals)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
 
 
 def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
@@ -81,8 +107,10 @@ def model_from_dict(data: dict[str, Any], where: str = "model") -> ModelSpec:
         for k in ("mlp", "norm"):
             if k in arch:
                 arch[k] = str(arch[k]).strip().lower()
+        arch["attention"] = _sub(data, "attention", Attention, _ATTENTION_KEYS, where)
+        arch["moe"] = _sub(data, "moe", MoE, _MOE_KEYS, where)
         return ModelSpec(name, params=params, **dims, **arch)
-    extra = [k for k in _ARCH if k in data]
+    extra = [k for k in (*_ARCH, "attention", "moe") if k in data]
     if extra:
         raise InputError(f"{where}: {', '.join(extra)} describe a shape; give the shape "
                          f"({', '.join(_SHAPE)}) too, or only 'params'")
@@ -127,7 +155,21 @@ HF_MODEL_TYPES: dict[str, tuple[str, bool]] = {
     "llama": ("LlamaForCausalLM", False),
     "mistral": ("MistralForCausalLM", False),
     "qwen2": ("Qwen2ForCausalLM", False),
+    "mixtral": ("MixtralForCausalLM", False),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", False),
 }
+# mixture-of-experts model types -> their keys: (read into the MoE spec, read and ignored)
+HF_MOE_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # Mixtral: every layer a MoE of num_local_experts experts of intermediate_size
+    "mixtral": (("num_local_experts", "num_experts_per_tok", "router_jitter_noise"),
+                ("router_aux_loss_coef", "output_router_logits")),
+    # Qwen3-MoE: experts of moe_intermediate_size; q / k RMSNorm per head; head_dim free
+    "qwen3_moe": (("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                   "decoder_sparse_step", "mlp_only_layers"),
+                  ("router_aux_loss_coef", "output_router_logits", "norm_topk_prob")),
+}
+# types parosim knows to be MoE or MLA models whose configs it does not read yet: the preset
+HF_PRESET_ONLY = {"deepseek_v3": "deepseek-v3", "gpt_oss": "gpt-oss-120b"}
 # config.json key -> ModelSpec field (required: without them the shape is unknown)
 HF_REQUIRED: dict[str, str] = {
     "hidden_size": "hidden", "num_hidden_layers": "layers", "num_attention_heads": "heads",
@@ -177,16 +219,22 @@ def model_from_hf_config(data: dict[str, Any], where: str = "config.json",
     if not isinstance(data, dict):
         raise InputError(f"{where}: must hold a JSON object of config keys, got "
                          f"{type(data).__name__}")
-    moe = [k for k in HF_MOE if k in data]
+    mtype = data.get("model_type")
+    if mtype in HF_PRESET_ONLY:
+        raise InputError(f"{where}: model_type = {mtype!r} config.json files are not read yet; "
+                         f"use the preset --model {HF_PRESET_ONLY[mtype]} (docs/moe.md)")
+    moe_keys, moe_ignored = HF_MOE_TYPES.get(mtype, ((), ()))
+    moe = [k for k in HF_MOE if k in data and k not in (*moe_keys, *moe_ignored)]
     if moe:
-        raise InputError(f"{where}: {moe[0]!r} describes a mixture-of-experts model; parosim "
-                         "models dense decoders only (LLaMA, Mistral, Qwen2)")
-    unknown = sorted(set(map(str, data)) - {*HF_REQUIRED, *HF_CHECKED, *HF_IGNORED})
+        raise InputError(f"{where}: {moe[0]!r} describes a mixture-of-experts model of "
+                         "another kind; parosim reads dense LLaMA / Mistral / Qwen2 configs "
+                         f"and the MoE types {', '.join(HF_MOE_TYPES)}")
+    unknown = sorted(set(map(str, data)) - {*HF_REQUIRED, *HF_CHECKED, *HF_IGNORED,
+                                            *moe_keys, *moe_ignored})
     if unknown:
         raise InputError(f"{where}: key {unknown[0]!r} is not one parosim knows how to honour "
                          f"for a {data.get('model_type', 'HuggingFace')} config; remove it if "
                          "it changes neither the weights nor the compute (docs/model-yaml.md)")
-    mtype = data.get("model_type")
     if mtype not in HF_MODEL_TYPES:
         raise InputError(f"{where}: model_type = {mtype!r} is not supported; expected one of "
                          f"{', '.join(HF_MODEL_TYPES)} (dense decoders of the LLaMA layout)")
@@ -206,7 +254,10 @@ def model_from_hf_config(data: dict[str, Any], where: str = "config.json",
                          f"{mtype} model is modelled with SiLU (SwiGLU) only")
     heads, hidden = dims["heads"], dims["hidden"]
     head_dim = data.get("head_dim")
-    if head_dim is not None and (hidden % heads or head_dim != hidden // heads):
+    if mtype == "qwen3_moe":
+        head_dim = positive_int(head_dim if head_dim is not None else hidden // heads,
+                                f"{where}: head_dim")
+    elif head_dim is not None and (hidden % heads or head_dim != hidden // heads):
         raise InputError(f"{where}: head_dim = {head_dim!r} differs from hidden_size / "
                          f"num_attention_heads = {hidden / heads:g}; parosim's attention has "
                          "head_dim = hidden / heads")
@@ -217,6 +268,9 @@ def model_from_hf_config(data: dict[str, Any], where: str = "config.json",
     for k, v in (("attention_bias", attn_bias), ("mlp_bias", mlp_bias)):
         if not isinstance(v, bool):
             raise InputError(f"{where}: {k} = {v!r} must be true or false")
+    if mtype == "qwen3_moe" and attn_bias:
+        raise InputError(f"{where}: attention_bias = true is not modelled for qwen3_moe (biases "
+                         "on the attention linears only); expected false")
     if attn_bias != mlp_bias:
         raise InputError(f"{where}: attention_bias = {str(attn_bias).lower()} with mlp_bias = "
                          f"{str(mlp_bias).lower()} is not modelled; biases are on every "
@@ -237,8 +291,44 @@ def model_from_hf_config(data: dict[str, Any], where: str = "config.json",
         positive_int(pos, f"{where}: max_position_embeddings")  # rotary: no weights
     if name is None:
         name = str(data.get("_name_or_path") or f"hf-{mtype}")
+    extra = _hf_moe(data, mtype, where, dims["ffn_hidden"], head_dim)
     return ModelSpec(name, **dims, kv_heads=None if kv in (None, heads) else kv,
-                     bias=attn_bias, tied_embeddings=tied)
+                     bias=attn_bias, tied_embeddings=tied, **extra)
+
+
+def _hf_moe(data: dict[str, Any], mtype: str, where: str, ffn: int,
+            head_dim: int | None) -> dict[str, Any]:
+    """The ``moe`` and ``attention`` fields of a Mixtral or Qwen3-MoE config (docs/moe.md)."""
+    if mtype not in HF_MOE_TYPES:
+        return {}
+    if mtype == "mixtral":
+        jitter = data.get("router_jitter_noise", 0.0)
+        if jitter not in (0, 0.0) or isinstance(jitter, bool):
+            raise InputError(f"{where}: router_jitter_noise = {jitter!r} is not modelled "
+                             "(routing is drawn by parosim's own seeded distributions); "
+                             "expected 0")
+        return {"moe": MoE(experts=positive_int(data.get("num_local_experts", 8),
+                                                f"{where}: num_local_experts"),
+                           top_k=positive_int(data.get("num_experts_per_tok", 2),
+                                              f"{where}: num_experts_per_tok"),
+                           expert_ffn=ffn)}
+    step = data.get("decoder_sparse_step", 1)
+    if step != 1:
+        raise InputError(f"{where}: decoder_sparse_step = {step!r} is not modelled (dense "
+                         "layers interleaved with MoE layers); expected 1")
+    only = data.get("mlp_only_layers", [])
+    if only not in ([], None):
+        raise InputError(f"{where}: mlp_only_layers = {only!r} is not modelled (dense layers "
+                         "between MoE layers); expected []")
+    for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        if k not in data:
+            raise InputError(f"{where}: missing required key {k!r} of a qwen3_moe config")
+    return {"moe": MoE(experts=positive_int(data["num_experts"], f"{where}: num_experts"),
+                       top_k=positive_int(data["num_experts_per_tok"],
+                                          f"{where}: num_experts_per_tok"),
+                       expert_ffn=positive_int(data["moe_intermediate_size"],
+                                               f"{where}: moe_intermediate_size")),
+            "attention": Attention(head_dim=head_dim, qk_norm=True)}
 
 
 def read_hf_config(path: str | Path) -> ModelSpec:

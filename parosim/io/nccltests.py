@@ -1,5 +1,5 @@
 """Read the text output of nccl-tests (``all_reduce_perf``, ``all_gather_perf``,
-``reduce_scatter_perf``) and write the same table for simulated collectives.
+``reduce_scatter_perf``, ``alltoall_perf``) and write the same table for simulated collectives.
 
 What a log gives (see https://github.com/NVIDIA/nccl-tests, ``src/common.cu``):
 
@@ -19,7 +19,9 @@ The collective comes from the log when it says so (the command line ``all_gather
 ``# Collective test concluded: ...`` footer), else from ``busbw / algbw`` (nccl-tests' factor:
 2(n-1)/n > 1 for all-reduce, (n-1)/n < 1 for all-gather and reduce-scatter, told apart by redop
 ``none`` vs a reduction). The number of ranks comes from the header, else from the same ratio;
-both must agree when both are present.
+both must agree when both are present. An ``alltoall_perf`` log has the all-gather's factor
+(n-1)/n and redop ``none``: it is recognised by its command line, its footer or
+``# parosim: op = all-to-all`` only (busbw / algbw alone reads it as an all-gather).
 
 Lines ``# parosim: key = value`` are parosim's own metadata for logs posted without a header
 (``source``, ``hardware``, ``op``, ``nodes``, ``nranks``, ``columns = in-place`` when a table
@@ -57,7 +59,8 @@ $ flux run -n 2 -N 2 -g 1 ./build/all_reduce_perf -b 8 -e 16 -f 2 -g 1
 # Avg bus bandwidth    : 0.0001
 """
 
-OPS = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter"}
+OPS = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+       "alltoall": "all-to-all"}
 _PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s|#))")
 # ``Group N`` is absent in older nccl-tests (e.g. the ABCI 2.0 logs): the host is still there
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
@@ -97,7 +100,7 @@ class NcclTestsLog:
     """A parsed nccl-tests log."""
 
     path: str
-    op: str                       # all-reduce | all-gather | reduce-scatter
+    op: str                       # all-reduce | all-gather | reduce-scatter | all-to-all
     nranks: int
     nranks_from: str              # header | busbw/algbw | parosim metadata
     nodes: int | None             # distinct hosts in the header, or metadata; None if unknown
@@ -300,6 +303,8 @@ def _rank_candidates(op: str, lo: float, hi: float) -> tuple[int, int | None]:
     None when unbounded (the factor's limit is inside); first > last when there is none."""
     k = 2.0 if op == "all-reduce" else 1.0
     flo, fhi = lo / k, hi / k            # = 1 - 1/n
+    if flo >= 1:                         # above the factor's limit: no rank count
+        return 2, 1
     n_lo = 2 if flo < 0.5 else math.ceil(1 / (1 - flo) - 1e-9)
     n_hi = None if fhi >= 1 else math.floor(1 / (1 - fhi) + 1e-9)
     return n_lo, n_hi
@@ -315,7 +320,8 @@ def _op(path: str, rows, meta, named: str | None) -> str:
     if named is not None:
         if named not in OPS:
             raise InputError(f"nccl-tests log {path!r}: {named}_perf is not supported; expected "
-                             "all_reduce_perf, all_gather_perf or reduce_scatter_perf")
+                             "all_reduce_perf, all_gather_perf, reduce_scatter_perf or "
+                             "alltoall_perf")
         return OPS[named]
     r = _ratio(rows)
     redop = rows[-1].redop
@@ -404,7 +410,7 @@ def format_table(op: str, rows: list[dict], algos: list[str], dtype: str = "floa
     ``rows``: dicts with ``size_bytes`` and, per algorithm ``a``, ``time_s[a]``,
     ``algbw_GBps[a]``, ``busbw_GBps[a]``. Times printed in us like nccl-tests.
     """
-    redop = "none" if op == "all-gather" else "sum"
+    redop = "none" if op in ("all-gather", "all-to-all") else "sum"
     tb = _DTYPE_BYTES.get(dtype, 4)
     head1 = "#" + " " * 46 + "".join(f"{a:^25}" for a in algos)
     head2 = (f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>7} {'root':>7}"

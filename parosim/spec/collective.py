@@ -16,6 +16,7 @@ class Op(str, enum.Enum):
     ALL_GATHER = "all-gather"
     REDUCE_SCATTER = "reduce-scatter"
     ALL_REDUCE = "all-reduce"
+    ALL_TO_ALL = "all-to-all"   # size: each rank's send buffer, S/k to every rank of its group
 
     @property
     def ring_factor(self) -> int:
@@ -38,6 +39,17 @@ class Algo(str, enum.Enum):
     HIERARCHICAL = "hierarchical"
     HO_RING = "ho-ring"
     NCCL = "nccl"  # NCCL's tuner: the fastest (ring | tree, protocol) pair (collectives.nccl)
+    # all-to-all only (collectives.alltoall): NCCL's send / receive to every peer, and the
+    # two-stage NVLink + RDMA variant of DeepEP / HybridEP
+    P2P = "p2p"
+    HIERARCHICAL_A2A = "hierarchical-a2a"
+
+
+#: the operations ring algorithms run (all but all-to-all)
+RING_OPS = (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_REDUCE)
+#: the algorithms of each kind of operation (``--algo all``)
+RING_ALGOS = (Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING, Algo.NCCL)
+A2A_ALGOS = (Algo.P2P, Algo.HIERARCHICAL_A2A)
 
 
 def parse_enum(cls, text: str, what: str):
@@ -45,7 +57,8 @@ def parse_enum(cls, text: str, what: str):
     aliases = {"allgather": "all-gather", "reducescatter": "reduce-scatter",
                "allreduce": "all-reduce", "ag": "all-gather", "rs": "reduce-scatter",
                "ar": "all-reduce", "horing": "ho-ring", "ho_ring": "ho-ring",
-               "hier": "hierarchical", "paro-cc": "hierarchical"}
+               "hier": "hierarchical", "paro-cc": "hierarchical", "alltoall": "all-to-all",
+               "a2a": "all-to-all", "hiera2a": "hierarchical-a2a"}
     key = str(text).strip().lower()
     key = aliases.get(key.replace("-", "").replace("_", ""), aliases.get(key, key))
     try:

@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..errors import InputError
+from .moe import MOE_PRESETS, Attention, MoE, ParamCounts, count_params
 
 _SHAPE_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 
@@ -141,6 +142,8 @@ class ModelSpec:
     bias: bool = False
     tied_embeddings: bool = False
     pos_embedding: int = 0
+    attention: Attention | None = None
+    moe: MoE | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -173,6 +176,11 @@ class ModelSpec:
             raise InputError(f"model {self.name!r}: pos_embedding = {self.pos_embedding!r} "
                              "must be a non-negative integer (rows of a learned position "
                              "embedding)")
+        for f, kind in (("attention", Attention), ("moe", MoE)):
+            v = getattr(self, f)
+            if v is not None and not isinstance(v, kind):
+                raise InputError(f"model {self.name!r}: {f} = {v!r} must be a "
+                                 f"{kind.__name__} or None")
         if not given:
             arch = [f for f in _ARCH_FIELDS
                     if getattr(self, f) != getattr(_ARCH_DEFAULTS, f, None)]
@@ -184,7 +192,10 @@ class ModelSpec:
                                               or self.heads % self.kv_heads):
                 raise InputError(f"model {self.name!r}: kv_heads = {self.kv_heads!r} must be a "
                                  f"positive divisor of heads = {self.heads}")
-            if self.hidden % self.heads:
+            self._check_extensions()
+            if self.hidden % self.heads and (self.attention is None
+                                             or self.attention.kind != "gqa"
+                                             or self.attention.head_dim is None):
                 raise InputError(f"model {self.name!r}: hidden = {self.hidden} is not divisible "
                                  f"by heads = {self.heads}; expected hidden = heads x head_dim")
             derived = self._count_from_shape()
@@ -203,9 +214,60 @@ class ModelSpec:
                              "number of parameters (e.g. 7.5e9), or give the shape "
                              f"({', '.join(_SHAPE_FIELDS)})")
 
+    def _check_extensions(self) -> None:
+        a, moe = self.attention, self.moe
+        if a is not None and a.window_layers > self.layers:
+            raise InputError(f"model {self.name!r}: attention window_layers = "
+                             f"{a.window_layers} is more than layers = {self.layers}")
+        if a is not None and a.kind == "mla" and self.kv_heads is not None:
+            raise InputError(f"model {self.name!r}: kv_heads = {self.kv_heads} does not apply "
+                             "to multi-latent attention (its k and v come from the latent)")
+        if moe is not None and moe.dense_layers >= self.layers:
+            raise InputError(f"model {self.name!r}: moe dense_layers = {moe.dense_layers} "
+                             f"leaves no MoE layer of layers = {self.layers}; expected fewer "
+                             "dense layers than layers")
+
     # -- counts -------------------------------------------------------------------------
     def _count_from_shape(self) -> int:
+        if self.is_extended:
+            return count_params(self).total
         return self.layers * self._layer() + self._embedding() + self._head()
+
+    @property
+    def is_moe(self) -> bool:
+        """A mixture of experts (``moe`` set)."""
+        return self.moe is not None
+
+    @property
+    def is_extended(self) -> bool:
+        """Experts or an attention shape beyond LLaMA's: only the paths of docs/moe.md
+        honour such a model; the others refuse it (:meth:`require_shape`)."""
+        return self.moe is not None or self.attention is not None
+
+    @property
+    def param_counts(self) -> ParamCounts:
+        """Parameters by part, total and active per token (:func:`~.moe.count_params`)."""
+        self.require_shape("the parameter breakdown", extended_ok=True)
+        return count_params(self)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token touches (= ``params`` for a dense model)."""
+        return self.param_counts.active if self.is_extended else self.params
+
+    def refusal(self, what: str) -> str:
+        """The one line that says ``what`` cannot honour this MoE / extended model."""
+        if self.moe is not None:
+            m = self.moe
+            shared = f" + {m.shared_experts} shared" if m.shared_experts else ""
+            return (f"model {self.name!r} is a mixture of experts ({m.experts} routed experts"
+                    f"{shared}, top-{m.top_k}); {what} models dense models only: expert "
+                    "parallelism, the dispatch / combine all-to-alls and expert sharding are "
+                    "not in it yet (docs/moe.md says what handles MoE models)")
+        a = self.attention
+        return (f"model {self.name!r} has {a.kind} attention beyond LLaMA's "
+                f"({', '.join(f'{k} {v}' for k, v in a.as_dict().items() if k != 'kind')}); "
+                f"{what} models LLaMA attention only (docs/moe.md)")
 
     def _norm_params(self) -> int:
         return self.hidden * (2 if self.norm == "layernorm" else 1)
@@ -244,8 +306,13 @@ class ModelSpec:
     def has_shape(self) -> bool:
         return self.layers is not None
 
-    def require_shape(self, what: str) -> None:
-        """Raise :class:`InputError` unless the model is shaped; ``what`` says who asked."""
+    def require_shape(self, what: str, extended_ok: bool = False) -> None:
+        """Raise :class:`InputError` unless the model is shaped; ``what`` says who asked.
+
+        A mixture of experts (or attention beyond LLaMA's) is refused too unless
+        ``extended_ok``: the dense paths that ask for the shape cannot honour it."""
+        if self.has_shape and self.is_extended and not extended_ok:
+            raise InputError(self.refusal(what))
         if not self.has_shape:
             raise InputError(
                 f"model {self.name!r} is given by its parameter count only "
@@ -280,6 +347,13 @@ class ModelSpec:
         """One line for humans: ``llama-7b: 6.74B params, 32 x 4096 (ffn 11008, 32 heads)``."""
         if not self.has_shape:
             return f"{self.name}: {self.params / 1e9:.2f}B params (no shape)"
+        if self.is_moe:
+            m, c = self.moe, count_params(self)
+            shared = f" + {m.shared_experts} shared" if m.shared_experts else ""
+            return (f"{self.name}: {self.params / 1e9:.2f}B params ({c.active / 1e9:.2f}B "
+                    f"active), {self.layers} x {self.hidden}, {m.experts} experts{shared} "
+                    f"top-{m.top_k} (expert ffn {m.expert_ffn}), {self.heads} heads, "
+                    f"vocab {self.vocab}")
         kv = f", {self.kv_heads} kv heads" if self.kv_heads else ""
         mlp = "" if self.mlp == "swiglu" else f", {self.mlp}"
         return (f"{self.name}: {self.params / 1e9:.2f}B params, {self.layers} x {self.hidden} "
@@ -292,7 +366,7 @@ _ARCH_DEFAULTS = type("_D", (), {f: _ARCH_DEFAULTS[f].default for f in _ARCH_FIE
 
 def known_models() -> list[str]:
     """Preset names, e.g. ``llama-13b``, ``llama-2-70b``, ``mpt-7b``, ``gpt3-175b``."""
-    return sorted([*LLAMA_SHAPES, *EXTRA_PRESETS])
+    return sorted([*LLAMA_SHAPES, *EXTRA_PRESETS, *MOE_PRESETS])
 
 
 def preset_source(name: str) -> str:
@@ -304,6 +378,8 @@ def preset_source(name: str) -> str:
     key = preset(name).name
     if key in EXTRA_PRESETS:
         return EXTRA_PRESETS[key][-1]
+    if key in MOE_PRESETS:
+        return MOE_PRESETS[key]["source"]
     return "Touvron et al. 2023 (LLaMA), table 2; HuggingFace LlamaForCausalLM layout"
 
 
@@ -314,6 +390,8 @@ def preset(name: str) -> ModelSpec:
     80
     """
     key = str(name).strip().lower().replace("_", "-")
+    if key in MOE_PRESETS:
+        return ModelSpec(key, **MOE_PRESETS[key]["shape"])
     for k in (key, key.replace("llama", "llama-").replace("--", "-"), f"llama-{key}"):
         if k in EXTRA_PRESETS:
             layers, hidden, ffn, heads, vocab, arch, _src = EXTRA_PRESETS[k]
