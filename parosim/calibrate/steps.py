@@ -68,7 +68,7 @@ REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "st
 OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
             "tp", "pp", "virtual", "sequence_parallel", "tp_comm_overlap", "precision",
             "dp_comm_overlap", "cp")
-HOLDOUTS = ("none", "every-other")
+HOLDOUTS = ("none", "every-other", "scale:N")
 
 
 @dataclass(frozen=True)
@@ -285,11 +285,14 @@ def fit_steps(runs: list[StepRun], base, holdout: str = "none", mode: str = "ana
     import numpy as np
     from scipy.optimize import least_squares
 
-    if holdout not in HOLDOUTS:
+    if holdout.startswith("scale:"):
+        fit_runs, held = split_scale(runs, holdout, lambda r: r.nodes)
+    elif holdout not in HOLDOUTS:
         raise InputError(f"--holdout {holdout!r} is not known for --steps; expected one of "
                          f"{', '.join(HOLDOUTS)}")
-    held = runs[1::2] if holdout == "every-other" else []
-    fit_runs = runs[0::2] if holdout == "every-other" else runs
+    else:
+        held = runs[1::2] if holdout == "every-other" else []
+        fit_runs = runs[0::2] if holdout == "every-other" else runs
     if not fit_runs:
         raise InputError("--steps: no row left to fit; give more rows or --holdout none")
     profile0 = replace(base.compute, model="kernel")
@@ -325,6 +328,28 @@ def fit_steps(runs: list[StepRun], base, holdout: str = "none", mode: str = "ana
             "held_out": _stats([x["error_pct"] / 100 for x in rows
                                 if x["what"] == "held-out"]),
             "rows": rows}
+
+
+def split_scale(items: list, holdout: str, nodes_of) -> tuple[list, list]:
+    """``--holdout scale:N``: (the items at up to N nodes, the items above N nodes).
+
+    >>> split_scale([1, 2, 4, 8], "scale:2", lambda x: x)
+    ([1, 2], [4, 8])
+    """
+    text = holdout[len("scale:"):]
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InputError(f"--holdout {holdout!r}: expected scale:N with N a positive number of "
+                         "nodes (fit at up to N nodes, report the error above)")
+    fit = [x for x in items if nodes_of(x) <= n]
+    held = [x for x in items if nodes_of(x) > n]
+    if not fit:
+        raise InputError(f"--holdout {holdout}: no measurement at {n} nodes or fewer is left "
+                         "to fit; expected a larger N")
+    return fit, held
 
 
 def add_steps_argument(group) -> None:

@@ -255,7 +255,7 @@ def pieces(size: float, cap_elements: int | None) -> list[float]:
 
 def boundary(b: Builder, strategy: Strategy, full: float, m: int, dep_ids,
              optimizer_s: float, runtime=None, *, stage: int | None = None, scopes=None,
-             syncs: bool = True, fwd_only: bool = False) -> None:
+             syncs: bool = True, fwd_only: bool = False, model=None, units=None) -> None:
     """The accumulation boundary of every layout: t_sync_g, the optimizer step, t_sync_p
     (the :mod:`parosim.plan` tables; ``full`` = 2Ψ' bytes of the gradients / parameters
     synchronised, ``m`` the GPUs per PaRO group, so a ``shard`` is ``full / m``).
@@ -265,14 +265,19 @@ def boundary(b: Builder, strategy: Strategy, full: float, m: int, dep_ids,
     gradient sync when it synchronises every micro-step; ``fwd_only``: no parameter sync
     (the parameters are gathered in forward). ``stage`` / ``scopes``: one pipeline stage's
     boundary on its DP group set (streams ``.../s{stage}``); ``syncs`` False: the optimizer
-    step only (DP communication overlap runs the syncs per bucket)."""
+    step only (DP communication overlap runs the syncs per bucket). ``model`` / ``units``:
+    for a runtime's hybrid-ZeRO fields (:mod:`parosim.plan.hybrid`)."""
     rt = runtime if runtime is not None and not runtime.is_ideal else None
     sizes = {"full": full, "shard": full / m}
     at = "" if stage is None else f"/s{stage}"
     tag = "" if stage is None else f" s{stage}"
     kw = {} if stage is None else {"stage": stage, "group": "dp", "scopes": scopes}
-    if syncs and not (rt is not None and rt.grad_sync_every_micro_step):
-        for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
+    hybrid_g = rt is not None and rt.grad_sync_all_reduce and strategy.g is Level.N
+    if syncs and not (rt is not None and (rt.grad_sync_every_micro_step or (
+            hybrid_g and rt.grad_sync_last_backward))):
+        rules = ((Op.ALL_REDUCE, Scope.GLOBAL, "full"),) if hybrid_g else SYNC_GRAD[
+            (strategy.g, strategy.os)]
+        for op, scope, size in rules:
             if (rt is not None and op is Op.REDUCE_SCATTER and scope is Scope.GLOBAL
                     and not rt.reduce_scatter and strategy.p is Level.N):
                 op = Op.ALL_REDUCE          # ZeRO-1 with reduce_scatter: false
@@ -287,6 +292,11 @@ def boundary(b: Builder, strategy: Strategy, full: float, m: int, dep_ids,
                     COMPUTE + at)
     dep_ids = [opt]
     if not syncs or fwd_only:
+        return
+    if rt is not None and rt.param_sync_per_owner and strategy.p is Level.N:
+        if not rt.param_sync_overlap_forward:   # else the step opened with them
+            from .hybrid import owner_param_sync  # deferred: hybrid imports this module
+            owner_param_sync(b, model, units, strategy, full / (2 * model.params), dep_ids, 2)
         return
     # bf16 parameters have the same 2 bytes as bf16 gradients: sizes carry over.
     for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):
