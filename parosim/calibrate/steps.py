@@ -63,6 +63,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import InputError
+from .scale import fit_warnings, split_scale
 
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
 OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
@@ -322,34 +323,17 @@ def fit_steps(runs: list[StepRun], base, holdout: str = "none", mode: str = "ana
             rows.append({"what": what, "line": r.line, "model": r.model,
                          "strategy": r.strategy, "nodes": r.nodes, "measured_s": r.step_time_s,
                          "simulated_s": sim, "error_pct": (sim / r.step_time_s - 1) * 100})
-    return {"scale": k, "profile": prof, "overlap_slowdown": overlap,
+    fit_s = _stats([x["error_pct"] / 100 for x in rows if x["what"] == "fit"])
+    warn = fit_warnings(fit_s["max_abs_error_pct"],
+                        {"compute.scale": True, "compute.overlap_slowdown": identified}
+                        if fit_overlap else {"compute.scale": True},
+                        {r.nodes for r in fit_runs})
+    return {"scale": k, "profile": prof, "overlap_slowdown": overlap, "warnings": warn,
             "overlap_fitted": fit_overlap, "overlap_identified": identified,
             "fit": _stats([x["error_pct"] / 100 for x in rows if x["what"] == "fit"]),
             "held_out": _stats([x["error_pct"] / 100 for x in rows
                                 if x["what"] == "held-out"]),
             "rows": rows}
-
-
-def split_scale(items: list, holdout: str, nodes_of) -> tuple[list, list]:
-    """``--holdout scale:N``: (the items at up to N nodes, the items above N nodes).
-
-    >>> split_scale([1, 2, 4, 8], "scale:2", lambda x: x)
-    ([1, 2], [4, 8])
-    """
-    text = holdout[len("scale:"):]
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise InputError(f"--holdout {holdout!r}: expected scale:N with N a positive number of "
-                         "nodes (fit at up to N nodes, report the error above)")
-    fit = [x for x in items if nodes_of(x) <= n]
-    held = [x for x in items if nodes_of(x) > n]
-    if not fit:
-        raise InputError(f"--holdout {holdout}: no measurement at {n} nodes or fewer is left "
-                         "to fit; expected a larger N")
-    return fit, held
 
 
 def add_steps_argument(group) -> None:
@@ -404,7 +388,8 @@ def run_steps(a: argparse.Namespace) -> dict:
             "params": {"gemm_ceiling": c.gemm_ceiling,
                        "attention_efficiency": c.attention_efficiency,
                        "hbm_efficiency": c.hbm_efficiency},
-            "fit": f["fit"], "held_out": f["held_out"], "rows": f["rows"]}
+            "fit": f["fit"], "held_out": f["held_out"], "rows": f["rows"],
+            "warnings": f["warnings"]}
 
 
 def print_steps(res: dict) -> None:
@@ -425,4 +410,6 @@ def print_steps(res: dict) -> None:
         print(f"  {r['what']:<9}{r['line']:>5}  {r['model']:<14}{r['strategy']:<10}"
               f"{r['nodes']:>6}{r['measured_s']:>12.4f}{r['simulated_s']:>13.4f}"
               f"{r['error_pct']:>+8.1f}%")
+    for w in res.get("warnings", []):
+        print(f"  warning: {w}")
     print(f"  wrote {res['output']}")
