@@ -85,7 +85,7 @@ def test_cli_scale_holdout_bad_value(tmp_path, capsys):
 
 def test_internlm_held_out_128_256_gpus(tmp_path, capsys):
     """Split: the tp=1 rows at <= 8 nodes (64 GPUs) fitted, 16 and 32 nodes predicted."""
-    lines = [ln for ln in (EXP / "internlm_steps.csv").read_text().splitlines()
+    lines = [ln for ln in (EXP / "internlm_steps_tp1.csv").read_text().splitlines()
              if ",2,ideal," not in ln]
     csv = tmp_path / "tp1.csv"
     csv.write_text("\n".join(ln.replace("experiments/12_scaling_internlm/internlm-7b.yaml",

@@ -53,8 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: what the logs can identify)")
     p.add_argument("--holdout", default="none",
                    help="keep data out of the fit and report the error on it: none | "
-                   "every-other | op:NAME | sizes:LO-HI | log:TEXT | scale:N (fit at up to N nodes, "
-                   "report the error above N)")
+                   "every-other | op:NAME | sizes:LO-HI | log:TEXT | scale:N (fit at up to N "
+                   "nodes, report the error above N)")
     p.add_argument("--min-size", default="1",
                    help="ignore measurements smaller than this (default 1 byte)")
     p.add_argument("--name", default=None, help="name of the calibrated cluster")

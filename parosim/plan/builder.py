@@ -255,7 +255,7 @@ def pieces(size: float, cap_elements: int | None) -> list[float]:
 
 def boundary(b: Builder, strategy: Strategy, full: float, m: int, dep_ids,
              optimizer_s: float, runtime=None, *, stage: int | None = None, scopes=None,
-             syncs: bool = True, fwd_only: bool = False, model=None, units=None) -> None:
+             syncs: bool = True, fwd_only: bool = False) -> None:
     """The accumulation boundary of every layout: t_sync_g, the optimizer step, t_sync_p
     (the :mod:`parosim.plan` tables; ``full`` = 2Ψ' bytes of the gradients / parameters
     synchronised, ``m`` the GPUs per PaRO group, so a ``shard`` is ``full / m``).
@@ -265,8 +265,9 @@ def boundary(b: Builder, strategy: Strategy, full: float, m: int, dep_ids,
     gradient sync when it synchronises every micro-step; ``fwd_only``: no parameter sync
     (the parameters are gathered in forward). ``stage`` / ``scopes``: one pipeline stage's
     boundary on its DP group set (streams ``.../s{stage}``); ``syncs`` False: the optimizer
-    step only (DP communication overlap runs the syncs per bucket). ``model`` / ``units``:
-    for a runtime's hybrid-ZeRO fields (:mod:`parosim.plan.hybrid`)."""
+    step only (DP communication overlap runs the syncs per bucket). A runtime with
+    ``param_sync_per_owner``: no parameter sync here (the caller emits it,
+    :mod:`parosim.plan.hybrid`)."""
     rt = runtime if runtime is not None and not runtime.is_ideal else None
     sizes = {"full": full, "shard": full / m}
     at = "" if stage is None else f"/s{stage}"
@@ -294,9 +295,6 @@ def boundary(b: Builder, strategy: Strategy, full: float, m: int, dep_ids,
     if not syncs or fwd_only:
         return
     if rt is not None and rt.param_sync_per_owner and strategy.p is Level.N:
-        if not rt.param_sync_overlap_forward:   # else the step opened with them
-            from .hybrid import owner_param_sync  # deferred: hybrid imports this module
-            owner_param_sync(b, model, units, strategy, full / (2 * model.params), dep_ids, 2)
         return
     # bf16 parameters have the same 2 bytes as bf16 gradients: sizes carry over.
     for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):

@@ -81,6 +81,7 @@ from ..spec.training import BYTES_PER_GRAD, BYTES_PER_PARAM, TrainingSpec
 from .builder import (
     COMM_GRAD,
     COMM_PARAM,
+    COMPUTE,
     LEVEL_SCOPE,
     SYNC_GRAD,
     Builder,
@@ -235,7 +236,9 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
     boundary(b, strategy, BYTES_PER_GRAD * model.params * r, m,
              [done[-1], b.last.get(COMM_GRAD), *block],
              optimizer_step_seconds(model, strategy, cluster, training), runtime,
-             fwd_only=fwd_only, model=model, units=units)
+             fwd_only=fwd_only)
+    if runtime.param_sync_per_owner and not runtime.param_sync_overlap_forward:
+        owner_param_sync(b, model, units, strategy, r, [b.last.get(COMPUTE)], BYTES_PER_PARAM)
     tokens_gpu = training.tokens_per_gpu_step
     return Plan(ops=tuple(b.ops), strategy=strategy, gpus=n, group_size=m, model=model.name,
                 micro_batch=training.micro_batch, accum_steps=training.accum_steps,
