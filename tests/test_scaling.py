@@ -4,6 +4,7 @@ prediction of InternLM-7B's published 128 / 256-GPU throughput from a fit at <= 
 (8 nodes; experiments/12_scaling_internlm)."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,13 +24,12 @@ EXP = ROOT / "experiments" / "12_scaling_internlm"
 MODEL = str(EXP / "internlm-7b.yaml")
 
 
-def _tgs(strategy, nodes, runtime="internlm"):
-    c = load_cluster("internlm-a100-roce")
-    from dataclasses import replace
+def _tgs(strategy, nodes, runtime="internlm", mode="engine", cluster=None):
+    c = cluster or load_cluster("internlm-a100-roce")
     t = TrainingSpec(micro_batch=2, accum_steps=4, seq_len=2048, compute_model="kernel",
                      attention="flash")
     r = simulate_step(load_model(MODEL), replace(c, nodes=nodes), strategy, t, "nccl",
-                      "analytic", runtime=runtime)
+                      mode, runtime=runtime)
     return r.tokens_per_s_per_gpu
 
 
@@ -48,9 +48,47 @@ def test_owner_shards_follow_internlm_allocation():
 def test_internlm_runtime_separates_nng_from_nni():
     one = _tgs("NNG", 1), _tgs("NNI", 1)
     assert one[0] == pytest.approx(one[1], rel=1e-9)      # one node: the same schedule
-    nng4, nni4 = _tgs("NNG", 4), _tgs("NNI", 4)
-    assert nni4 > 1.03 * nng4                             # global broadcasts cost NNG
-    assert nni4 == pytest.approx(one[1], rel=0.02)        # NNI stays (nearly) flat
+    nng8, nni8 = _tgs("NNG", 8), _tgs("NNI", 8)
+    assert nni8 > nng8                                    # global broadcasts cost NNG
+    assert nni8 == pytest.approx(one[1], rel=0.03)        # NNI stays (nearly) flat
+    from parosim.plan.runtime import build_runtime_plan
+    c = replace(load_cluster("internlm-a100-roce"), nodes=8)
+    t = TrainingSpec(micro_batch=2, accum_steps=4, seq_len=2048)
+    rt = load_runtime("internlm")
+    calls = {}
+    for s in ("NNG", "NNI"):
+        ops = build_runtime_plan(load_model(MODEL), s, c, t, rt).ops
+        calls[s] = [o for o in ops if getattr(o, "purpose", "") == "sync-param"]
+        grads = [o for o in ops if getattr(o, "purpose", "") == "grad-reduce"]
+        assert {o.micro_step for o in grads} == {3}        # the last micro-step only
+        assert {o.op.value for o in grads} == {"all-reduce"}
+        assert sum(o.chain for o in calls[s]) == 1        # the fill: once per sync
+    assert len(calls["NNG"]) == 49 and {o.scope.value for o in calls["NNG"]} == {"global"}
+    assert len(calls["NNI"]) == 8 and {o.scope.value for o in calls["NNI"]} == {"intra"}
+
+
+def test_internlm_runtime_refuses_analytic_mode():
+    with pytest.raises(InputError, match="expected --mode engine"):
+        _tgs("NNG", 2, mode="analytic")
+    with pytest.raises(InputError, match="last micro-step"):
+        _tgs("NNI", 1, mode="analytic")
+
+
+def test_chain_fill_zero_is_the_all_gather_and_paid_once():
+    c = load_cluster("internlm-a100-roce")
+    off = replace(c, collective=replace(c.collective, chain_chunk_bytes=0.0))
+    big = replace(c, collective=replace(c.collective, chain_chunk_bytes=64.0 * 2**20))
+    t_off, t_on, t_big = (_tgs("NNG", 4, cluster=x) for x in (off, c, big))
+    assert t_off >= t_on >= t_big and t_off > t_big       # the fill only ever costs
+    from parosim.collectives.lowering import chain_fill_s, lower, scope_rings, with_chain_fill
+    from parosim.collectives.types import Algo, Op, Scope
+    x = replace(big, nodes=4)
+    prog = lower(x, Op.ALL_GATHER, Scope.GLOBAL, 1e8, Algo.RING)
+    fill = chain_fill_s(x, scope_rings(x, Scope.GLOBAL))
+    assert fill > 0 and with_chain_fill(replace(x, collective=replace(
+        x.collective, chain_chunk_bytes=0.0)), prog) is prog
+    assert [p.fixed_s for p in with_chain_fill(x, prog).phases] == [
+        p.fixed_s + fill for p in prog.phases]
 
 
 def test_hybrid_fields_refused_when_inconsistent():
@@ -91,18 +129,20 @@ def test_internlm_held_out_128_256_gpus(tmp_path, capsys):
     csv.write_text("\n".join(ln.replace("experiments/12_scaling_internlm/internlm-7b.yaml",
                                         MODEL) for ln in lines) + "\n")
     assert main(["calibrate", "--steps", str(csv), "--cluster", "internlm-a100-roce",
-                 "-o", str(tmp_path / "c.yaml"), "--holdout", "scale:8", "--json"]) == 0
+                 "-o", str(tmp_path / "c.yaml"), "--holdout", "scale:8", "--mode", "engine",
+                 "--params", "nic.bandwidth", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     held = {(r["strategy"], r["nodes"]): r for r in res["rows"] if r["what"] == "held-out"}
     assert sorted(held) == [("NNG", 16), ("NNG", 32), ("NNI", 16), ("NNI", 32)]
-    assert res["fit"]["max_abs_error_pct"] < 5
+    assert res["fit"]["max_abs_error_pct"] < 5 and res["warnings"] == []
+    assert res["cluster_identified"]["nic.bandwidth"]
     for key in (("NNG", 16), ("NNI", 16), ("NNI", 32)):
         assert abs(held[key]["error_pct"]) <= 10, key
-    # NNG at 256 GPUs: measured 5.106 s, predicted 11-12 % short (a known miss of the
+    # NNG at 256 GPUs: measured 5.106 s, predicted 10.6 % short (a known miss of the
     # 10 % bound: docs/calibration.md "Across node counts")
-    assert abs(held[("NNG", 32)]["error_pct"]) <= 13
+    assert abs(held[("NNG", 32)]["error_pct"]) <= 12
     fit = {(r["strategy"], r["nodes"]): r for r in res["rows"]}
     for n in (4, 8, 16, 32):          # NNI faster from 32 GPUs on, as measured
         assert fit[("NNI", n)]["simulated_s"] < fit[("NNG", n)]["simulated_s"]
     ratio = held[("NNG", 32)]["simulated_s"] / held[("NNI", 32)]["simulated_s"]
-    assert 1.05 < ratio < 1.22 + 0.08   # measured 1.22; predicted ~1.09 (a miss of 0.08)
+    assert 1.0 < ratio < 1.22   # measured 1.22; predicted 1.06: a miss of the 0.08 bound

@@ -80,6 +80,7 @@ _KNOWN = {
     "collective.call_overhead": ("collective", "call_overhead_s", 1e-8, 1e-3, "s"),
     "collective.step_latency": ("collective", "step_latency_s", 1e-9, 1e-4, "s"),
     "collective.phase_overhead": ("collective", "phase_overhead_s", 1e-9, 1e-3, "s"),
+    "collective.chain_chunk": ("collective", "chain_chunk_bytes", 1024.0, 64.0 * 2**20, "B"),
 }
 
 

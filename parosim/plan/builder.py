@@ -101,6 +101,7 @@ class CollectiveOp:
     algo: Algo | None = None     # None = the run's algorithm; a runtime may fix it per call
     stage: int = 0       # the pipeline stage of its ranks (a transfer: the sending stage)
     group: str = "dp"    # "dp" (PaRO's data-parallel scopes), "tp" or "p2p"
+    chain: bool = False  # a broadcast: pays the pipeline fill (collective.chain_chunk)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ class Plan:
     model_flops_per_step: float
     recompute: bool = False
     runtime: str = "ideal"
+    engine_only: str = ""   # why the analytic closed form cannot evaluate it ("" = it can)
 
     @property
     def groups(self) -> int:
@@ -218,13 +220,18 @@ class Builder:
     def collective(self, name: str, op: Op, scope: Scope, size: float, purpose: str,
                    layer: int | None, mb: int | None, stream: str, dep_ids, *,
                    stage: int | None = None, group: str = "dp", scopes=None, count: int = 1,
-                   algo: Algo | None = None, pair: int = -1) -> int | None:
+                   algo: Algo | None = None, pair: int = -1,
+                   chain: bool = False) -> int | None:
         if scopes is None and group != "p2p":
             if self.k[scope] <= 1 or size <= 0:
                 return None
             return self._add(CollectiveOp(len(self.ops), name, op, scope, float(size), purpose,
                                           layer, mb, stream, deps(dep_ids),
-                                          self.algo_for(op, scope, size, purpose)))
+                                          self.algo_for(op, scope, size, purpose),
+                                          chain=chain))
+        if chain:
+            raise InputError("a broadcast chain is a data-parallel collective of the runtime "
+                             "Plan; expected no scopes")
         k = 2 if group == "p2p" else scopes.size(scope)
         if k <= 1 or size <= 0 or count < 1:
             return None

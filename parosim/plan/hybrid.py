@@ -15,8 +15,12 @@ strategy whose gradients are not partitioned (``g = N``: NNN, NNI, NNG) as Inter
   group that owns parameters). Ownership is InternLM's: parameter tensors in model order go
   to rank 0, 1, ... each taking about 1/m of the elements (a tensor is never split), so at
   most one call per tensor; ranks left without parameters issue no call. Each broadcast is
-  modelled as an all-gather whose buffer is the owner's shard: the same ring and n - 1 steps,
-  (n - 1) / n of a broadcast's bytes per rank.
+  modelled as an all-gather whose buffer is the owner's shard (the same ring and n - 1 steps,
+  (n - 1) / n of a broadcast's bytes per rank) plus a chain's pipeline fill: the first chunk
+  crosses n - 1 hops (``collective.chain_chunk``, :func:`parosim.collectives.lowering.
+  chain_fill_s`; 0 = no fill), paid once per sync: the broadcasts are issued back to back
+  from adjacent roots and every rank starts the next as soon as it has forwarded the last,
+  so their fills overlap in one wave (docs/runtimes.md).
 * ``param_sync_overlap_forward``: the broadcasts run beside the next step's forward
   (``overlap_sync_param``): a unit's forward waits for the calls of the owners of its
   tensors. The step is rotated to keep one step's ops: the previous step's broadcasts open
@@ -29,7 +33,7 @@ from ..collectives.types import Op
 from ..cost.runtime_memory import unit_tensor_sizes
 from ..spec.model import ModelSpec
 from ..spec.strategy import Level, Strategy
-from .builder import COMM_PARAM, LEVEL_SCOPE, SYNC_PARAM
+from .builder import COMM_PARAM, SYNC_PARAM
 
 
 def owner_shards(model: ModelSpec, units, m: int) -> tuple[list[int], list[int]]:
@@ -84,14 +88,9 @@ def owner_param_sync(b, model: ModelSpec, units, strategy: Strategy, ratio: floa
     for i, e in enumerate(sizes):
         cid = b.collective(f"sync-param broadcast {scope.value} owner{i}", Op.ALL_GATHER, scope,
                            bytes_per_param * e * ratio, "sync-param", None, None, COMM_PARAM,
-                           dep_ids)
+                           dep_ids, chain=i == 0)
         ids.append(cid)
     return [ids[j] for j in last]
-
-
-def grad_scope(strategy: Strategy, runtime):
-    """The scope of the last-backward gradient all-reduce (global data parallel)."""
-    return LEVEL_SCOPE[Level.G] if runtime.grad_sync_all_reduce else None
 
 
 def hybrid_grad_sync(strategy: Strategy, runtime) -> bool:
@@ -100,4 +99,16 @@ def hybrid_grad_sync(strategy: Strategy, runtime) -> bool:
             and strategy.g is Level.N)
 
 
-__all__ = ["grad_scope", "hybrid_grad_sync", "owner_param_sync", "owner_shards"]
+def engine_only_reason(strategy: Strategy, runtime) -> str:
+    """Why analytic mode cannot evaluate this schedule ('' when it can): its closed form
+    repeats one micro-step's communication and puts the parameter sync after the optimizer."""
+    if strategy.g is not Level.N:
+        return ""
+    if runtime.grad_sync_last_backward:
+        return "the gradients are reduced in the last micro-step only"
+    if runtime.param_sync_per_owner and runtime.param_sync_overlap_forward:
+        return "the parameter broadcasts overlap the next step's forward"
+    return ""
+
+
+__all__ = ["engine_only_reason", "hybrid_grad_sync", "owner_param_sync", "owner_shards"]

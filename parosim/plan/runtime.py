@@ -91,7 +91,7 @@ from .builder import (
     model_units,
     resolve_recompute,
 )
-from .hybrid import hybrid_grad_sync, owner_param_sync
+from .hybrid import engine_only_reason, hybrid_grad_sync, owner_param_sync
 
 
 def check_bucket_count(model: ModelSpec, training: TrainingSpec, runtime: RuntimeSpec) -> None:
@@ -244,7 +244,8 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
                 micro_batch=training.micro_batch, accum_steps=training.accum_steps,
                 seq_len=training.seq_len, trainable_ratio=r, tokens_per_step=tokens_gpu * n,
                 model_flops_per_step=step_flops(model, training, tokens_gpu),
-                recompute=recompute, runtime=runtime.name)
+                recompute=recompute, runtime=runtime.name,
+                engine_only=engine_only_reason(strategy, runtime))
 
 
 
