@@ -121,6 +121,7 @@ def test_cli_scale_holdout_bad_value(tmp_path, capsys):
     assert "scale:N" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_internlm_held_out_128_256_gpus(tmp_path, capsys):
     """Split: the tp=1 rows at <= 8 nodes (64 GPUs) fitted, 16 and 32 nodes predicted."""
     lines = [ln for ln in (EXP / "internlm_steps_tp1.csv").read_text().splitlines()
