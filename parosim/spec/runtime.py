@@ -7,7 +7,7 @@ buckets, whether the gradient reduction overlaps the backward, prefetch depth, p
 kept replicated below a size threshold, which collective algorithm each call uses, when
 gradients are synchronised. The engine stays generic: it only replays the Plan.
 
-Four profiles ship with parosim (docs/runtimes.md has the full reference):
+Five profiles ship with parosim (docs/runtimes.md has the full reference):
 
 * ``ideal``: today's schedule (one gradient bucket per unit, everything overlapped, the
   ``--algo`` of the run for every collective, no compute slowdown). The default.
@@ -16,6 +16,9 @@ Four profiles ship with parosim (docs/runtimes.md has the full reference):
   FULL_SHARD, HYBRID_SHARD.
 * ``paro``: the PaRO paper's DeepSpeed fork (sequential PaRO-CC for large list-API
   collectives only).
+* ``internlm``: InternLM's hybrid ZeRO (NNN / NNI / NNG: gradients all-reduced in the last
+  backward, one parameter broadcast per shard owner beside the next forward;
+  :mod:`parosim.plan.hybrid`).
 
 >>> r = RuntimeSpec(name="x", stages=(("NGG", "ZeRO-2"),))
 >>> r.label("NGG"), r.supports("NIG")
