@@ -15,6 +15,7 @@ FIXTURES = sorted(DATA.glob("*.txt"))
 
 # file -> (op, nranks, nodes, rows, (size, time_oop_us) of the last row, as published)
 EXPECTED = {
+    "abci-a-1node-all_reduce.txt": ("all-reduce", 8, 1, 24, (33554432, 370.7)),
     "aws-p4de-2node-all_reduce.txt": ("all-reduce", 16, 2, 29, (2147483648, 51406)),
     "aws-p5-2node-all_reduce.txt": ("all-reduce", 16, 2, 32, (17179869184, 66132)),
     "aws-p5-batch-all_reduce.txt": ("all-reduce", 8, 1, 32, (17179869184, 62239)),

@@ -33,6 +33,7 @@ from ..collectives.bench import cluster_for_log
 from ..errors import InputError
 from ..spec.system import ClusterSpec
 from ..units import parse_size
+from .scale import split_scale
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ _KNOWN = {
     "collective.call_overhead": ("collective", "call_overhead_s", 1e-8, 1e-3, "s"),
     "collective.step_latency": ("collective", "step_latency_s", 1e-9, 1e-4, "s"),
     "collective.phase_overhead": ("collective", "phase_overhead_s", 1e-9, 1e-3, "s"),
+    "collective.chain_chunk": ("collective", "chain_chunk_bytes", 1024.0, 64.0 * 2**20, "B"),
 }
 
 
@@ -373,13 +375,15 @@ def split_holdout(meas: list[Measurement], how: str) -> tuple[list[Measurement],
         hi = parse_size(hi_t, "--holdout sizes") if hi_t.strip() else float("inf")
         fitted = [m for m in meas if not lo <= m.size_bytes <= hi]
         held = [m for m in meas if lo <= m.size_bytes <= hi]
+    elif how.startswith("scale:"):
+        fitted, held = split_scale(meas, how, lambda m: m.spec.nodes)
     elif how.startswith("log:"):
         key = how[4:]
         fitted = [m for m in meas if key not in m.log]
         held = [m for m in meas if key in m.log]
     else:
         raise InputError(f"--holdout {how!r} is not known; expected none, every-other, "
-                         "op:NAME, sizes:LO-HI or log:TEXT")
+                         "op:NAME, sizes:LO-HI, log:TEXT or scale:N")
     if not held:
         raise InputError(f"--holdout {how!r} holds out nothing; expected it to select some "
                          "measurements")

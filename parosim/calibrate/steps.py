@@ -63,12 +63,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import InputError
+from .scale import fit_warnings, split_scale
 
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
 OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
             "tp", "pp", "virtual", "sequence_parallel", "tp_comm_overlap", "precision",
             "dp_comm_overlap", "cp")
-HOLDOUTS = ("none", "every-other")
+HOLDOUTS = ("none", "every-other", "scale:N")
 
 
 @dataclass(frozen=True)
@@ -291,38 +292,64 @@ def _stats(errs: list[float]) -> dict:
     return {"n": len(a), "median_abs_error_pct": med, "max_abs_error_pct": a[-1]}
 
 
-def fit_steps(runs: list[StepRun], base, holdout: str = "none", mode: str = "analytic") -> dict:
-    """Fit the scale factor; rows with ``what`` fit | held-out, simulated vs measured."""
+def fit_steps(runs: list[StepRun], base, holdout: str = "none", mode: str = "analytic",
+              params: list[str] | None = None) -> dict:
+    """Fit the scale factor (and the overlap factor, and ``params``: cluster YAML fields
+    such as ``collective.chain_chunk`` or ``nic.bandwidth``, searched in log space within
+    their physical bounds); rows with ``what`` fit | held-out, simulated vs measured."""
     # deferred: 'parosim calibrate' parses with this module; the simulator loads to fit
     import numpy as np
     from scipy.optimize import least_squares
 
-    if holdout not in HOLDOUTS:
+    from .links import make_param  # deferred: numpy and the collectives load to fit
+
+    if holdout.startswith("scale:"):
+        fit_runs, held = split_scale(runs, holdout, lambda r: r.nodes)
+    elif holdout not in HOLDOUTS:
         raise InputError(f"--holdout {holdout!r} is not known for --steps; expected one of "
                          f"{', '.join(HOLDOUTS)}")
-    held = runs[1::2] if holdout == "every-other" else []
-    fit_runs = runs[0::2] if holdout == "every-other" else runs
+    else:
+        held = runs[1::2] if holdout == "every-other" else []
+        fit_runs = runs[0::2] if holdout == "every-other" else runs
     if not fit_runs:
         raise InputError("--steps: no row left to fit; give more rows or --holdout none")
+    cps = [make_param(n) for n in (params or [])]
     profile0 = replace(base.compute, model="kernel")
     fit_overlap = len(fit_runs) >= 3
     f0 = float(getattr(base, "overlap_slowdown", None) or 1.0)
+    x0, lo, hi = [1.0], [0.05], [5.0]
+    if fit_overlap:
+        x0, lo, hi = x0 + [f0], lo + [1.0], hi + [3.0]
+    for p in cps:
+        v = p.get(base)
+        v = v if v > 0 else math.sqrt(p.lo * p.hi)    # off in the base: start mid-range
+        x0.append(math.log(min(max(v, p.lo), p.hi)))
+        lo.append(math.log(p.lo))
+        hi.append(math.log(p.hi))
+    n0 = 2 if fit_overlap else 1
+
+    def cluster(x):
+        c = base
+        for p, v in zip(cps, x[n0:], strict=True):
+            c = p.set(c, math.exp(float(v)))
+        return c
 
     def resid(x):
         prof = _scaled(profile0, float(x[0]))
         f = float(x[1]) if fit_overlap else None
-        return np.array([math.log(simulate_run(r, base, prof, mode, f) / r.step_time_s)
+        c = cluster(x)
+        return np.array([math.log(simulate_run(r, c, prof, mode, f) / r.step_time_s)
                          for r in fit_runs])
 
-    if fit_overlap:
-        res = least_squares(resid, [1.0, f0], bounds=([0.05, 1.0], [5.0, 3.0]),
-                            diff_step=1e-3)
-        identified = bool(np.any(np.abs(res.jac[:, 1]) > 1e-9))
-    else:
-        res = least_squares(resid, [1.0], bounds=([0.05], [5.0]), diff_step=1e-3)
-        identified = False
+    res = least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3)
+    identified = fit_overlap and bool(np.any(np.abs(res.jac[:, 1]) > 1e-9))
+    ident_p = {p.name: bool(np.any(np.abs(res.jac[:, n0 + i]) > 1e-9))
+               for i, p in enumerate(cps)}
     k = float(res.x[0])
     overlap = float(res.x[1]) if fit_overlap and identified else None
+    fitted_base = cluster(res.x)
+    values = {p.name: p.get(fitted_base) for p in cps}
+    base = fitted_base
     prof = _scaled(profile0, k)
     rows = []
     for what, group in (("fit", fit_runs), ("held-out", held)):
@@ -331,7 +358,12 @@ def fit_steps(runs: list[StepRun], base, holdout: str = "none", mode: str = "ana
             rows.append({"what": what, "line": r.line, "model": r.model,
                          "strategy": r.strategy, "nodes": r.nodes, "measured_s": r.step_time_s,
                          "simulated_s": sim, "error_pct": (sim / r.step_time_s - 1) * 100})
-    return {"scale": k, "profile": prof, "overlap_slowdown": overlap,
+    fit_s = _stats([x["error_pct"] / 100 for x in rows if x["what"] == "fit"])
+    ident = {"compute.scale": True, **({"compute.overlap_slowdown": identified}
+                                       if fit_overlap else {}), **ident_p}
+    warn = fit_warnings(fit_s["max_abs_error_pct"], ident, {r.nodes for r in fit_runs})
+    return {"scale": k, "profile": prof, "overlap_slowdown": overlap, "warnings": warn,
+            "cluster": fitted_base, "cluster_params": values, "cluster_identified": ident_p,
             "overlap_fitted": fit_overlap, "overlap_identified": identified,
             "fit": _stats([x["error_pct"] / 100 for x in rows if x["what"] == "fit"]),
             "held_out": _stats([x["error_pct"] / 100 for x in rows
@@ -356,7 +388,10 @@ def run_steps(a: argparse.Namespace) -> dict:
     runs = read_steps(a.steps)
     holdout = getattr(a, "holdout", "none") or "none"
     mode = getattr(a, "mode", None) or "analytic"
-    f = fit_steps(runs, base, holdout, mode)
+    raw = getattr(a, "params", None)
+    params = [x.strip() for x in raw.split(",") if x.strip()] if raw else None
+    f = fit_steps(runs, base, holdout, mode, params)
+    base = f["cluster"]   # the base cluster with the fitted --params (if any)
     name = getattr(a, "name", None) or f"{base.name}-calibrated"
     prof = replace(f["profile"], source=(
         f"fitted by parosim calibrate --steps {Path(a.steps).name}: scale {f['scale']:.4f} "
@@ -377,6 +412,9 @@ def run_steps(a: argparse.Namespace) -> dict:
             f"{f['scale']:.4f}; fit |error| median {pct(f['fit'])} % over {f['fit']['n']} "
             f"steps; held-out ({holdout}) median {pct(f['held_out'])} % over "
             f"{f['held_out']['n']} steps.\n# {ov}.\n")
+    for k, v in f["cluster_params"].items():
+        head += (f"# {k} = {v:.6g} ({'fitted' if f['cluster_identified'][k] else 'not identified'}"
+                 " from these step times)\n")
     out = Path(a.output)
     try:
         if not out.parent.exists():
@@ -391,7 +429,9 @@ def run_steps(a: argparse.Namespace) -> dict:
             "params": {"gemm_ceiling": c.gemm_ceiling,
                        "attention_efficiency": c.attention_efficiency,
                        "hbm_efficiency": c.hbm_efficiency},
-            "fit": f["fit"], "held_out": f["held_out"], "rows": f["rows"]}
+            "fit": f["fit"], "held_out": f["held_out"], "rows": f["rows"],
+            "warnings": f["warnings"], "cluster_params": f["cluster_params"],
+            "cluster_identified": f["cluster_identified"]}
 
 
 def print_steps(res: dict) -> None:
@@ -402,6 +442,9 @@ def print_steps(res: dict) -> None:
     print(f"  overlap_slowdown: {o:.4f} (fitted)" if o is not None else
           "  overlap_slowdown: not fitted (needs >= 3 fitted steps that overlap compute and "
           "communication)")
+    for k, v in res.get("cluster_params", {}).items():
+        how = "fitted" if res["cluster_identified"][k] else "not identified"
+        print(f"  {k}: {v:.6g} ({how})")
     for what, s in (("fit", res["fit"]), ("held-out", res["held_out"])):
         if s["n"]:
             print(f"  {what}: median |error| {s['median_abs_error_pct']:.1f} %, worst "
@@ -412,4 +455,6 @@ def print_steps(res: dict) -> None:
         print(f"  {r['what']:<9}{r['line']:>5}  {r['model']:<14}{r['strategy']:<10}"
               f"{r['nodes']:>6}{r['measured_s']:>12.4f}{r['simulated_s']:>13.4f}"
               f"{r['error_pct']:>+8.1f}%")
+    for w in res.get("warnings", []):
+        print(f"  warning: {w}")
     print(f"  wrote {res['output']}")

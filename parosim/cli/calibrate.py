@@ -57,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: what the logs can identify)")
     p.add_argument("--holdout", default="none",
                    help="keep data out of the fit and report the error on it: none | "
-                   "every-other | op:NAME | sizes:LO-HI | log:TEXT")
+                   "every-other | op:NAME | sizes:LO-HI | log:TEXT | scale:N (fit at up to N "
+                   "nodes, report the error above N)")
     p.add_argument("--min-size", default="1",
                    help="ignore measurements smaller than this (default 1 byte)")
     p.add_argument("--name", default=None, help="name of the calibrated cluster")
@@ -130,9 +131,18 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
     except OSError as e:
         raise InputError(f"-o {a.output!r} cannot be written: {e.strerror}") from None
     return {"mode": "nccl-tests", "output": str(out), "cluster": name, "base": base.name,
+            "warnings": nccl_fit_warnings(f, fit_s, fitted),
             "algo": f.algo, "holdout": a.holdout, "logs": [lg.path for lg in logs],
             "params": f.values, "identified": f.identified, "fit": fit_s, "held_out": held_s,
             "rows": f.fit_rows + f.held_rows}
+
+
+def nccl_fit_warnings(f, fit_s: dict, fitted: list) -> list[str]:
+    """The fit warnings of :func:`parosim.calibrate.scale.fit_warnings` for a log fit."""
+    from ..calibrate.scale import fit_warnings  # deferred: loaded when the command runs
+
+    return fit_warnings(fit_s["max_abs_error_pct"], f.identified,
+                        {m.spec.nodes for m in fitted})
 
 
 def _fmt(v: float | None) -> str:
@@ -229,6 +239,8 @@ def print_result(res: dict) -> None:
               f"worst {_fmt(s['max_abs_error_pct'])} % (n = {s['n']}); sizes >= 64 KiB: median "
               f"{_fmt(lg['median_abs_error_pct'])} %, worst {_fmt(lg['max_abs_error_pct'])} % "
               f"(n = {lg['n']})")
+    for w in res.get("warnings", []):
+        print(f"warning: {w}")
 
 
 def cmd_calibrate(a: argparse.Namespace) -> dict:

@@ -148,8 +148,8 @@ def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
                    help="compute slowdown factor while a collective runs beside it (>= 1; "
                    "default: the cluster YAML's compute.overlap_slowdown, else the runtime's)")
     p.add_argument("--runtime", default=None,
-                   help="framework schedule: ideal (default) | deepspeed | fsdp | paro | a YAML "
-                   "path (see runtimes/ and docs/runtimes.md)")
+                   help="framework schedule: ideal (default) | deepspeed | fsdp | paro | "
+                   "internlm | a YAML path (see runtimes/ and docs/runtimes.md)")
     p.add_argument("--deepspeed-config", default=None, metavar="DS_CONFIG_JSON",
                    help="a DeepSpeed JSON config: stage, buckets, overlap_comm, micro-batch, "
                    "accumulation (implies --runtime deepspeed)")

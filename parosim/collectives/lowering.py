@@ -29,7 +29,7 @@ from ..spec.collective import A2A_ALGOS
 from ..spec.system import ClusterSpec
 from .alltoall import lower_alltoall
 from .cost import latency_part, phase_time, program_time
-from .nccl import channel_rings, make_phase, ring_phase_costs, tree_parts, tree_phase
+from .nccl import channel_rings, channels, make_phase, ring_phase_costs, tree_parts, tree_phase
 from .types import Algo, Op, Phase, Program, RingSet, Scope
 
 
@@ -297,3 +297,39 @@ def lower(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float, algo: Algo
         raise InputError(f"--algo {algo.value} is an all-to-all algorithm; --op {op.value} "
                          "expected ring, hierarchical, ho-ring or nccl")
     return ALGORITHMS[algo].lower(spec, op, scope, float(size_bytes))
+
+
+def chain_fill_s(spec: ClusterSpec, ringset: RingSet) -> float:
+    """The pipeline fill of a chain (a broadcast) over one ring of ``ringset``: its first chunk
+    (``collective.chain_chunk`` bytes per channel) crosses the k - 1 hops before the last rank
+    receives anything, each hop at its per-channel bandwidth (a GPU's NVLink bandwidth, or a
+    node's NICs together, shared by the C channels). 0 when ``chain_chunk`` is 0.
+
+    >>> from parosim.spec.system import ClusterSpec, CollectiveTuning
+    >>> c = ClusterSpec(nodes=2, gpus_per_node=2, collective=CollectiveTuning(
+    ...     chain_chunk_bytes=1e6))
+    >>> rs = scope_rings(c, Scope.GLOBAL)
+    >>> chain_fill_s(c, rs) == 1e6 * (2 / c.intra.bandwidth_Bps + 1 / c.nic.bandwidth_Bps)
+    True
+    """
+    chunk = spec.collective.chain_chunk_bytes
+    if not chunk or ringset.size < 2:
+        return 0.0
+    C = channels(spec) if spec.collective.model == "nccl" else 1
+    ring = ringset.rings[0]
+    gpn = spec.gpus_per_node
+    nodes = len({r // gpn for r in ring})
+    k = len(ring)
+    intra_Bps = spec.intra.bandwidth_Bps / C
+    net_Bps = spec.nic.per_node * spec.nic.bandwidth_Bps / C
+    return chunk * ((k - nodes) / intra_Bps + (nodes - 1) / net_Bps)
+
+
+def with_chain_fill(spec: ClusterSpec, prog: Program) -> Program:
+    """``prog`` as a chain (broadcast): every phase pays :func:`chain_fill_s` once, in its
+    fixed latency (closed form and engine alike)."""
+    if not spec.collective.chain_chunk_bytes:
+        return prog
+    phases = tuple(replace(p, fixed_s=p.fixed_s + chain_fill_s(spec, p.ringset))
+                   for p in prog.phases)
+    return replace(prog, phases=phases)

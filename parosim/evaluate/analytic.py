@@ -38,8 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..collectives.cost import program_time
-from ..collectives.lowering import lower
+from ..collectives.lowering import lower, with_chain_fill
 from ..collectives.types import Algo
+from ..errors import InputError
 from ..plan.dataparallel import ComputeOp, Plan
 from ..spec.system import ClusterSpec
 
@@ -133,6 +134,10 @@ def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo, repeat: int = 1,
     >>> r.step_time_s > r.t_comp_s > 0
     True
     """
+    if getattr(plan, "engine_only", ""):
+        raise InputError(f"runtime {plan.runtime!r} with {plan.strategy.short}: "
+                         f"{plan.engine_only}, which analytic mode cannot represent; expected "
+                         "--mode engine")
     cache: dict[tuple, float] = {}
     comp = comm = sync_g = sync_p = opt = exposed = 0.0
     blocking = _exposed_ids(plan) if plan.runtime != "ideal" else set()
@@ -144,10 +149,12 @@ def evaluate(plan: Plan, spec: ClusterSpec, algo: Algo, repeat: int = 1,
                 comp += op.duration_s
             continue
         a = op.algo or algo                 # a runtime may fix the algorithm per call
-        key = (op.op, op.scope, op.size_bytes, a)
+        key = (op.op, op.scope, op.size_bytes, a, op.chain)
         t = cache.get(key)
         if t is None:
-            t = cache[key] = program_time(spec, lower(spec, op.op, op.scope, op.size_bytes, a))
+            prog = lower(spec, op.op, op.scope, op.size_bytes, a)
+            t = cache[key] = program_time(spec, with_chain_fill(spec, prog) if op.chain
+                                          else prog)
         if op.id in blocking:
             exposed += t
         elif op.purpose == "sync-grad":

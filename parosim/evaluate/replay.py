@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..collectives.lowering import lower
+from ..collectives.lowering import lower, with_chain_fill
 from ..collectives.types import Algo, Program
 from ..fabric.engine import (
     CountingEnvironment,
@@ -68,10 +68,12 @@ class ProgramCache:
                 p = self._c[key] = own(self.spec, self.algo)
             return p
         algo = getattr(op, "algo", None) or self.algo   # a runtime may fix it per call
-        key = (op.op, op.scope, op.size_bytes, algo)
+        chain = getattr(op, "chain", False)
+        key = (op.op, op.scope, op.size_bytes, algo, chain)
         p = self._c.get(key)
         if p is None:
-            p = self._c[key] = lower(self.spec, op.op, op.scope, op.size_bytes, algo)
+            p = lower(self.spec, op.op, op.scope, op.size_bytes, algo)
+            p = self._c[key] = with_chain_fill(self.spec, p) if chain else p
         return p
 
 

@@ -141,7 +141,8 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
         raise InputError(f"{where}: jitter.distribution = {jitter['distribution']!r} is not "
                          "known; expected lognormal")
     coll = section(data, "collective", {"step_latency", "call_overhead", "phase_overhead",
-                                          "ho_ring_max_chunks", "serial_progress", *_NCCL_KEYS},
+                                          "ho_ring_max_chunks", "serial_progress", "chain_chunk",
+                                          *_NCCL_KEYS},
                    where)
     comp = section(data, "compute", _COMPUTE_KEYS, where)
     if "bandwidth" not in intra:
@@ -195,6 +196,8 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
                                         "collective.phase_overhead"),
             serial_progress=_flag(coll.get("serial_progress", False),
                                   "collective.serial_progress"),
+            chain_chunk_bytes=float(parse_size(coll.get("chain_chunk", 0),
+                                               "collective.chain_chunk", allow_zero=True)),
             **_nccl_fields(coll, where)),
         group_nodes=positive_int(data.get("group_nodes", 1), f"{where}: group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
@@ -605,6 +608,8 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
                        "phase_overhead": f"{spec.collective.phase_overhead_s!r}s",
                        "serial_progress": spec.collective.serial_progress,
                        "ho_ring_max_chunks": spec.collective.ho_ring_max_chunks,
+                       **({"chain_chunk": f"{int(spec.collective.chain_chunk_bytes)}B"}
+                          if spec.collective.chain_chunk_bytes else {}),
                        **_nccl_yaml(spec.collective)},
         "group_nodes": spec.group_nodes,
         "sources": spec.notes,

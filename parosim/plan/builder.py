@@ -101,6 +101,7 @@ class CollectiveOp:
     algo: Algo | None = None     # None = the run's algorithm; a runtime may fix it per call
     stage: int = 0       # the pipeline stage of its ranks (a transfer: the sending stage)
     group: str = "dp"    # "dp" (PaRO's data-parallel scopes), "tp" or "p2p"
+    chain: bool = False  # a broadcast: pays the pipeline fill (collective.chain_chunk)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ class Plan:
     model_flops_per_step: float
     recompute: bool = False
     runtime: str = "ideal"
+    engine_only: str = ""   # why the analytic closed form cannot evaluate it ("" = it can)
 
     @property
     def groups(self) -> int:
@@ -218,13 +220,18 @@ class Builder:
     def collective(self, name: str, op: Op, scope: Scope, size: float, purpose: str,
                    layer: int | None, mb: int | None, stream: str, dep_ids, *,
                    stage: int | None = None, group: str = "dp", scopes=None, count: int = 1,
-                   algo: Algo | None = None, pair: int = -1) -> int | None:
+                   algo: Algo | None = None, pair: int = -1,
+                   chain: bool = False) -> int | None:
         if scopes is None and group != "p2p":
             if self.k[scope] <= 1 or size <= 0:
                 return None
             return self._add(CollectiveOp(len(self.ops), name, op, scope, float(size), purpose,
                                           layer, mb, stream, deps(dep_ids),
-                                          self.algo_for(op, scope, size, purpose)))
+                                          self.algo_for(op, scope, size, purpose),
+                                          chain=chain))
+        if chain:
+            raise InputError("a broadcast chain is a data-parallel collective of the runtime "
+                             "Plan; expected no scopes")
         k = 2 if group == "p2p" else scopes.size(scope)
         if k <= 1 or size <= 0 or count < 1:
             return None
@@ -265,14 +272,20 @@ def boundary(b: Builder, strategy: Strategy, full: float, m: int, dep_ids,
     gradient sync when it synchronises every micro-step; ``fwd_only``: no parameter sync
     (the parameters are gathered in forward). ``stage`` / ``scopes``: one pipeline stage's
     boundary on its DP group set (streams ``.../s{stage}``); ``syncs`` False: the optimizer
-    step only (DP communication overlap runs the syncs per bucket)."""
+    step only (DP communication overlap runs the syncs per bucket). A runtime with
+    ``param_sync_per_owner``: no parameter sync here (the caller emits it,
+    :mod:`parosim.plan.hybrid`)."""
     rt = runtime if runtime is not None and not runtime.is_ideal else None
     sizes = {"full": full, "shard": full / m}
     at = "" if stage is None else f"/s{stage}"
     tag = "" if stage is None else f" s{stage}"
     kw = {} if stage is None else {"stage": stage, "group": "dp", "scopes": scopes}
-    if syncs and not (rt is not None and rt.grad_sync_every_micro_step):
-        for op, scope, size in SYNC_GRAD[(strategy.g, strategy.os)]:
+    hybrid_g = rt is not None and rt.grad_sync_all_reduce and strategy.g is Level.N
+    if syncs and not (rt is not None and (rt.grad_sync_every_micro_step or (
+            hybrid_g and rt.grad_sync_last_backward))):
+        rules = ((Op.ALL_REDUCE, Scope.GLOBAL, "full"),) if hybrid_g else SYNC_GRAD[
+            (strategy.g, strategy.os)]
+        for op, scope, size in rules:
             if (rt is not None and op is Op.REDUCE_SCATTER and scope is Scope.GLOBAL
                     and not rt.reduce_scatter and strategy.p is Level.N):
                 op = Op.ALL_REDUCE          # ZeRO-1 with reduce_scatter: false
@@ -287,6 +300,8 @@ def boundary(b: Builder, strategy: Strategy, full: float, m: int, dep_ids,
                     COMPUTE + at)
     dep_ids = [opt]
     if not syncs or fwd_only:
+        return
+    if rt is not None and rt.param_sync_per_owner and strategy.p is Level.N:
         return
     # bf16 parameters have the same 2 bytes as bf16 gradients: sizes carry over.
     for op, scope, size in SYNC_PARAM.get((strategy.os, strategy.p), ()):

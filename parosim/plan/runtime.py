@@ -81,6 +81,7 @@ from ..spec.training import BYTES_PER_GRAD, BYTES_PER_PARAM, TrainingSpec
 from .builder import (
     COMM_GRAD,
     COMM_PARAM,
+    COMPUTE,
     LEVEL_SCOPE,
     SYNC_GRAD,
     Builder,
@@ -90,6 +91,7 @@ from .builder import (
     model_units,
     resolve_recompute,
 )
+from .hybrid import engine_only_reason, hybrid_grad_sync, owner_param_sync
 
 
 def check_bucket_count(model: ModelSpec, training: TrainingSpec, runtime: RuntimeSpec) -> None:
@@ -155,11 +157,20 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
     block: list[int | None] = []  # reductions the next compute op must wait for
     g_scope = LEVEL_SCOPE.get(strategy.g)
     every = runtime.grad_sync_every_micro_step
-    reduces = strategy.g is not Level.N or every
+    hybrid = hybrid_grad_sync(strategy, runtime)   # all-reduce in the last backward
+    reduces = strategy.g is not Level.N or every or hybrid
+    waits: list[int | None] | None = None          # unit -> parameter broadcast it waits for
+    if runtime.param_sync_per_owner and runtime.param_sync_overlap_forward:
+        waits = owner_param_sync(b, model, units, strategy, r, [], BYTES_PER_PARAM)
 
     def reduce_bucket(size: float, label: str, layer: int | None, mb: int, dep: int) -> list:
         ids: list[int | None] = []
         deps: list[int | None] = [dep]
+        if hybrid:
+            if mb == training.accum_steps - 1:
+                ids.append(b.collective(f"ar-grad {label} mb{mb}", Op.ALL_REDUCE, Scope.GLOBAL,
+                                        size, "grad-reduce", layer, mb, COMM_GRAD, deps))
+            return ids
         if strategy.g is not Level.N:
             rs = runtime.reduce_scatter or strategy.p is not Level.N   # ZeRO-3: always RS
             op = Op.REDUCE_SCATTER if rs else Op.ALL_REDUCE
@@ -196,6 +207,8 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
                           seconds[("layer", "fwd")], [gather, *block])
                 block = []
             f = flops[(u.kind, phase)]
+            if waits is not None and mb == 0 and phase == "fwd":
+                block.append(waits[units.index(u)])
             cid = b.compute(f"{phase} {u.label} mb{mb}", kinds[(u.kind, phase)], u.layer, mb,
                             f, seconds[(u.kind, phase)], [gather, *block])
             block = []
@@ -224,12 +237,15 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
              [done[-1], b.last.get(COMM_GRAD), *block],
              optimizer_step_seconds(model, strategy, cluster, training), runtime,
              fwd_only=fwd_only)
+    if runtime.param_sync_per_owner and not runtime.param_sync_overlap_forward:
+        owner_param_sync(b, model, units, strategy, r, [b.last.get(COMPUTE)], BYTES_PER_PARAM)
     tokens_gpu = training.tokens_per_gpu_step
     return Plan(ops=tuple(b.ops), strategy=strategy, gpus=n, group_size=m, model=model.name,
                 micro_batch=training.micro_batch, accum_steps=training.accum_steps,
                 seq_len=training.seq_len, trainable_ratio=r, tokens_per_step=tokens_gpu * n,
                 model_flops_per_step=step_flops(model, training, tokens_gpu),
-                recompute=recompute, runtime=runtime.name)
+                recompute=recompute, runtime=runtime.name,
+                engine_only=engine_only_reason(strategy, runtime))
 
 
 

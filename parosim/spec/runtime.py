@@ -7,7 +7,7 @@ buckets, whether the gradient reduction overlaps the backward, prefetch depth, p
 kept replicated below a size threshold, which collective algorithm each call uses, when
 gradients are synchronised. The engine stays generic: it only replays the Plan.
 
-Four profiles ship with parosim (docs/runtimes.md has the full reference):
+Five profiles ship with parosim (docs/runtimes.md has the full reference):
 
 * ``ideal``: today's schedule (one gradient bucket per unit, everything overlapped, the
   ``--algo`` of the run for every collective, no compute slowdown). The default.
@@ -16,6 +16,9 @@ Four profiles ship with parosim (docs/runtimes.md has the full reference):
   FULL_SHARD, HYBRID_SHARD.
 * ``paro``: the PaRO paper's DeepSpeed fork (sequential PaRO-CC for large list-API
   collectives only).
+* ``internlm``: InternLM's hybrid ZeRO (NNN / NNI / NNG: gradients all-reduced in the last
+  backward, one parameter broadcast per shard owner beside the next forward;
+  :mod:`parosim.plan.hybrid`).
 
 >>> r = RuntimeSpec(name="x", stages=(("NGG", "ZeRO-2"),))
 >>> r.label("NGG"), r.supports("NIG")
@@ -68,6 +71,16 @@ class RuntimeSpec:
     ``overlap_slowdown``: compute slowdown beside a collective when neither the command line
     nor the cluster YAML sets one.
 
+    Hybrid-ZeRO scheduling (InternLM; all False = the schedules above):
+    ``grad_sync_all_reduce``: a strategy with unpartitioned gradients synchronises them with
+    one all-reduce over every data-parallel rank, whatever its optimizer-state level (the
+    ZeRO group only partitions the optimizer). ``grad_sync_last_backward``: that sync runs in
+    ``grad_bucket_elements`` buckets during the last micro-step's backward (the earlier
+    micro-steps skip the reduction). ``param_sync_per_owner``: the boundary parameter sync is
+    one call per shard owner (a broadcast of its shard), at most one per parameter tensor.
+    ``param_sync_overlap_forward``: that sync runs beside the next step's forward, each unit's
+    forward waiting for the calls that carry its parameters.
+
     Memory as the framework keeps it (each fills in the :class:`parosim.spec.training.TrainingSpec`
     field of the same name when the user leaves it unset; an explicit value wins):
     ``memory_model`` (``"korthikanti"`` | ``"runtime"``, :mod:`parosim.cost.memory`),
@@ -97,6 +110,10 @@ class RuntimeSpec:
     memory_model: str = "korthikanti"
     attention: str = "eager"
     logit_bytes: int | None = None
+    grad_sync_all_reduce: bool = False
+    grad_sync_last_backward: bool = False
+    param_sync_per_owner: bool = False
+    param_sync_overlap_forward: bool = False
     sources: str = ""
 
     def __post_init__(self) -> None:
@@ -112,6 +129,16 @@ class RuntimeSpec:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise InputError(f"runtime {f} = {v!r} must be a positive integer (elements) "
                                  "or null")
+        for f in ("grad_sync_all_reduce", "grad_sync_last_backward", "param_sync_per_owner",
+                  "param_sync_overlap_forward"):
+            if not isinstance(getattr(self, f), bool):
+                raise InputError(f"runtime {f} = {getattr(self, f)!r} must be true or false")
+        if self.grad_sync_last_backward and not self.grad_sync_all_reduce:
+            raise InputError(f"runtime {self.name!r}: grad_sync_last_backward needs "
+                             "grad_sync_all_reduce: true (the bucketed sync is an all-reduce)")
+        if self.grad_sync_last_backward and self.grad_sync_every_micro_step:
+            raise InputError(f"runtime {self.name!r}: grad_sync_last_backward and "
+                             "grad_sync_every_micro_step exclude each other; expected one")
         if not isinstance(self.reduce_scatter, bool):
             raise InputError(f"runtime reduce_scatter = {self.reduce_scatter!r} must be true "
                              "or false")

@@ -242,6 +242,11 @@ class CollectiveTuning:
     NCCL, an op set-up in gloo); it is what makes many small HO-Ring chunks expensive.
     All default to 0 (datasheet presets); :mod:`parosim.validate` fits them from measurements.
 
+    ``chain_chunk_bytes``: bytes a pipelined chain (a broadcast) moves per step and channel;
+    a chain's first chunk crosses its k - 1 hops before the last rank has any data, so a
+    broadcast pays k - 1 hop times of one chunk on top of its ring cost (0 = off: a broadcast
+    costs what the all-gather of its buffer costs; :func:`parosim.collectives.chain_fill_s`).
+
     ``serial_progress``: the latency and launch parts of concurrent phases cannot overlap on a
     rank, because one CPU thread drives all of them (gloo on CPU ranks: the emulated cluster).
     False for NCCL on GPUs, whose concurrent kernels progress independently.
@@ -252,6 +257,7 @@ class CollectiveTuning:
     ho_ring_max_chunks: int = 64
     phase_overhead_s: float = 0.0
     serial_progress: bool = False
+    chain_chunk_bytes: float = 0.0
     # NCCL model (docs/collectives.md). "ideal": wire alpha-beta only (the fields below unused);
     # "nccl": every phase pays a protocol's latency/bandwidth and the reduction's HBM traffic.
     model: str = "ideal"
@@ -292,6 +298,7 @@ class CollectiveTuning:
         _pos(self.step_latency_s, "collective.step_latency", allow_zero=True)
         _pos(self.call_overhead_s, "collective.call_overhead", allow_zero=True)
         _pos(self.phase_overhead_s, "collective.phase_overhead", allow_zero=True)
+        _pos(self.chain_chunk_bytes, "collective.chain_chunk", allow_zero=True)
         _require(isinstance(self.ho_ring_max_chunks, int)
                  and not isinstance(self.ho_ring_max_chunks, bool)
                  and 1 <= self.ho_ring_max_chunks <= 4096,

@@ -1,0 +1,42 @@
+"""ABCI 2.0 all_reduce_perf on 1, 2 and 4 nodes (tests/data/nccl-tests/abci-*, SOURCES.md):
+the in-sample fit across node counts and the held-out prediction of 4 nodes from 1 and 2
+(``calibrate --holdout scale:2``). Sizes >= 64 KiB only (10 per log), to keep the fits short;
+docs/calibration.md "Across node counts" has the all-sizes fits."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from parosim.cli.commands import main
+
+DATA = Path(__file__).resolve().parent / "data" / "nccl-tests"
+ONE, TWO, FOUR = (str(DATA / f) for f in ("abci-a-1node-all_reduce.txt",
+                                            "abci-a-job02-all_reduce.nccl",
+                                            "abci-a-job04-all_reduce.nccl"))
+
+
+def _fit(tmp_path, capsys, logs, *extra):
+    assert main(["calibrate", "--nccl-tests", *logs, "--cluster", "abci-a100", "-o",
+                 str(tmp_path / "c.yaml"), "--min-size", "64KiB", "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_in_sample_on_2_and_4_nodes(tmp_path, capsys):
+    """Split: the 2- and 4-node logs, all fitted (bound: median <= 10 %)."""
+    r = _fit(tmp_path, capsys, [TWO, FOUR])
+    assert r["fit"]["n"] == 20
+    assert r["fit"]["median_abs_error_pct"] <= 10          # measured 1.4 %
+    assert not any("node" in w and "says nothing" in w for w in r["warnings"])
+
+
+@pytest.mark.slow
+def test_4_nodes_held_out_from_1_and_2(tmp_path, capsys):
+    """Split: fit the 1- and 2-node logs, predict the 4-node log (never fitted). The target
+    median of 15 % is not met (22 %: docs/calibration.md); this bounds what holds."""
+    r = _fit(tmp_path, capsys, [ONE, TWO, FOUR], "--holdout", "scale:2")
+    held = [x for x in r["rows"] if x["what"] == "held-out"]
+    assert r["held_out"]["n"] == 10 and all("job04" in x["log"] for x in held)
+    assert r["fit"]["median_abs_error_pct"] <= 10
+    assert r["held_out"]["median_abs_error_pct"] <= 25     # measured 22.2 %
