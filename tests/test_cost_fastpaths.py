@@ -18,9 +18,10 @@ from parosim.collectives.lowering import (
     scope_rings,
 )
 from parosim.collectives.nccl import make_phase, ring_phase_costs
-from parosim.collectives.types import Algo, Op, RingSet, Scope
+from parosim.collectives.types import Op, RingSet, Scope
 from parosim.io import load_cluster
 from parosim.plan.layout import layout_for
+from parosim.spec.collective import RING_ALGOS, RING_OPS
 
 
 def _clusters():
@@ -46,7 +47,7 @@ SIZES = (1.0, 4096.0, 3e5, 2.0**24, 7.7e8, 2.0**33)
 def test_ring_phase_costs_equal_make_phase(ci):
     spec = CLUSTERS[ci]
     sets = [scope_rings(spec, s) for s in Scope]
-    for rs, op in itertools.product(sets, list(Op)):
+    for rs, op in itertools.product(sets, RING_OPS):
         totals = np.array(SIZES) / np.arange(1, len(SIZES) + 1)
         t, lat = ring_phase_costs(spec, op, rs, totals)
         for i, total in enumerate(totals.tolist()):
@@ -74,7 +75,7 @@ def test_best_chunks_equals_reference_search(ci):
 @pytest.mark.parametrize("ci", range(len(CLUSTERS)))
 def test_ring_profile_arrays_equal_loop(ci):
     spec = CLUSTERS[ci]
-    for algo, op, scope in itertools.product(list(Algo), list(Op), list(Scope)):
+    for algo, op, scope in itertools.product(RING_ALGOS, RING_OPS, list(Scope)):
         for ph in lower(spec, op, scope, 2.0**28, algo).phases:
             rs = ph.ringset
             if not isinstance(rs, RingSet) or rs.hop_arrays is None:
