@@ -10,7 +10,9 @@ a branch in :func:`run`):
   :func:`parosim.calibrate.fit`.
 
 JSON (``--json``): ``{"mode", "output", "cluster", "algo", "holdout", "params": {name: value},
-"identified": {name: bool}, "fit": {...}, "held_out": {...}, "rows": [...]}``; ``fit`` and
+"identified": {name: bool}, "fit": {...}, "held_out": {...}, "warnings": [...], "rows":
+[...]}``; ``warnings``: the checks of the log against the base and of the fitted values
+(:mod:`parosim.calibrate.checks`), each ``{"kind", "message", "meaning"}``; ``fit`` and
 ``held_out`` hold ``n``, ``median_abs_error_pct``, ``max_abs_error_pct`` over all sizes and
 the same under ``large`` for sizes >= 64 KiB; rows have ``what`` (fit | held-out), ``log``,
 ``op``, ``size_bytes``, ``measured_s``, ``simulated_s``, ``error_pct``.
@@ -82,6 +84,10 @@ def _stats(rows: list[dict]) -> dict:
 
 
 def _run_nccl_tests(a: argparse.Namespace) -> dict:
+    from ..calibrate.checks import (  # deferred: loaded when the command runs (start-up)
+        check_fit,
+        format_warnings,
+    )
     from ..calibrate.links import (  # deferred: loaded when the command runs (start-up)
         fit,
         measurements_from_log,
@@ -117,7 +123,8 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
 
     spec = replace(f.spec, name=name)
     fit_s, held_s = _stats(f.fit_rows), _stats(f.held_rows)
-    text = calibrated_yaml(spec, f, logs, fit_s, held_s)
+    warnings = check_fit(base, logs, f, fit_s, held_s, a.nodes)
+    text = calibrated_yaml(spec, f, logs, fit_s, held_s, format_warnings(warnings))
     out = Path(a.output)
     try:
         if out.parent and not out.parent.exists():
@@ -128,16 +135,18 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
     return {"mode": "nccl-tests", "output": str(out), "cluster": name, "base": base.name,
             "algo": f.algo, "holdout": a.holdout, "logs": [lg.path for lg in logs],
             "params": f.values, "identified": f.identified, "fit": fit_s, "held_out": held_s,
-            "rows": f.fit_rows + f.held_rows}
+            "warnings": [w.to_dict() for w in warnings], "rows": f.fit_rows + f.held_rows}
 
 
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def calibrated_yaml(spec, f, logs, fit_s: dict, held_s: dict) -> str:
+def calibrated_yaml(spec, f, logs, fit_s: dict, held_s: dict,
+                    warnings: list[str] | None = None) -> str:
     """The cluster YAML of ``spec`` with a comment on every fitted value (from which logs,
-    with what error) and a header naming the sources."""
+    with what error), a header naming the sources and the fit's warnings
+    (:mod:`parosim.calibrate.checks`)."""
     from ..io import cluster_to_yaml  # deferred: loaded when the command runs (start-up)
 
     srcs = "; ".join(f"{lg.path} ({lg.source})" for lg in logs)
@@ -159,6 +168,7 @@ def calibrated_yaml(spec, f, logs, fit_s: dict, held_s: dict) -> str:
             f"# {err}",
             "# measurements (file: source):"]
     head += [f"#   {lg.path}: {lg.source}" for lg in logs]
+    head += [f"# {w}" for w in warnings or []]
 
     spec = replace(spec, notes=f"calibrated from {srcs}. Base cluster: {spec.notes}")
     body = annotate_yaml(cluster_to_yaml(spec), comments)
@@ -208,6 +218,13 @@ def print_result(res: dict) -> None:
               f"worst {_fmt(s['max_abs_error_pct'])} % (n = {s['n']}); sizes >= 64 KiB: median "
               f"{_fmt(lg['median_abs_error_pct'])} %, worst {_fmt(lg['max_abs_error_pct'])} % "
               f"(n = {lg['n']})")
+    from ..calibrate.checks import (  # deferred: loaded when the command runs (start-up)
+        Warning,
+        format_warnings,
+    )
+
+    for line in format_warnings([Warning(**w) for w in res.get("warnings", [])]):
+        print(line)
 
 
 def cmd_calibrate(a: argparse.Namespace) -> dict:
