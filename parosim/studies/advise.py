@@ -13,7 +13,8 @@ dimension is searched unless a flag fixes it (``--attention flash``, ``--precisi
 * PP degree p: divisors of the layer count with t·p dividing the GPUs; schedule 1F1B, and
   interleaved with v = 2 chunks when the layers split into 2p chunks and m is a multiple of p;
 * CP degree c (context parallelism, flash attention only): 1, 2, 4, 8 with t·c·p dividing
-  the GPUs and the sequence splitting into 2c chunks;
+  the GPUs and the sequence splitting into 2c chunks, from 8192 tokens per sequence on
+  (shorter sequences: c = 1 unless ``--cp`` is given);
 * sequence parallelism on / off (t > 1); ``--tp-comm-overlap`` / ``--dp-comm-overlap`` are
   fixed settings (not searched) applied where they can apply;
 * recomputation: none, selective (attention core), full;
@@ -269,7 +270,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
     space = space or SearchSpace()
     if strategies:
         space = replace(space, strategy=tuple(strategies))
-    rs = resolve(space, model, cluster, max_micro_batch)
+    rs = resolve(space, model, cluster, max_micro_batch, seq_len)
     base = TrainingSpec(seq_len=seq_len, compute_model=compute_model,
                         **({} if efficiency is None else {"compute_efficiency": efficiency}))
     keep = 3 * max(top, engine_top or 0)   # room for the algorithm variants dropped at the end

@@ -24,6 +24,10 @@ ATTENTIONS = ("flash", "eager")
 SCHEDULES = ("1f1b", "interleaved")
 #: the largest PaRO group (nodes) searched when ``--group-nodes`` is not given
 MAX_GROUP_NODES = 8
+#: context parallelism is searched (c = 2, 4, 8) from this sequence length on, when ``--cp``
+#: is not given: it splits long sequences (Megatron-Core's long-context recipes use it from
+#: 8k-32k tokens); shorter ones keep c = 1 unless ``--cp`` asks
+CP_MIN_SEQ_LEN = 8192
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ def _names(values, flag: str, allowed) -> tuple[str, ...]:
 
 
 def resolve(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec,
-            max_micro_batch: int) -> Resolved:
+            max_micro_batch: int, seq_len: int = 2048) -> Resolved:
     """The values of every dimension: the fixed ones checked (one line naming the flag),
     the others their defaults (docs/advise.md)."""
     has_fp8 = cluster.gpu.peak_fp8_flops > 0
@@ -129,7 +133,8 @@ def resolve(space: SearchSpace, model: ModelSpec, cluster: ClusterSpec,
     pp = (_ints(space.pp, "--pp", divisors(model.layers),
                 f"does not divide the {model.layers} layers")
           if space.pp else tuple(divisors(model.layers)))
-    cp = _ints(space.cp, "--cp") if space.cp else tuple(c for c in (1, 2, 4, 8) if c <= gpn)
+    cp = _ints(space.cp, "--cp") if space.cp else (
+        tuple(c for c in (1, 2, 4, 8) if c <= gpn) if seq_len >= CP_MIN_SEQ_LEN else (1,))
     strategies = tuple(parse_strategy(s) for s in (space.strategy or ALL_STRATEGIES))
     strategies = tuple(dict.fromkeys(strategies))
     gn = (_ints(space.group_nodes, "--group-nodes", divisors(cluster.nodes),
