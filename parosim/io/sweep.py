@@ -421,7 +421,6 @@ def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec",
     if not isinstance(fixed, dict):
         raise InputError(f"{where}: 'fixed' must be a mapping of key -> value")
     allowed = set(INPUT_KEYS[kind])
-    zips = {k: v for k, v in grid_raw.items() if _is_zip(k)}
     plain = {k: v for k, v in grid_raw.items() if not _is_zip(k)}
     check_keys(plain, allowed, f"{where}: grid")
     check_keys(fixed, allowed, f"{where}: fixed")
