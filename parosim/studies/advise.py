@@ -498,8 +498,9 @@ def _memory(model, strat, cl, tr, par, rt, is_ideal, three_d):
 
 def _distinct(cands: list[Candidate]) -> list[Candidate]:
     """One line per configuration (its best collective algorithm), best first; on equal
-    throughput the one with less recomputation."""
-    cands = sorted(cands, key=lambda x: (-x.tokens_per_s, RECOMPUTE.index(x.recompute)))
+    throughput the one with less recomputation, then less memory."""
+    cands = sorted(cands, key=lambda x: (-x.tokens_per_s, RECOMPUTE.index(x.recompute),
+                                         x.memory_bytes))
     seen, out = set(), []
     for c in cands:
         key = c.label().rsplit(" ", 1)[0]
