@@ -116,7 +116,7 @@ def test_advise_pareto_plot(saved, tmp_path, capsys):
     (fig, path), = saved
     assert path == out and out.stat().st_size > 5_000
     check_figure(fig, ["llama-13b", "dgx-a100-ib", "throughput (tokens/s)",
-                       "memory per GPU (GB)"])
+                       "memory per GPU (GiB)"])
     first = out.read_bytes()
     assert main(["advise", "--model", "llama-13b", "--nodes", "2", "--global-batch", "64",
                  "--strategies", "NNG,IIG", "--top", "2", "--engine-top", "0",

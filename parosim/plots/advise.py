@@ -20,35 +20,35 @@ def pareto_figure(res: dict) -> Figure:
     """The figure of an :func:`parosim.studies.advise.advise` result."""
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
-    pts = [(m / 1e9, t) for m, t in res["points"] if t == t]
+    pts = [(m / 2**30, t) for m, t in res["points"] if t == t]
     ax.scatter([m for m, _ in pts], [t for _, t in pts], s=8, color="#999", alpha=0.5,
                label=f"costed configurations ({len(pts)}; {res.get('pruned', 0)} pruned "
-                     "as dominated)")
+                     "by the compute bound)")
     front = sorted(res["pareto_front"])
     if front:
-        ax.plot([m / 1e9 for m, _ in front], [t for _, t in front], color="#d62728",
+        ax.plot([m / 2**30 for m, _ in front], [t for _, t in front], color="#d62728",
                 marker="o", markersize=4, drawstyle="steps-post",
                 label="Pareto front (closed form)")
     for i, c in enumerate(res["candidates"], 1):
-        ax.scatter([c["memory_bytes"] / 1e9], [c["tokens_per_s"]], marker="*", s=120,
+        ax.scatter([c["memory_bytes"] / 2**30], [c["tokens_per_s"]], marker="*", s=120,
                    color="#1f77b4", zorder=3, label="top configurations" if i == 1 else None)
         # stacked one line apart: the top configurations often sit close together
-        ax.annotate(f"#{i}", (c["memory_bytes"] / 1e9, c["tokens_per_s"]),
+        ax.annotate(f"#{i}", (c["memory_bytes"] / 2**30, c["tokens_per_s"]),
                     textcoords="offset points", xytext=(4, 3 + 10 * (i - 1)), fontsize=8,
                     arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "#1f77b4"}
                     if i > 1 else None)
     if res["candidates"]:
-        cap = res["candidates"][0]["capacity_bytes"] / 1e9
+        cap = res["candidates"][0]["capacity_bytes"] / 2**30
         ax.axvline(cap, color="k", linestyle="--", linewidth=1, label="GPU memory")
-    ax.set_xlabel("memory per GPU (GB)")
+    ax.set_xlabel("memory per GPU (GiB)")
     ax.set_ylabel("throughput (tokens/s)")
     top = max([t for _, t in pts] + [c["tokens_per_s"] for c in res["candidates"]],
               default=1.0)
     ax.set_ylim(0, top * (1.08 + 0.045 * len(res["candidates"])))  # room for the labels
-    fig.suptitle(f"throughput (tokens/s) vs memory per GPU (GB): {res['model']} on "
+    fig.suptitle(f"throughput (tokens/s) vs memory per GPU (GiB): {res['model']} on "
                  f"{res['cluster']} ({res['gpus']} GPUs)\nglobal batch "
                  f"{res['global_batch_sequences']} x {res['seq_len']} tokens; closed form, "
-                 "stars: the top configurations", fontsize=10)
+                 "stars: the top configurations as ranked", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return fig
