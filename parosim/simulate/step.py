@@ -689,8 +689,9 @@ def run_point(point: dict) -> dict:
             row[c] = d[c]
         elif c in mem:
             row[c] = mem[c]
-    # the accumulation a global_batch (or DeepSpeed config) gave, in the accum column
-    row["accum"], row["micro_batch"] = training.accum_steps, training.micro_batch
+    if point.get("global_batch") is not None or point.get("deepspeed_config"):
+        # the accumulation (micro-batch) they gave, in the accum (micro_batch) column
+        row["accum"], row["micro_batch"] = training.accum_steps, training.micro_batch
     row["status"] = "ok" if r.fits else "does-not-fit"
     row["reason"] = "" if r.fits else f"lacks {mem['shortfall_bytes']:.0f} bytes of memory"
     return row
