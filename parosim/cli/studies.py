@@ -215,8 +215,10 @@ def show_advise(res: dict) -> None:
     print(format_advice(res))
     s = res.get("settings")
     if s:
-        print("settings: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in s.items()
-                                       if k != "overrides")
+        fixed = ", ".join(f"--{k.replace('_', '-')} {','.join(map(str, v))}"
+                          for k, v in s.get("fixed", {}).items()) or "none (all searched)"
+        print("settings: " + ", ".join(f"{k.replace('_', '-')} {fixed if k == 'fixed' else v}"
+                                       for k, v in s.items() if k != "overrides")
               + ("" if not s["overrides"] else
                  ", overrides: " + ", ".join(f"{k.replace('_', '-')} {v}"
                                              for k, v in s["overrides"].items())))
