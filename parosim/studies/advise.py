@@ -263,7 +263,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
     budget = DEFAULT_TOKENS if tokens is None else tokens
     if not budget > 0:
         raise InputError(f"--tokens = {tokens!r} must be positive")
-    if gpu_hour_price is not None and not gpu_hour_price >= 0:
+    if gpu_hour_price is not None and not 0 <= gpu_hour_price < float("inf"):
         raise InputError(f"--gpu-hour-price = {gpu_hour_price!r} must be a non-negative "
                          "number (currency per GPU-hour)")
     t0 = time.perf_counter()
