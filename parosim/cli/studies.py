@@ -159,7 +159,7 @@ def cmd_advise(a: argparse.Namespace) -> dict:
 
     model = load_model(a.model)
     cluster = load_cluster(a.cluster, a.nodes, None)
-    if a.gpu_memory:
+    if a.gpu_memory is not None:   # '' is refused by parse_size, never read as not given
         cluster = with_overrides(cluster, gpu_memory_bytes=parse_size(a.gpu_memory,
                                                                       "--gpu-memory"))
     if a.seq_len < 1:
@@ -174,6 +174,9 @@ def cmd_advise(a: argparse.Namespace) -> dict:
         strategy=split_list(a.strategies), group_nodes=split_ints(a.group_nodes,
                                                                   "--group-nodes"),
         micro_batch=split_ints(a.micro_batch, "--micro-batch"), algo=split_list(a.algo))
+    if space.strategy is None and a.strategies.strip().lower() != "all":
+        raise InputError(f"--strategies {a.strategies!r} names no strategy; expected a comma "
+                         "list such as NIG,GGG, or all")
     tokens = None if a.tokens is None else parse_count(a.tokens, "--tokens")
     if a.plot:
         from ..plots.advise import plot_path  # deferred: loaded when the command runs (start-up)

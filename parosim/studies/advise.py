@@ -68,6 +68,8 @@ from .advise_space import RECOMPUTE, Resolved, SearchSpace, resolve
 
 #: the token budget GPU-hours are reported for when none is given (``--tokens``)
 DEFAULT_TOKENS = 10**9
+MAX_ENGINE_TOP = 20   # engine replays (each seconds to minutes): a bounded run
+MAX_TOP = 1000        # configurations listed
 
 
 def parse_global_batch(text: str | int, seq_len: int) -> int:
@@ -248,16 +250,27 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
 
     model.require_shape("advise")
     if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or not cluster.closed_form_exact:
-        raise InputError(f"parosim advise ranks layouts with the model of identical ranks and "
-                         f"links; cluster {cluster.name!r} has GPU or link overrides, jitter "
-                         "or ECMP hashing; expected a cluster without them (parosim simulate "
-                         "--mode engine models stragglers)")
+        why = ("GPU overrides (speed, type or memory)" if cluster.compute_heterogeneous
+               else f"compute jitter (jitter.cv = {cluster.jitter_cv:g})"
+               if cluster.jitter_cv > 0 else "link overrides (bandwidth, latency or a failed "
+               "link)" if cluster.network_heterogeneous else "ECMP hashing")
+        raise InputError(f"parosim advise ranks layouts with the closed form of identical "
+                         f"ranks and links; cluster {cluster.name!r} has {why}, where it does "
+                         "not hold; expected a cluster without them (parosim simulate --mode "
+                         "engine models it for a given configuration)")
     for name, v in (("--top", top), ("--max-micro-batch", max_micro_batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"{name} = {v!r} must be a positive integer")
     if engine_top is not None and (isinstance(engine_top, bool)
                                    or not isinstance(engine_top, int) or engine_top < 0):
         raise InputError(f"--engine-top = {engine_top!r} must be a non-negative integer")
+    if engine_top is not None and engine_top > MAX_ENGINE_TOP:
+        raise InputError(f"--engine-top = {engine_top} replays more than {MAX_ENGINE_TOP} "
+                         "configurations on the engine (seconds to minutes each); expected "
+                         f"at most {MAX_ENGINE_TOP}")
+    if top > MAX_TOP:
+        raise InputError(f"--top = {top} is more than {MAX_TOP}; expected at most {MAX_TOP} "
+                         "configurations")
     if global_batch < 1:
         raise InputError(f"--global-batch = {global_batch!r} must be positive")
     budget = DEFAULT_TOKENS if tokens is None else tokens
@@ -336,9 +349,15 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
                                         si, gn, three_d, d)))
     screened = len(entries)
     if not entries:
-        raise InputError(f"no configuration of {model.name} on {cluster.gpus} GPUs of "
-                         f"{cluster.name} takes a global batch of {global_batch} sequences "
-                         "in the search space; expected another batch or search space")
+        ds = sorted({cluster.gpus // (tp * pp * cp)
+                     for tp, pp, cp, *_ in _structures(model, cluster, rs, seq_len)}) or [
+            cluster.gpus]
+        raise InputError(
+            f"--global-batch {global_batch} sequences has no layout on {cluster.gpus} GPUs in "
+            f"the search space: it is not a multiple of micro-batch "
+            f"({', '.join(map(str, rs.micro_batch))}) x any data-parallel degree "
+            f"({', '.join(map(str, ds))}); expected a global batch divisible by one of them, "
+            f"e.g. {-(-global_batch // ds[0]) * ds[0]} (a divisibility problem, not memory)")
     entries.sort()
     # 2. best bound first: memory test, then the closed form, until no bound beats the top
     best: list[Candidate] = []
@@ -433,14 +452,16 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
 
     ranked = _distinct(best)
     replayed = 0
-    if engine_top is None:     # until the shown top are all engine results
-        while True:
+    if engine_top is None:     # until the shown top are all engine results (at most
+        attempts = 0           # MAX_ENGINE_TOP replays; what is left is listed apart)
+        while attempts < MAX_ENGINE_TOP:
             eligible = [c for c in ranked if c.mode in ("engine", "analytic")]
             todo = [c for c in eligible[:top] if c.mode == "analytic"]
             if not todo:
                 break
-            for c in todo:
+            for c in todo[:MAX_ENGINE_TOP - attempts]:
                 replay(c)
+                attempts += 1
                 replayed += c.mode == "engine"
             ranked = _distinct(ranked)
         shown = [c for c in ranked if c.mode == "engine"][:top]
