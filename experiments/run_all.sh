@@ -9,7 +9,7 @@ set -euo pipefail
 workers="${1:-2}"
 out="${2:-$(mktemp -d "${TMPDIR:-/tmp}/parosim-experiments.XXXXXX")}"
 echo "== output: $out"
-for spec in experiments/0*/sweep.yaml; do
+for spec in experiments/[0-9]*/sweep.yaml; do
   dir="$(dirname "$spec")"
   echo "== $dir -> $out/$(basename "$dir")"
   python -m parosim.sweep "$spec" --out "$out/$(basename "$dir")" --workers "$workers" \

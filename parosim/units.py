@@ -194,3 +194,18 @@ def fmt_time(s: float) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:.3f} ms"
     return f"{s * 1e6:.3f} us"
+
+
+def fmt_count(n: float) -> str:
+    """A large count with a decimal suffix (K, M, B = billion, T = trillion), as token budgets
+    are written: ``fmt_count(2e10) == '20B'``, ``fmt_count(1.4e12) == '1.4T'``; three
+    significant digits at most, below 1000 the number itself.
+
+    >>> fmt_count(2e10), fmt_count(1.4e12), fmt_count(4194304), fmt_count(512)
+    ('20B', '1.4T', '4.19M', '512')
+    """
+    for suffix, f in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= f * (1 - 5e-4):
+            v = float(f"{n / f:.3g}")
+            return (f"{v:g}" if v < 1000 else f"{v:,.0f}") + suffix
+    return f"{n:.3g}" if n != int(n) else f"{int(n)}"

@@ -50,10 +50,12 @@ def test_advise_json_ranked_fitting_and_reproducible(capsys, tmp_path):
                        selective_recompute=c["recompute"] == "selective")
     cl = load_cluster("dgx-a100-ib", 2).with_group_nodes(c["group_nodes"])
     tr = TrainingSpec(micro_batch=c["micro_batch"], accum_steps=c["accum"], seq_len=2048,
-                      recompute=c["recompute"] == "full")
+                      recompute=c["recompute"] == "full", attention=c["attention"],
+                      precision=c["precision"])
     mode = "engine" if c["mode"] == "engine" else "analytic"
     r = simulate_step(preset("llama-13b"), cl, c["strategy"], tr, c["algo"], mode,
-                      parallel=par)
+                      parallel=par if (c["tp"] > 1 or c["pp"] > 1 or c["recompute"] ==
+                                       "selective") else None, runtime=c["runtime"])
     assert r.tokens_per_s == pytest.approx(c["tokens_per_s"], rel=1e-9)
     # same inputs, same answer
     assert main([*ARGS, "--json"]) == 0
@@ -108,3 +110,75 @@ def test_parse_global_batch():
     assert parse_global_batch("1K", 512) == 1024
     with pytest.raises(InputError):
         parse_global_batch("0", 2048)
+
+
+SMALL = ["advise", "--model", "llama-7b", "--cluster", "dgx-h100-ib", "--nodes", "1",
+         "--global-batch", "32", "--max-micro-batch", "2", "--top", "3", "--json"]
+
+
+def _advise(capsys, *extra):
+    assert main([*SMALL, *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_advise_fixed_flags_are_accepted_and_searched(capsys):
+    """--attention / --precision / --runtime take simulate's values; unset, they are
+    searched (fp8 only where the GPU has it)."""
+    res = _advise(capsys, "--attention", "flash", "--precision", "fp8", "--runtime", "fsdp",
+                  "--strategy", "GGG,NGG")
+    assert res["search_space"]["attention"] == ["flash"]
+    assert res["search_space"]["precision"] == ["fp8"]
+    assert res["search_space"]["runtime"] == ["fsdp"]
+    assert res["settings"]["fixed"]["runtime"] == ["fsdp"]
+    for c in res["candidates"]:
+        assert (c["attention"], c["precision"], c["runtime"]) == ("flash", "fp8", "fsdp")
+        assert c["strategy"] in ("GGG", "NGG") and c["tp"] == c["pp"] == 1
+    # unset: every value is searched; an A100 has no FP8
+    free = _advise(capsys, "--strategy", "GGG", "--recompute", "none", "--tp", "1,2")
+    assert free["search_space"]["attention"] == ["flash", "eager"]
+    assert free["search_space"]["precision"] == ["bf16", "fp8"]
+    assert {"ideal", "deepspeed", "fsdp", "paro"} <= set(free["search_space"]["runtime"])
+    assert free["search_space"]["tp"] == [1, 2] and free["search_space"]["recompute"] == [
+        "none"]
+    a100 = ["--cluster", "dgx-a100-ib", "--strategy", "GGG", "--tp", "1", "--runtime", "ideal"]
+    assert _advise(capsys, *a100)["search_space"]["precision"] == ["bf16"]
+    assert main([*SMALL, *a100, "--precision", "fp8"]) == 2
+    assert "needs FP8 tensor cores" in capsys.readouterr().err
+
+
+def test_advise_top_are_all_engine_results_and_counts_reconcile(capsys):
+    res = _advise(capsys, "--strategy", "GGG,IIG,NNG", "--runtime", "ideal,fsdp",
+                  "--tp", "1,2", "--pp", "1,2")
+    cands = res["candidates"]
+    assert len(cands) == 3 and all(c["mode"] == "engine" for c in cands)
+    assert res["ranked_by"] == "engine" and "closed_form_candidates" not in res
+    tps = [c["tokens_per_s"] for c in cands]
+    assert tps == sorted(tps, reverse=True)
+    # counts: configurations, then their algorithm variants
+    assert res["screened"] == res["pruned"] + res["not_fitting"] + res["fitting"]
+    assert res["variants"] == res["evaluated"] + res["refused"]
+    assert res["fitting"] <= res["variants"] and res["replayed"] >= len(cands)
+    # GPU-hours for the token budget (default 1B tokens), cost with a price
+    c = cands[0]
+    assert c["gpu_hours"] == pytest.approx(1e9 / c["tokens_per_s"] * 8 / 3600)
+    priced = _advise(capsys, "--strategy", "GGG", "--tp", "1", "--pp", "1", "--tokens",
+                     "20B", "--gpu-hour-price", "2.5", "--runtime", "ideal")
+    p = priced["candidates"][0]
+    assert p["gpu_hours"] == pytest.approx(20e9 / p["tokens_per_s"] * 8 / 3600)
+    assert p["cost"] == pytest.approx(2.5 * p["gpu_hours"])
+
+
+def test_advise_engine_top_shows_the_closed_form_apart(capsys):
+    res = _advise(capsys, "--strategy", "GGG,NNG", "--runtime", "ideal", "--tp", "1,2",
+                  "--engine-top", "1")
+    assert [c["mode"] for c in res["candidates"]] == ["engine"]
+    assert res["closed_form_candidates"] and all(
+        c["mode"] != "engine" for c in res["closed_form_candidates"])
+    # the text labels the two lists and prints GiB and GPU-hours
+    argv = [a for a in SMALL if a != "--json"]
+    assert main([*argv, "--strategy", "GGG,NNG", "--runtime", "ideal", "--tp", "1,2",
+                 "--engine-top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ranked by the engine's step time" in out
+    assert "costed in closed form only" in out and "mem GiB" in out and "GPU-h" in out
+    assert " GB " not in out

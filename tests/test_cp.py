@@ -48,11 +48,17 @@ def test_refusals_are_one_line(capsys, argv, msg):
     assert msg in err and "\n" not in err and "Traceback" not in err
 
 
-def test_advise_refuses_cp(capsys):
+def test_advise_searches_a_fixed_cp(capsys):
     rc = main(["advise", "--model", "llama-7b", "--nodes", "2", "--global-batch", "64",
-               "--cp", "2"])
-    assert rc == 2
-    assert "advise does not search context parallelism" in capsys.readouterr().err
+               "--cp", "2", "--strategy", "GGG", "--tp", "1,2", "--pp", "1",
+               "--max-micro-batch", "2", "--top", "2", "--json"])
+    assert rc == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["search_space"]["cp"] == [2] and res["search_space"]["attention"] == [
+        "flash", "eager"]
+    for c in res["candidates"]:   # CP runs with flash attention only (Transformer Engine)
+        assert c["cp"] == 2 and c["attention"] == "flash"
+        assert c["tp"] * c["cp"] * c["pp"] * c["dp"] == 16
 
 
 def test_cp1_is_the_plan_without_cp():

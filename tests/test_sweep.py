@@ -373,7 +373,7 @@ def test_run_all_sh_writes_into_a_new_directory(tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         calls = [c.split() for c in log.read_text().splitlines()]
-        assert len(calls) == len(list(ROOT.glob("experiments/0*/sweep.yaml"))) > 0
+        assert len(calls) == len(list(ROOT.glob("experiments/[0-9]*/sweep.yaml"))) > 0
         dirs = [Path(c[c.index("--out") + 1]) for c in calls]
         assert all(c[c.index("--workers") + 1] == "3" for c in calls)
         root = {d.parent for d in dirs}

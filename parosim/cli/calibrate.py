@@ -10,7 +10,9 @@ a branch in :func:`run`):
   :func:`parosim.calibrate.fit`.
 
 JSON (``--json``): ``{"mode", "output", "cluster", "algo", "holdout", "params": {name: value},
-"identified": {name: bool}, "fit": {...}, "held_out": {...}, "rows": [...]}``; ``fit`` and
+"identified": {name: bool}, "fit": {...}, "held_out": {...}, "warnings": [...], "rows":
+[...]}``; ``warnings``: the checks of the log against the base and of the fitted values
+(:mod:`parosim.calibrate.checks`), each ``{"kind", "message", "meaning"}``; ``fit`` and
 ``held_out`` hold ``n``, ``median_abs_error_pct``, ``max_abs_error_pct`` over all sizes and
 the same under ``large`` for sizes >= 64 KiB; rows have ``what`` (fit | held-out), ``log``,
 ``op``, ``size_bytes``, ``measured_s``, ``simulated_s``, ``error_pct``.
@@ -87,6 +89,10 @@ def _stats(rows: list[dict]) -> dict:
 
 
 def _run_nccl_tests(a: argparse.Namespace) -> dict:
+    from ..calibrate.checks import (  # deferred: loaded when the command runs (start-up)
+        check_fit,
+        format_warnings,
+    )
     from ..calibrate.links import (  # deferred: loaded when the command runs (start-up)
         fit,
         measurements_from_log,
@@ -122,7 +128,8 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
 
     spec = replace(f.spec, name=name)
     fit_s, held_s = _stats(f.fit_rows), _stats(f.held_rows)
-    text = calibrated_yaml(spec, f, logs, fit_s, held_s)
+    warnings = check_fit(base, logs, f, fit_s, held_s, a.nodes) + one_node_warning(fitted)
+    text = calibrated_yaml(spec, f, logs, fit_s, held_s, format_warnings(warnings))
     out = Path(a.output)
     try:
         if out.parent and not out.parent.exists():
@@ -131,27 +138,33 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
     except OSError as e:
         raise InputError(f"-o {a.output!r} cannot be written: {e.strerror}") from None
     return {"mode": "nccl-tests", "output": str(out), "cluster": name, "base": base.name,
-            "warnings": nccl_fit_warnings(f, fit_s, fitted),
             "algo": f.algo, "holdout": a.holdout, "logs": [lg.path for lg in logs],
             "params": f.values, "identified": f.identified, "fit": fit_s, "held_out": held_s,
-            "rows": f.fit_rows + f.held_rows}
+            "warnings": [w.to_dict() for w in warnings], "rows": f.fit_rows + f.held_rows}
 
 
-def nccl_fit_warnings(f, fit_s: dict, fitted: list) -> list[str]:
-    """The fit warnings of :func:`parosim.calibrate.scale.fit_warnings` for a log fit."""
-    from ..calibrate.scale import fit_warnings  # deferred: loaded when the command runs
+def one_node_warning(fitted: list) -> list:
+    """A warning when every fitted measurement ran on one node: such a fit identifies only
+    intra-node parameters, and every scale-out cost keeps its base (datasheet) value."""
+    from ..calibrate.checks import Warning  # deferred: loaded when the command runs (start-up)
 
-    return fit_warnings(fit_s["max_abs_error_pct"], f.identified,
-                        {m.spec.nodes for m in fitted})
+    if not fitted or {m.spec.nodes for m in fitted} != {1}:
+        return []
+    return [Warning("one_node", "every fitted measurement ran on one node",
+                    "the fit says nothing about more nodes: NIC, switch and every scale-out "
+                    "cost keep the base's values; fit a log of 2 or more nodes to predict "
+                    "them")]
 
 
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def calibrated_yaml(spec, f, logs, fit_s: dict, held_s: dict) -> str:
+def calibrated_yaml(spec, f, logs, fit_s: dict, held_s: dict,
+                    warnings: list[str] | None = None) -> str:
     """The cluster YAML of ``spec`` with a comment on every fitted value (from which logs,
-    with what error) and a header naming the sources."""
+    with what error), a header naming the sources and the fit's warnings
+    (:mod:`parosim.calibrate.checks`)."""
     from ..io import cluster_to_yaml  # deferred: loaded when the command runs (start-up)
 
     srcs = "; ".join(f"{lg.path} ({lg.source})" for lg in logs)
@@ -173,6 +186,7 @@ def calibrated_yaml(spec, f, logs, fit_s: dict, held_s: dict) -> str:
             f"# {err}",
             "# measurements (file: source):"]
     head += [f"#   {lg.path}: {lg.source}" for lg in logs]
+    head += [f"# {w}" for w in warnings or []]
 
     spec = replace(spec, notes=f"calibrated from {srcs}. Base cluster: {spec.notes}")
     body = annotate_yaml(cluster_to_yaml(spec), comments)
@@ -239,8 +253,17 @@ def print_result(res: dict) -> None:
               f"worst {_fmt(s['max_abs_error_pct'])} % (n = {s['n']}); sizes >= 64 KiB: median "
               f"{_fmt(lg['median_abs_error_pct'])} %, worst {_fmt(lg['max_abs_error_pct'])} % "
               f"(n = {lg['n']})")
-    for w in res.get("warnings", []):
-        print(f"warning: {w}")
+    from ..calibrate.checks import (  # deferred: loaded when the command runs (start-up)
+        Warning,
+        format_warnings,
+    )
+
+    ws = res.get("warnings", [])
+    for line in format_warnings([Warning(**w) for w in ws if isinstance(w, dict)]):
+        print(line)
+    for w in ws:   # calibrate --steps: one line each (parosim.calibrate.scale.fit_warnings)
+        if isinstance(w, str):
+            print(f"warning: {w}")
 
 
 def cmd_calibrate(a: argparse.Namespace) -> dict:

@@ -329,6 +329,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     help="also report this interval (compute time between checkpoints)")
     rn.add_argument("--restart-time", default="10min",
                     help="time to restart after a failure (default 10min, an assumption)")
+    rn.add_argument("--gpu-hour-price", type=float, default=None,
+                    help="price of one GPU-hour (any currency): adds the run's cost")
     rn.add_argument("--replications", type=int, default=100, help="Monte-Carlo replications")
     rn.add_argument("--search-points", type=int, default=17,
                     help="checkpoint intervals searched (Young's / 4 to x 4)")
@@ -353,8 +355,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         _calibrate_args(cal)
 
     ad = sub.add_parser("advise", epilog=EXAMPLES["advise"],
-                        help="the fastest TP / PP / PaRO / micro-batch / "
-                        "recomputation / algorithm configurations for a global batch")
+                        help="the fastest configurations for a global batch: "
+                        "attention, precision, runtime, TP / PP / CP, PaRO strategy and group, "
+                        "micro-batch, recomputation, algorithm")
     ad.add_argument("--model", default="llama-7b", help="preset name or YAML path")
     ad.add_argument("--global-batch", required=True,
                     help="sequences (2048, 2048seq) or tokens (4Mtok, 4194304tokens)")
@@ -362,25 +365,56 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     help="tokens per sequence, e.g. 2048 or 4k (= 4096) (default 512, as "
                     "every command)")
     ad.add_argument("--top", type=int, default=5, help="configurations to print (default 5)")
-    ad.add_argument("--engine-top", type=int, default=3,
-                    help="best configurations replayed on the engine (default 3)")
+    ad.add_argument("--engine-top", type=int, default=None,
+                    help="replay only the best N on the engine and show the closed-form "
+                    "rest apart (default: replay until the --top shown are all engine "
+                    "results)")
     ad.add_argument("--max-micro-batch", type=int, default=16,
                     help="largest micro-batch tried (powers of 2; default 16)")
-    ad.add_argument("--strategies", default="all",
-                    help="comma-separated PaRO strategies to search (default all 14)")
+    s_ = ad.add_argument_group("search space: each flag fixes a dimension to one value or a "
+                               "comma list (default: all of it searched; docs/advise.md)")
+    s_.add_argument("--attention", default=None, help="eager | flash (default: both)")
+    s_.add_argument("--precision", default=None,
+                    help="bf16 | fp8 (default: bf16, and fp8 where the GPU has FP8)")
+    s_.add_argument("--runtime", default=None,
+                    help="ideal | deepspeed | fsdp | paro | a YAML path (default: ideal and "
+                    "every bundled profile)")
+    s_.add_argument("--recompute", default=None,
+                    help="none | selective | full (off = none, on = full; default: all three)")
+    s_.add_argument("--tp", default=None, help="tensor-parallel degree (default: the divisors "
+                    "of the GPUs per node)")
+    s_.add_argument("--pp", default=None, help="pipeline stages (default: the divisors of the "
+                    "layer count)")
+    s_.add_argument("--cp", default=None, help="context-parallel degree (default: 1, 2, 4, 8 "
+                    "where the sequence splits; flash attention only)")
+    s_.add_argument("--strategy", "--strategies", dest="strategies", default="all",
+                    help="PaRO strategies, e.g. GGG or NNN,NNG,IIG (default: all 14)")
+    s_.add_argument("--group-nodes", default=None,
+                    help="nodes per PaRO group (default: 1, 2, 4, 8 that divide the nodes)")
+    s_.add_argument("--micro-batch", default=None,
+                    help="sequences per GPU per micro-step (default: 1, 2, 4, ... "
+                    "--max-micro-batch)")
+    s_.add_argument("--algo", default=None, help="ring | hierarchical | ho-ring (default: "
+                    "those that differ for the layout)")
+    ad.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
+                    help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
+                    "(default: the cluster YAML's compute.model)")
     ad.add_argument("--efficiency", "--compute-efficiency", dest="efficiency", type=float,
                     default=None,
                     help="fraction of peak FLOP/s compute achieves (default 0.5)")
     ad.add_argument("--gpu-memory", default=None, help="override GPU memory, e.g. 40GB")
-    ad.add_argument("--cp", type=int, default=1,
-                    help="context parallelism is not searched: only 1 is accepted (use "
-                    "simulate --cp)")
     ad.add_argument("--tp-comm-overlap", action="store_true",
                     help="sequence-parallel configurations run with Megatron-Core's TP "
                     "communication overlap (a fixed setting, not searched)")
     ad.add_argument("--dp-comm-overlap", action="store_true",
                     help="TP/PP configurations with PaRO NNN, NNI or NNG run with Megatron-"
                     "Core's DP communication overlap (a fixed setting, not searched)")
+    ad.add_argument("--tokens", default=None,
+                    help="token budget GPU-hours (and cost) are given for, e.g. 1.4T, 300B "
+                    "(default 1B)")
+    ad.add_argument("--gpu-hour-price", type=float, default=None,
+                    help="price of one GPU-hour (any currency): adds the cost of the token "
+                    "budget")
     ad.add_argument("--plot", default=None, help="write the memory-vs-throughput Pareto "
                     "plot to FILE (.png, .svg, .pdf)")
     ad.add_argument("--cluster", default="paper-a100-roce",

@@ -44,6 +44,10 @@ def cmd_run(a: argparse.Namespace) -> dict:
         raise InputError(f"--repeats = {a.repeats} is more than 10000 steps; expected fewer")
     if a.seed < 0:
         raise InputError(f"--seed = {a.seed} must be a non-negative integer")
+    if a.gpu_hour_price is not None and not (a.gpu_hour_price >= 0
+                                             and a.gpu_hour_price != float("inf")):
+        raise InputError(f"--gpu-hour-price = {a.gpu_hour_price} must be a non-negative "
+                         "number (currency per GPU-hour)")
     tokens = parse_count(a.tokens, "--tokens")
     mtbf = {}
     for flag, val, default in (("--gpu-mtbf", a.gpu_mtbf, LLAMA3_GPU_MTBF_S),
@@ -103,6 +107,13 @@ def cmd_run(a: argparse.Namespace) -> dict:
         k = max(1, min(spec.steps, round(tau / spec.step_time_s)))
         fixed = simulate_run(spec, k, a.replications, a.seed)
     out = run_report(search, tokens, tps, fixed)
+    # GPU-hours: every GPU of the job is held for the whole wall clock (failures, restarts
+    # and checkpoint writes included); failure-free: the steps alone
+    out["gpu_hours"] = out["wall_clock_s"] * cluster.gpus / 3600
+    out["gpu_hours_failure_free"] = out["useful_s"] * cluster.gpus / 3600
+    if a.gpu_hour_price is not None:
+        out["gpu_hour_price"] = a.gpu_hour_price
+        out["cost"] = out["gpu_hours"] * a.gpu_hour_price
     out.update(model=model.name, cluster=cluster.name, strategy=r.strategy.name,
                algo=r.algo.value, mode=a.mode, seed=a.seed, runtime=rt.name,
                settings=settings_of(a, cluster, training, rt))
@@ -110,11 +121,14 @@ def cmd_run(a: argparse.Namespace) -> dict:
 
 
 def show_run(r: dict) -> None:
+    from ..units import fmt_count  # deferred: loaded when the command runs (start-up)
+
     def dur(s: float) -> str:
         return f"{s / 86400:.2f} days" if s >= 86400 else f"{s / 3600:.2f} h"
 
     print(f"{r['model']} {r['strategy']} ({r['algo']}) on {r['cluster']}, {r['gpus']} GPUs: "
-          f"{r['tokens']:.3g} tokens in {r['steps']} steps of {r['step_time_s']:.3f} s")
+          f"{fmt_count(r['tokens'])} tokens in {r['steps']:,} steps of "
+          f"{r['step_time_s']:.3f} s")
     print(f"job MTBF {r['job_mtbf_s'] / 3600:.2f} h, checkpoint {r['checkpoint_s']:g} s, "
           f"restart {r['restart_s']:g} s, {r['replications']} replications, seed {r['seed']}")
     if "settings" in r:
@@ -132,6 +146,10 @@ def show_run(r: dict) -> None:
           f"{r['failures_node']:.1f} node)")
     print(f"lost work                 {dur(r['lost_work_s'])}; restarts "
           f"{dur(r['restart_s_total'])}; checkpoint writes {dur(r['checkpoint_s_total'])}")
+    cost = (f"; cost {r['cost']:,.0f} at {r['gpu_hour_price']:g} per GPU-hour"
+            if "cost" in r else "")
+    print(f"GPU-hours                 {r['gpu_hours']:,.0f} (without failures "
+          f"{r['gpu_hours_failure_free']:,.0f}){cost}")
     if r["failures_simulated"] < 200:
         print(f"note: only {r['failures_simulated']:.0f} failures were simulated in all; the "
               "best interval is uncertain (raise --replications)")
@@ -149,12 +167,14 @@ def cmd_advise(a: argparse.Namespace) -> dict:
         advise,
         parse_global_batch,
     )
+    from ..studies.advise_space import (  # deferred: loaded when the command runs (start-up)
+        SearchSpace,
+        split_ints,
+        split_list,
+    )
+    from ..studies.run import parse_count  # deferred: loaded when the command runs (start-up)
     from ..units import parse_size  # deferred: loaded when the command runs (start-up)
 
-    if a.cp != 1:
-        raise InputError(f"--cp {a.cp}: advise does not search context parallelism (its "
-                         "screen has no ring-attention term); expected --cp 1, and parosim "
-                         "simulate --cp N for a given configuration")
     model = load_model(a.model)
     if model.is_extended:
         raise InputError(model.refusal("parosim advise"))
@@ -165,35 +185,50 @@ def cmd_advise(a: argparse.Namespace) -> dict:
     if a.seq_len < 1:
         raise InputError(f"--seq-len = {a.seq_len} must be a positive integer")
     batch = parse_global_batch(a.global_batch, a.seq_len)
-    strategies = None if a.strategies.strip().lower() == "all" else [
-        s for s in a.strategies.split(",") if s.strip()]
-    if strategies == []:
-        raise InputError(f"--strategies {a.strategies!r} names no strategy; expected a comma "
-                         "list such as NIG,GGG, or all")
     if a.efficiency is not None and not 0 < a.efficiency <= 1:
         raise InputError(f"--efficiency = {a.efficiency} must be a fraction in (0, 1]")
+    space = SearchSpace(
+        attention=split_list(a.attention), precision=split_list(a.precision),
+        runtime=split_list(a.runtime), recompute=split_list(a.recompute),
+        tp=split_ints(a.tp, "--tp"), pp=split_ints(a.pp, "--pp"), cp=split_ints(a.cp, "--cp"),
+        strategy=split_list(a.strategies), group_nodes=split_ints(a.group_nodes,
+                                                                  "--group-nodes"),
+        micro_batch=split_ints(a.micro_batch, "--micro-batch"), algo=split_list(a.algo))
+    if space.strategy is None and a.strategies.strip().lower() != "all":
+        raise InputError(f"--strategies {a.strategies!r} names no strategy; expected a comma "
+                         "list such as NIG,GGG, or all")
+    tokens = None if a.tokens is None else parse_count(a.tokens, "--tokens")
     if a.plot:
         from ..plots.advise import plot_path  # deferred: loaded when the command runs (start-up)
 
         plot_path(a.plot)
     res = advise(model, cluster, batch, a.seq_len, a.top, a.engine_top, a.max_micro_batch,
-                 strategies, a.efficiency, tp_comm_overlap=a.tp_comm_overlap,
-                 dp_comm_overlap=a.dp_comm_overlap)
+                 None, a.efficiency, tp_comm_overlap=a.tp_comm_overlap,
+                 dp_comm_overlap=a.dp_comm_overlap, space=space,
+                 compute_model=a.compute_model, tokens=tokens,
+                 gpu_hour_price=a.gpu_hour_price)
     if a.plot:
         from ..plots.advise import save_pareto  # deferred: loaded when the command runs (start-up)
 
         res["plot"] = save_pareto(res, a.plot)
     res["settings"] = {
         "global_batch": a.global_batch, "seq_len": a.seq_len, "top": a.top,
-        "engine_top": a.engine_top, "max_micro_batch": a.max_micro_batch,
+        "engine_top": "until the top are engine results" if a.engine_top is None
+        else a.engine_top, "max_micro_batch": a.max_micro_batch,
         "strategies": a.strategies,
+        "fixed": {k: list(v) for k, v in space.fixed().items()},
+        "compute_model": a.compute_model or cluster.compute.model,
         "compute_efficiency": a.efficiency if a.efficiency is not None else "default",
         "tp_comm_overlap": a.tp_comm_overlap,
         "dp_comm_overlap": a.dp_comm_overlap,
+        "tokens": res["tokens"],
         "gpu_memory_bytes": cluster.gpu.memory_bytes,
         "overrides": {"gpu_memory": a.gpu_memory} if a.gpu_memory else {}}
+    if a.gpu_hour_price is not None:
+        res["settings"]["gpu_hour_price"] = a.gpu_hour_price
     if a.json:
-        res = {k: v for k, v in res.items() if k not in ("points", "top_labels")}
+        res = {k: v for k, v in res.items()
+               if k not in ("points", "top_labels", "closed_form_labels")}
     return res
 
 
@@ -203,8 +238,10 @@ def show_advise(res: dict) -> None:
     print(format_advice(res))
     s = res.get("settings")
     if s:
-        print("settings: " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in s.items()
-                                       if k != "overrides")
+        fixed = ", ".join(f"--{k.replace('_', '-')} {','.join(map(str, v))}"
+                          for k, v in s.get("fixed", {}).items()) or "none (all searched)"
+        print("settings: " + ", ".join(f"{k.replace('_', '-')} {fixed if k == 'fixed' else v}"
+                                       for k, v in s.items() if k != "overrides")
               + ("" if not s["overrides"] else
                  ", overrides: " + ", ".join(f"{k.replace('_', '-')} {v}"
                                              for k, v in s["overrides"].items())))

@@ -43,167 +43,25 @@ from typing import Any
 
 from ..errors import InputError
 from ..spec.collective import Algo, Op, Scope, parse_enum
-from ..spec.training import PRECISIONS, parse_trainable_ratio
+from ..spec.system import check_jitter_cv
+from ..spec.training import PRECISIONS, accum_for_global_batch, parse_trainable_ratio
 from ..units import parse_bandwidth, parse_size
 from .cluster import cluster_data, cluster_schema, load_cluster
 from .cluster_base import set_item, split_sets
 from .model import load_model, model_file
 from .runtime import load_runtime, runtime_file
+from .sweep_columns import (  # noqa: F401  (the columns live there; their names stay here)
+    COLUMNS,
+    INPUT_KEYS,
+    OPTIONAL_STEP_INPUTS,
+    columns_markdown,
+    sweep_columns,
+)
 from .yamlspec import check_keys, positive_int, read_yaml
 
 KINDS = ("step", "collective")
 MODES = ("engine", "analytic")
-_TOP = {"name", "kind", "mode", "grid", "fixed", "figures", "description", "notes"}
-
-# ---------------------------------------------------------------------------------------------
-# Columns. Every column of results.csv, with its unit, in file order (inputs, then outputs).
-# ---------------------------------------------------------------------------------------------
-
-_ID_COLUMNS: dict[str, str] = {
-    "point_id": "stable id of the point: first 16 hex digits of sha256 of its normalized "
-                "JSON (sorted keys), the sha256 of every input file it references (cluster, "
-                "model, runtime YAML / JSON; presets by their file) and the parosim version; "
-                "the key used for resume",
-}
-_STEP_INPUTS: dict[str, str] = {
-    "kind": "point kind: step",
-    "mode": "engine (simpy flow-level replay) or analytic (closed-form alpha-beta)",
-    "model": "model preset or YAML path (e.g. llama-7b)",
-    "cluster": "cluster preset or YAML path (e.g. paper-a100-roce)",
-    "nodes": "nodes in the cluster (count)",
-    "group_nodes": "nodes per PaRO group (count; 1 = a group is a node)",
-    "strategy": "PaRO strategy as given in the spec (e.g. NIG, PaRO-NIG, zero3)",
-    "algo": "collective algorithm: ring, hierarchical or ho-ring",
-    "trainable_ratio": "trainable fraction as given: full (1), partial (1/16), peft (3/1000) "
-                       "or a number",
-    "micro_batch": "sequences per GPU per micro-step (count)",
-    "accum": "gradient-accumulation micro-steps per global step (count)",
-    "seq_len": "tokens per sequence (count)",
-    "nic_bandwidth": "override of the per-NIC bandwidth as given (e.g. 200Gbps); empty = "
-                     "the preset's",
-    "intra_bandwidth": "override of the per-GPU intra-node bandwidth as given; empty = the "
-                       "preset's",
-    "gpu_memory": "override of the GPU memory capacity as given (e.g. 40GB); empty = the "
-                  "preset's",
-    "recompute": "full activation recomputation: True, False, or empty = automatic (on when "
-                 "activations would not fit otherwise)",
-    "runtime": "framework schedule: ideal, deepspeed, fsdp, paro or a runtime YAML path; "
-               "empty = ideal (docs/runtimes.md)",
-    "overlap_slowdown": "compute slowdown factor beside a collective (>= 1); empty = the "
-                        "cluster's, else the runtime's default",
-    "precision": "training precision: bf16 or fp8 (decoder-layer weight GEMMs at the GPU's "
-                 "FP8 peak; docs/compute.md); empty = bf16",
-}
-# Optional step inputs (3D parallelism, docs/parallelism.md): a column of results.csv only
-# when the spec gives the key, so sweeps without them keep their columns.
-_STEP_PARALLEL_INPUTS: dict[str, str] = {
-    "tp": "tensor-parallel degree (count; empty = 1)",
-    "pp": "pipeline stages (count; empty = 1; accum is then the micro-batches per step)",
-    "cp": "context-parallel degree, ring attention (count; empty = 1; seq_len divisible by "
-          "2 x cp)",
-    "sequence_parallel": "Megatron sequence parallelism: True or False (needs tp >= 2)",
-    "tp_comm_overlap": "Megatron-Core / Transformer Engine TP communication overlap: True or "
-                       "False (needs sequence_parallel)",
-    "dp_comm_overlap": "Megatron-Core DP communication overlap (overlap_grad_reduce + "
-                       "overlap_param_gather): True or False (needs tp or pp >= 2, PaRO NNN, "
-                       "NNI or NNG)",
-}
-# Optional for both kinds (docs/cluster-yaml.md, "Extending a preset"): a column only when the
-# spec gives the key.
-_CLUSTER_SET_INPUT: dict[str, str] = {
-    "cluster_set": "cluster-YAML keys changed for the point, as --set items separated by ';' "
-                   "(e.g. nic.bandwidth=100Gbps; collective.model=ideal); empty = none",
-}
-_COMMON_OUTPUTS: dict[str, str] = {
-    "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
-    "reason": "why a point is not ok (empty when ok)",
-    "gpus": "GPUs in the job, n (count)",
-}
-_STEP_OUTPUTS: dict[str, str] = {
-    "step_time_s": "time of one global step (s)",
-    "tokens_per_s": "training throughput of the whole job (tokens/s)",
-    "tokens_per_s_per_gpu": "throughput per GPU (tokens/s/GPU)",
-    "samples_per_s": "throughput of the whole job (sequences/s)",
-    "tflops_per_gpu": "hardware TFLOP/s per GPU: FLOPs executed, activation recomputation "
-                      "included, / step time (1e12 FLOP/s); mfu counts model FLOPs only",
-    "mfu": "model FLOPs utilisation: achieved / peak FLOP/s (fraction 0..1)",
-    "exposed_comm_s": "communication time not hidden behind compute, per step (s)",
-    "bytes_intra": "bytes sent per GPU per global step over intra-group links (bytes)",
-    "bytes_inter": "bytes sent per GPU per global step over inter-group links (bytes)",
-    "model_states_bytes": "parameters + gradients + optimizer states per GPU (bytes)",
-    "activations_bytes": "activation memory per GPU (bytes)",
-    "buffers_bytes": "gathered-layer, prefetch and communication buffers per GPU (bytes)",
-    "total_bytes": "total memory per GPU incl. fragmentation margin (bytes)",
-    "capacity_bytes": "GPU memory capacity (bytes)",
-    "shortfall_bytes": "memory missing to fit, total_bytes - capacity_bytes when positive "
-                       "(bytes)",
-    "fits": "total_bytes <= capacity_bytes (True/False)",
-}
-_COLL_INPUTS: dict[str, str] = {
-    "kind": "point kind: collective",
-    "mode": "engine (simpy flow-level replay) or analytic (closed-form alpha-beta)",
-    "cluster": "cluster preset or YAML path",
-    "nodes": "nodes in the cluster (count)",
-    "group_nodes": "nodes per PaRO group (count)",
-    "op": "all-gather, reduce-scatter or all-reduce",
-    "scope": "global (all n GPUs), intra (each group) or inter (same local index across "
-             "groups)",
-    "size": "full buffer as given (nccl-tests: AG output, RS input, AR buffer)",
-    "algo": "ring, hierarchical or ho-ring",
-    "nic_bandwidth": "override of the per-NIC bandwidth as given; empty = the preset's",
-    "intra_bandwidth": "override of the per-GPU intra-node bandwidth as given; empty = the "
-                       "preset's",
-}
-_LINK_CLASSES = ("nvlink", "pcie", "nic", "uplink")
-_COLL_OUTPUTS: dict[str, str] = {
-    "ring_size": "k: ranks per ring instance of the scope (count)",
-    "size_bytes": "full buffer (bytes)",
-    "time_s": "collective time: simulated (engine) or closed form (analytic) (s)",
-    "closed_form_s": "alpha-beta closed-form time of the same lowering (s)",
-    "algbw_GBps": "algorithm bandwidth size_bytes / time_s (GB/s, 1e9 bytes/s)",
-    "busbw_GBps": "nccl-tests bus bandwidth (GB/s, 1e9 bytes/s)",
-    "chunks": "HO-Ring pipeline chunks (count; 1 for the others)",
-    "events": "simpy events scheduled (count; 0 in analytic mode)",
-    **{f"bytes_{c}": f"bytes carried by all {c} links together (bytes; engine mode only)"
-       for c in _LINK_CLASSES},
-    **{f"busy_s_{c}": f"busy time of the busiest {c} link (s; engine mode only)"
-       for c in _LINK_CLASSES},
-}
-
-COLUMNS: dict[str, dict[str, str]] = {
-    "step": {**_ID_COLUMNS, **_STEP_INPUTS, **_COMMON_OUTPUTS, **_STEP_OUTPUTS},
-    "collective": {**_ID_COLUMNS, **_COLL_INPUTS, **_COMMON_OUTPUTS, **_COLL_OUTPUTS},
-}
-INPUT_KEYS: dict[str, tuple[str, ...]] = {
-    "step": tuple(k for k in _STEP_INPUTS if k != "kind") + tuple(_STEP_PARALLEL_INPUTS)
-    + tuple(_CLUSTER_SET_INPUT),
-    "collective": tuple(k for k in _COLL_INPUTS if k != "kind") + tuple(_CLUSTER_SET_INPUT),
-}
-
-
-def sweep_columns(kind: str, keys=()) -> dict[str, str]:
-    """The columns of ``results.csv`` (name -> meaning): :data:`COLUMNS` of the kind, with
-    the optional parallelism inputs among ``keys`` (the spec's grid and fixed keys) after
-    the other inputs."""
-    cols = COLUMNS[kind]
-    extra = {k: v for k, v in _STEP_PARALLEL_INPUTS.items() if k in keys} \
-        if kind == "step" else {}
-    extra.update({k: v for k, v in _CLUSTER_SET_INPUT.items() if k in keys})
-    if not extra:
-        return dict(cols)
-    names = list(cols)
-    i = names.index("status")
-    return {**{k: cols[k] for k in names[:i]}, **extra, **{k: cols[k] for k in names[i:]}}
-
-
-def columns_markdown(kind: str, keys=()) -> str:
-    """The column documentation of ``results.csv`` as a Markdown table (``columns.md``)."""
-    lines = [f"# results.csv columns ({kind} sweep)", "",
-             "One row per grid point, in grid order (first grid key slowest). Empty cell = not "
-             "applicable or not given.", "", "| column | meaning (unit) |", "|---|---|"]
-    lines += [f"| `{k}` | {v} |" for k, v in sweep_columns(kind, keys).items()]
-    return "\n".join(lines) + "\n"
-
+_TOP = {"name", "kind", "mode", "grid", "fixed", "points", "figures", "description", "notes"}
 
 # ---------------------------------------------------------------------------------------------
 # The spec.
@@ -227,20 +85,37 @@ class SweepSpec:
     fixed: dict[str, Any] = field(default_factory=dict)
     figures: tuple[dict[str, Any], ...] = ()
     description: str = ""
+    # every axis in the spec's order: (keys, values) with one key per plain grid key, the keys
+    # of a ``zip`` group (values: tuples, one element per key), or None for the ``points``
+    # list (values: mappings); empty = the plain grid
+    axes: tuple[tuple[tuple[str, ...] | None, tuple[Any, ...]], ...] = ()
+
+    def _axes(self):
+        return self.axes or tuple(((k,), tuple((v,) for v in vs))
+                                  for k, vs in self.grid.items())
+
+    def input_keys(self) -> set[str]:
+        """Every input key a point of this sweep may set (grid, zip, points, fixed)."""
+        keys = set(self.fixed)
+        for names, values in self._axes():
+            keys.update(names if names is not None else (k for v in values for k in v))
+        return keys
 
     def points(self) -> list[dict[str, Any]]:
-        """Every point of the grid (a plain dict), first grid key varying slowest.
+        """Every point (a plain dict): the product of the axes, the first varying slowest; a
+        zip group is one axis whose keys vary together; the points list is one axis.
 
         >>> s = SweepSpec("s", "collective", "analytic", {"nodes": (2, 4), "algo": ("ring",)},
         ...               {"cluster": "paper-a100-roce"})
         >>> [p["nodes"] for p in s.points()]
         [2, 4]
         """
-        keys = list(self.grid)
+        axes = self._axes()
         out = []
-        for combo in itertools.product(*(self.grid[k] for k in keys)):
+        for combo in itertools.product(*(values for _, values in axes)):
             p: dict[str, Any] = {"kind": self.kind, "mode": self.mode, **self.fixed}
-            p.update(zip(keys, combo, strict=False))
+            for (names, _), value in zip(axes, combo, strict=True):
+                p.update(value if names is None else zip(names, value, strict=True))
             out.append(p)
         return out
 
@@ -374,13 +249,68 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "accum": lambda v: positive_int(v, "accum"),
             "seq_len": lambda v: positive_int(v, "seq_len"),
             "gpu_memory": lambda v: parse_size(v, "gpu_memory"),
-            "recompute": _parse_bool, "runtime": _parse_runtime,
+            "recompute": _parse_recompute, "runtime": _parse_runtime,
             "overlap_slowdown": _parse_slowdown, "precision": _parse_precision,
             "tp": lambda v: positive_int(v, "tp"), "pp": lambda v: positive_int(v, "pp"),
             "cp": lambda v: positive_int(v, "cp"),
             "sequence_parallel": lambda v: _parse_flag(v, "sequence_parallel"),
             "tp_comm_overlap": lambda v: _parse_flag(v, "tp_comm_overlap"),
-            "dp_comm_overlap": lambda v: _parse_flag(v, "dp_comm_overlap")}
+            "dp_comm_overlap": lambda v: _parse_flag(v, "dp_comm_overlap"),
+            "global_batch": lambda v: accum_for_global_batch(v, 1, 1, 1),   # its form only
+            "efficiency": _parse_efficiency,
+            "compute_model": lambda v: _one_of(v, "compute_model", ("flat", "kernel")),
+            "attention": lambda v: _one_of(v, "attention", ("eager", "flash")),
+            "memory_model": lambda v: _one_of(v, "memory_model", ("korthikanti", "runtime")),
+            "logit_bytes": lambda v: positive_int(v, "logit_bytes"),
+            "seed": _parse_seed,
+            "repeats": lambda v: positive_int(v, "repeats"),
+            "jitter_cv": _parse_jitter,
+            "deepspeed_config": _parse_file,
+            "pp_schedule": lambda v: _one_of(v, "pp_schedule", ("1f1b", "interleaved")),
+            "virtual_stages": lambda v: positive_int(v, "virtual_stages"),
+            "tp_algo": lambda v: parse_enum(Algo, v, "tp_algo")}
+
+
+RECOMPUTE_VALUES = ("auto", "on", "off", "full", "none", "selective")
+
+
+def _one_of(v: Any, key: str, allowed: tuple[str, ...]) -> str:
+    if v not in allowed:
+        raise InputError(f"{key} = {v!r} is not known; expected one of {', '.join(allowed)}")
+    return v
+
+
+def _parse_seed(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise InputError(f"seed = {v!r} must be a non-negative integer")
+    return v
+
+
+def _parse_jitter(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(f"jitter_cv = {v!r} must be a number")
+    check_jitter_cv(float(v), "jitter_cv")
+    return float(v)
+
+
+def _parse_efficiency(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise InputError(f"efficiency = {v!r} must be a fraction in (0, 1]")
+    return float(v)
+
+
+def _parse_file(v: Any) -> Path:
+    if not isinstance(v, str) or not Path(v).is_file():
+        raise InputError(f"deepspeed_config = {v!r} is not a file; expected a DeepSpeed JSON "
+                         "config path")
+    return Path(v)
+
+
+def _parse_recompute(v: Any) -> object:
+    if isinstance(v, bool) or v in RECOMPUTE_VALUES:
+        return v
+    raise InputError(f"recompute = {v!r} is not known; expected true, false or one of "
+                     f"{', '.join(RECOMPUTE_VALUES)} (leave it out for auto)")
 
 
 def _parse_flag(v: Any, key: str) -> bool:
@@ -404,12 +334,6 @@ def _parse_slowdown(v: Any) -> float:
             math.isfinite(v) and v >= 1):
         raise InputError(f"overlap_slowdown = {v!r} must be a factor >= 1")
     return float(v)
-
-
-def _parse_bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise InputError(f"recompute = {v!r} must be true or false (leave it out for automatic)")
-    return v
 
 
 def _parse_model(v: Any) -> object:
@@ -507,23 +431,39 @@ def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec",
         raise InputError(f"{where}: kind {kind!r} is not known; expected one of "
                          f"{', '.join(KINDS)}")
     mode = data.get("mode", "engine")
-    grid_raw = data.get("grid")
-    if not isinstance(grid_raw, dict) or not grid_raw:
+    grid_raw = data.get("grid") or {}
+    points_raw = data.get("points")
+    if not isinstance(grid_raw, dict) or not (grid_raw or points_raw):
         raise InputError(f"{where}: 'grid' must be a non-empty mapping of key -> list of "
-                         "values")
+                         "values (or give 'points', a list of mappings)")
     fixed = data.get("fixed") or {}
     if not isinstance(fixed, dict):
         raise InputError(f"{where}: 'fixed' must be a mapping of key -> value")
     allowed = set(INPUT_KEYS[kind])
-    check_keys(grid_raw, allowed, f"{where}: grid")
+    plain = {k: v for k, v in grid_raw.items() if not _is_zip(k)}
+    check_keys(plain, allowed, f"{where}: grid")
     check_keys(fixed, allowed, f"{where}: fixed")
-    both = sorted(set(grid_raw) & set(fixed))
-    if both:
-        raise InputError(f"{where}: key {both[0]!r} is in both grid and fixed; give it once")
     base = Path(base_dir) if base_dir is not None else None
-    grid = {str(k): tuple(_resolve(v, base) for v in _as_list(v, k, where))
-            for k, v in grid_raw.items()}
-    n_points = math.prod(len(v) for v in grid.values())
+    axes: list[tuple[tuple[str, ...] | None, tuple[Any, ...]]] = []
+    grid: dict[str, tuple[Any, ...]] = {}
+    seen_keys: dict[str, str] = {k: "fixed" for k in fixed}
+    for k, v in grid_raw.items():
+        if _is_zip(k):
+            names, values = _zip_axis(k, v, allowed, where, base)
+        else:
+            names = (str(k),)
+            values = tuple((_resolve(x, base),) for x in _as_list(v, k, where))
+            grid[str(k)] = tuple(x[0] for x in values)
+        for name in names:
+            if name in seen_keys:
+                here = "grid" if names == (str(k),) else f"grid {k!r}"
+                raise InputError(f"{where}: key {name!r} is in both {here} and "
+                                 f"{seen_keys[name]}; give it once")
+            seen_keys[name] = f"grid {k!r}"
+        axes.append((names, values))
+    if points_raw is not None:
+        axes.append((None, _point_list(points_raw, allowed, seen_keys, where, base)))
+    n_points = math.prod(len(v) for _, v in axes)
     if n_points > MAX_SWEEP_POINTS:
         raise InputError(f"{where}: the grid has {n_points} points, more than the limit of "
                          f"{MAX_SWEEP_POINTS}; expected a smaller grid (split it into several "
@@ -533,17 +473,65 @@ def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec",
     fixed = {k: _resolve(v, base) for k, v in fixed.items()}
     validators = _validators(kind)
     validators["mode"](mode)
-    values = [(k, v) for k, vs in grid.items() for v in vs] + list(fixed.items())
+    values = [(k, v) for names, vs in axes for combo in vs
+              for k, v in (zip(names, combo, strict=True) if names else combo.items())]
+    values += list(fixed.items())
     seen: set[tuple[str, str]] = set()
     for k, v in values:
         if (k, repr(v)) not in seen:
             seen.add((k, repr(v)))
             validators[k](v)
-    if kind == "step" and "model" not in grid and "model" not in fixed:
-        raise InputError(f"{where}: a step sweep needs 'model' in grid or fixed")
-    return SweepSpec(name=str(data.get("name", "sweep")), kind=kind, mode=mode, grid=grid,
+    spec = SweepSpec(name=str(data.get("name", "sweep")), kind=kind, mode=mode, grid=grid,
                      fixed=dict(fixed), figures=_figures(data.get("figures"), where, kind, grid),
-                     description=str(data.get("description", "")))
+                     description=str(data.get("description", "")),
+                     axes=() if len(axes) == len(grid) else tuple(axes))
+    in_axes = any(names is not None and "model" in names for names, _ in axes) or any(
+        names is None and all("model" in p for p in vs) for names, vs in axes)
+    if kind == "step" and "model" not in fixed and not in_axes:
+        raise InputError(f"{where}: a step sweep needs 'model' in grid, fixed or every point")
+    return spec
+
+
+def _is_zip(key: Any) -> bool:
+    return isinstance(key, str) and (key == "zip" or key.startswith("zip:"))
+
+
+def _zip_axis(key: str, raw: Any, allowed: set[str], where: str, base: Path | None):
+    """A ``zip`` group: key -> list of equal length; one axis of tuples."""
+    if not isinstance(raw, dict) or not raw:
+        raise InputError(f"{where}: grid {key!r} must be a mapping of key -> list of values "
+                         "(lists of one length, varied together)")
+    check_keys(raw, allowed, f"{where}: grid {key!r}")
+    cols = {str(k): tuple(_resolve(x, base) for x in _as_list(v, k, where))
+            for k, v in raw.items()}
+    lengths = {k: len(v) for k, v in cols.items()}
+    if len(set(lengths.values())) != 1:
+        raise InputError(f"{where}: grid {key!r} lists have different lengths "
+                         f"({', '.join(f'{k} {n}' for k, n in lengths.items())}); expected "
+                         "one length (the values vary together)")
+    return tuple(cols), tuple(zip(*cols.values(), strict=True))
+
+
+def _point_list(raw: Any, allowed: set[str], seen: dict[str, str], where: str,
+                base: Path | None) -> tuple[dict[str, Any], ...]:
+    """``points``: a list of mappings, each a point's own keys (not in grid or fixed)."""
+    if not isinstance(raw, list) or not raw:
+        raise InputError(f"{where}: 'points' must be a non-empty list of mappings of key -> "
+                         "value")
+    out = []
+    for i, p in enumerate(raw):
+        if not isinstance(p, dict) or not p:
+            raise InputError(f"{where}: points[{i}] must be a mapping of key -> value")
+        check_keys(p, allowed, f"{where}: points[{i}]")
+        for k, v in p.items():
+            if k in seen:
+                raise InputError(f"{where}: key {k!r} is in both {seen[k]} and points[{i}]; "
+                                 "give it once")
+            _as_list(v, k, where)
+            if isinstance(v, (list, tuple)):
+                raise InputError(f"{where}: points[{i}] {k} = {v!r} must be one value")
+        out.append({str(k): _resolve(v, base) for k, v in p.items()})
+    return tuple(out)
 
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:

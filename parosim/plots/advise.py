@@ -23,7 +23,7 @@ def pareto_figure(res: dict) -> Figure:
     pts = [(m / 2**30, t) for m, t in res["points"] if t == t]
     ax.scatter([m for m, _ in pts], [t for _, t in pts], s=8, color="#999", alpha=0.5,
                label=f"costed configurations ({len(pts)}; {res.get('pruned', 0)} pruned "
-                     "as dominated)")
+                     "by the compute bound)")
     front = sorted(res["pareto_front"])
     if front:
         ax.plot([m / 2**30 for m, _ in front], [t for _, t in front], color="#d62728",
@@ -48,7 +48,7 @@ def pareto_figure(res: dict) -> Figure:
     fig.suptitle(f"throughput (tokens/s) vs memory per GPU (GiB): {res['model']} on "
                  f"{res['cluster']} ({res['gpus']} GPUs)\nglobal batch "
                  f"{res['global_batch_sequences']} x {res['seq_len']} tokens; closed form, "
-                 "stars: the top configurations", fontsize=10)
+                 "stars: the top configurations as ranked", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return fig

@@ -38,7 +38,7 @@ from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import ALL_STRATEGIES, Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
-from ..spec.training import TrainingSpec, parse_trainable_ratio
+from ..spec.training import TrainingSpec, accum_for_global_batch, parse_trainable_ratio
 from ..units import parse_bandwidth, parse_size
 
 MODES = ("engine", "analytic")
@@ -584,7 +584,8 @@ def _check_point_keys(point: dict) -> None:
 
 def point_setup(point: dict):
     """(model, cluster, training, strategy, algo, mode, runtime) from a sweep point (raises
-    :class:`InputError` on a bad value)."""
+    :class:`InputError` on a bad value): the keys as ``parosim simulate`` reads its flags
+    (docs/sweeps.md, "Keys")."""
 
     _check_point_keys(point)
     p = {**POINT_DEFAULTS, **point}
@@ -596,24 +597,67 @@ def point_setup(point: dict):
         parse_bandwidth(p["intra_bandwidth"], "intra_bandwidth")
         if p["intra_bandwidth"] else None,
         parse_size(p["gpu_memory"], "gpu_memory") if p["gpu_memory"] else None)
-    training = TrainingSpec(micro_batch=p["micro_batch"], accum_steps=p["accum"],
-                            seq_len=p["seq_len"],
+    if point.get("seed") is not None and cluster.network.ecmp == "hash":   # as --seed
+        cluster = replace(cluster, network=replace(cluster.network, ecmp_seed=point["seed"]))
+    rc = p["recompute"]
+    rc = {"auto": None, "on": True, "off": False, "full": True, "none": False,
+          "selective": False}.get(rc, rc) if isinstance(rc, str) else rc
+    strategy, micro, accum = p["strategy"], p["micro_batch"], p["accum"]
+    rt = resolve_runtime(p["runtime"])
+    if p.get("deepspeed_config"):
+        from ..io.runtime import deepspeed_config_runtime  # deferred: DeepSpeed points only
+
+        if p["runtime"] not in (None, "ideal", "deepspeed"):
+            raise InputError(f"deepspeed_config is read into runtime deepspeed; got runtime "
+                             f"{p['runtime']!r}; expected no runtime or deepspeed")
+        rt, ds_strategy, tr, _ = deepspeed_config_runtime(p["deepspeed_config"],
+                                                          resolve_runtime("deepspeed"),
+                                                          cluster.gpus)
+        for key, have in (("strategy", ds_strategy), ("micro_batch", tr.get("micro_batch")),
+                          ("accum", tr.get("accum"))):
+            if key in point and have is not None and point[key] != have and not (
+                    key == "strategy" and parse_strategy(point[key]).short == have):
+                raise InputError(f"{key} = {point[key]!r} disagrees with deepspeed_config "
+                                 f"{p['deepspeed_config']} (gives {have}); expected one of "
+                                 "them")
+        strategy = ds_strategy
+        micro, accum = tr.get("micro_batch", micro), tr.get("accum", accum)
+    if p.get("global_batch") is not None:
+        dp = cluster.gpus // ((p.get("tp") or 1) * (p.get("pp") or 1) * (p.get("cp") or 1))
+        gb_accum = accum_for_global_batch(p["global_batch"], micro, max(dp, 1), p["seq_len"])
+        if "accum" in point and point["accum"] != gb_accum:
+            raise InputError(f"accum = {point['accum']} disagrees with global_batch "
+                             f"{p['global_batch']!r} (which gives accum {gb_accum}); expected "
+                             "one of them")
+        accum = gb_accum
+    extra = {k: p[k] for k in ("compute_model", "attention", "memory_model", "logit_bytes")
+             if p.get(k) is not None}
+    if p.get("efficiency") is not None:
+        extra["compute_efficiency"] = float(p["efficiency"])
+    training = TrainingSpec(micro_batch=micro, accum_steps=accum, seq_len=p["seq_len"],
                             trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
-                            recompute=p["recompute"], overlap_slowdown=p["overlap_slowdown"],
-                            precision=p["precision"] or "bf16")
+                            recompute=rc, overlap_slowdown=p["overlap_slowdown"],
+                            precision=p["precision"] or "bf16", **extra)
     if p["mode"] not in MODES:
         raise InputError(f"mode {p['mode']!r} is not known; expected one of "
                          f"{', '.join(MODES)}")
-    return (load_model(p["model"]), cluster, training, parse_strategy(p["strategy"]),
-            parse_enum(Algo, p["algo"], "algo"), p["mode"], resolve_runtime(p["runtime"]))
+    return (load_model(p["model"]), cluster, training, parse_strategy(strategy),
+            parse_enum(Algo, p["algo"], "algo"), p["mode"], rt)
 
 
 def point_parallel(point: dict):
     """The :class:`~parosim.plan.layout.ParallelSpec` of a sweep point's optional ``tp``,
-    ``pp``, ``cp``, ``sequence_parallel``, ``tp_comm_overlap`` and ``dp_comm_overlap`` keys
-    (absent: plain data parallelism)."""
+    ``pp``, ``cp``, ``pp_schedule``, ``virtual_stages``, ``sequence_parallel``, ``tp_algo``,
+    ``tp_comm_overlap``, ``dp_comm_overlap`` keys and ``recompute: selective`` (absent:
+    plain data parallelism)."""
+    tp_algo = point.get("tp_algo")
     return ParallelSpec(tp=point.get("tp") or 1, pp=point.get("pp") or 1,
+                        schedule=str(point.get("pp_schedule") or "1f1b").strip().lower(),
+                        virtual=point.get("virtual_stages"),
                         sequence_parallel=bool(point.get("sequence_parallel")),
+                        selective_recompute=point.get("recompute") == "selective",
+                        tp_algo=None if tp_algo is None
+                        else parse_enum(Algo, tp_algo, "tp_algo"),
                         tp_comm_overlap=bool(point.get("tp_comm_overlap")),
                         dp_comm_overlap=bool(point.get("dp_comm_overlap")),
                         cp=point.get("cp") or 1)
@@ -635,7 +679,8 @@ def run_point(point: dict) -> dict:
     try:
         model, cluster, training, strategy, algo, mode, rt = point_setup(point)
         r = simulate_step(model, cluster, strategy, training, algo, mode, runtime=rt,
-                          parallel=point_parallel(point))
+                          repeats=point.get("repeats") or 1, seed=point.get("seed") or 0,
+                          jitter_cv=point.get("jitter_cv"), parallel=point_parallel(point))
     except InputError as e:
         row.update(status="error", reason=str(e))
         return row
@@ -646,6 +691,9 @@ def run_point(point: dict) -> dict:
             row[c] = d[c]
         elif c in mem:
             row[c] = mem[c]
+    if point.get("global_batch") is not None or point.get("deepspeed_config"):
+        # the accumulation (micro-batch) they gave, in the accum (micro_batch) column
+        row["accum"], row["micro_batch"] = training.accum_steps, training.micro_batch
     row["status"] = "ok" if r.fits else "does-not-fit"
     row["reason"] = "" if r.fits else f"lacks {mem['shortfall_bytes']:.0f} bytes of memory"
     return row

@@ -305,7 +305,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
     changed = sorted(k for k, sha in inputs_now.items() if k in before and before[k] != sha)
     if VERSION_LABEL in before and before[VERSION_LABEL] != __version__:
         changed.append(VERSION_LABEL)
-    columns = list(sweep_columns(spec.kind, {*spec.grid, *spec.fixed}))
+    columns = list(sweep_columns(spec.kind, spec.input_keys()))
     client = _connect(scheduler, scheduler_timeout_s) if scheduler is not None else None
     try:
         log = ResultsLog(out / "results.csv", columns, fresh=fresh)
@@ -317,7 +317,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
         raise
     try:
         (out / "columns.md").write_text(columns_markdown(spec.kind,
-                                                         {*spec.grid, *spec.fixed}))
+                                                         spec.input_keys()))
     except OSError as e:
         log.release()
         if client is not None:
