@@ -11,52 +11,15 @@ no traceback) or ``OK`` (exit 0). nccl-tests logs are generated here in the real
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import pytest
+from cli_harness import CASE_TIMEOUT_S, check_err, run_case  # noqa: F401
 
-from parosim.cli.commands import main
 from parosim.errors import InputError
 from parosim.io.nccltests import parse_nccl_tests, read_nccl_tests
 
-CASE_TIMEOUT_S = int(__import__("os").environ.get("R3_TIMEOUT", "60"))
 REALDATA = Path(__file__).resolve().parent / "data" / "nccl-tests"   # published logs
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Timeout
-
-
-def run_case(argv: list[str], capsys, timeout: int = CASE_TIMEOUT_S) -> tuple[int, str, str]:
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(timeout)
-    try:
-        try:
-            rc = main(argv)
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except _Timeout:
-        pytest.fail(f"hang: {argv} ran past {timeout} s")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def check_err(rc: int, out: str, err: str, needle: str) -> None:
-    assert "Traceback" not in err + out
-    assert rc == 2, f"expected exit 2, got {rc}; stderr {err!r}"
-    lines = err.strip("\n").split("\n")
-    lines = [ln for ln in lines if not ln.startswith("parosim: note:")]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("parosim: error:"), err
-    assert needle in lines[0], f"{needle!r} not in {err!r}"
 
 
 # --- nccl-tests logs in the real format -----------------------------------------------------

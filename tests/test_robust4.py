@@ -13,52 +13,16 @@ import argparse
 import io
 import json
 import math
-import signal
 from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
+from cli_harness import CASE_TIMEOUT_S, check_err, run_case  # noqa: F401
 
-from parosim.cli.commands import main
 from parosim.cli.parser import EXAMPLES, build_parser
 
-CASE_TIMEOUT_S = 60
 ROOT = Path(__file__).resolve().parents[1]
 P4DE_LOG = ROOT / "tests" / "data" / "nccl-tests" / "aws-p4de-2node-all_reduce.txt"
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Timeout
-
-
-def run_case(argv: list[str], capsys, timeout: int = CASE_TIMEOUT_S) -> tuple[int, str, str]:
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(timeout)
-    try:
-        try:
-            rc = main(argv)
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except _Timeout:
-        pytest.fail(f"hang: {argv} ran past {timeout} s")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def check_err(rc: int, out: str, err: str, needle: str) -> None:
-    assert "Traceback" not in err + out
-    assert rc == 2, f"expected exit 2, got {rc}; stderr {err!r}"
-    lines = [ln for ln in err.strip("\n").split("\n") if not ln.startswith("parosim: note:")]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("parosim: error:"), err
-    assert needle in lines[0], f"{needle!r} not in {err!r}"
 
 
 def run_json(argv: list[str], capsys) -> dict:
@@ -272,7 +236,8 @@ CASES: list[tuple[str, list[str], tuple]] = [
     ("adv-gb-tok", [*ADV, "--global-batch", "7tok"], ERR("--global-batch '7tok'")),
     ("adv-seq-0", [*ADV, "--seq-len", "0"], ERR("--seq-len = 0")),
     ("adv-seq-word", [*ADV, "--seq-len", "4x"], ERR("--seq-len")),
-    ("adv-cp-2", [*ADV, "--cp", "2"], ERR("--cp 2")),
+    ("adv-cp-0", [*ADV, "--cp", "0"], ERR("--cp 0")),
+    ("adv-mode-not-model", [*ADV, "--mode", "analytic"], ERR("--mode")),   # no abbreviation
     ("adv-eff-0", [*ADV, "--efficiency", "0"], ERR("--efficiency = 0.0")),
     ("adv-eff-nan", [*ADV, "--efficiency", "nan"], ERR("--efficiency = nan")),
     ("adv-ceff-alias", [*ADV, "--compute-efficiency", "1.5"], ERR("--efficiency = 1.5")),
@@ -503,7 +468,7 @@ CASES: list[tuple[str, list[str], tuple]] = [
     ("cal-steps-empty", ["calibrate", "--cluster", "aws-p4de", "-o", "{d}/o.yaml", "--steps",
                          ""], ERR("--steps is empty")),
     ("cal-nccl-empty", ["calibrate", "--cluster", "aws-p4de", "-o", "{d}/o.yaml",
-                        "--nccl-tests", ""], ERR("--nccl-tests is empty")),
+                        "--nccl-tests", ""], ERR("--nccl-tests/--compare is empty")),
     ("cal-output-empty", ["calibrate", "--cluster", "aws-p4de", "-o", "", "--nccl-tests",
                           str(P4DE_LOG)], ERR("-o/--output is empty")),
     ("cal-holdout-bad", [*NCCL, "--holdout", "foo"], ERR("--holdout 'foo'")),
@@ -523,9 +488,9 @@ CASES: list[tuple[str, list[str], tuple]] = [
     ("cmp-nan-log", ["collective", "--compare", "{d}/log_nan.txt", "--cluster", "aws-p4de"],
      ERR("log_nan.txt")),
     ("cmp-missing-log", ["collective", "--compare", "{d}/nope.txt"], ERR("nope.txt")),
-    ("cmp-empty-arg", ["collective", "--compare", ""], ERR("--compare is empty")),
+    ("cmp-empty-arg", ["collective", "--compare", ""], ERR("--compare/--nccl-tests is empty")),
     ("cmp-nccl-tests-alias-empty", ["collective", "--nccl-tests", ""],
-     ERR("--compare is empty")),
+     ERR("--compare/--nccl-tests is empty")),
     ("cmp-b-empty", ["collective", "-b", ""], ERR("-b/--minbytes is empty")),
     ("cmp-e-empty", ["collective", "-e", ""], ERR("-e/--maxbytes is empty")),
     ("cmp-f-empty", ["collective", "-b", "8", "-e", "64", "-f", ""],

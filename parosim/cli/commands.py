@@ -83,8 +83,7 @@ def _no_empty_values(parser: argparse.ArgumentParser, a: argparse.Namespace) -> 
         vals = val if isinstance(val, list) else [val]
         if any(isinstance(v, str) and not v.strip() for v in vals):
             opts = act.option_strings
-            flag = ("/".join(opts[:2]) if opts and not opts[0].startswith("--")
-                    else opts[0] if opts else act.dest)
+            flag = "/".join(opts) if opts else act.dest   # every spelling: -b/--minbytes
             hint = _EMPTY_HINTS.get(act.dest, f"a value (see parosim {a.command} --help)")
             raise InputError(f"{flag} is empty; expected {hint}")
 

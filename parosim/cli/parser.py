@@ -33,6 +33,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kw):
         kw.setdefault("formatter_class", HelpFormatter)
+        # no abbreviations: --mode on a command without it must not be read as --model
+        kw.setdefault("allow_abbrev", False)
         super().__init__(*args, **kw)
 
     def error(self, message: str):  # one clear line, exit 2
