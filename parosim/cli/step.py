@@ -9,6 +9,7 @@ from ..errors import InputError
 from .parser import build_parser
 from .setup import (
     algos_of,
+    fidelity_of,
     check_workers,
     dp_keys,
     parallel_of,
@@ -93,7 +94,7 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
     rt, training, ds_strategy, info = runtime_of(a, cluster, training)
     strategy = strategy_of(a, ds_strategy)
-    algo = algos_of(a.algo)
+    algo = algos_of(a.algo, fidelity_of(a))
     if len(algo) != 1:
         raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
                          "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
@@ -203,7 +204,7 @@ def cmd_compare(a: argparse.Namespace) -> dict:
     rt, training, _, info = runtime_of(a, cluster, training)
     par = parallel_of(a)
     rows = [dp_keys(r.to_dict())
-            for r in compare(model, cluster, training, algos_of(a.algo), a.mode,
+            for r in compare(model, cluster, training, algos_of(a.algo, fidelity_of(a)), a.mode,
                              workers=a.workers, runtime=rt, parallel=par)]
     out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
            "mode": a.mode, "runtime": rt.name,

@@ -9,6 +9,7 @@ import argparse
 from ..errors import InputError
 from .setup import (
     algos_of,
+    fidelity_of,
     parallel_of,
     runtime_of,
     seeded,
@@ -66,7 +67,7 @@ def cmd_run(a: argparse.Namespace) -> dict:
     cluster = seeded(cluster, a.seed)
     rt, training, ds_strategy, _ = runtime_of(a, cluster, training)
     strategy = strategy_of(a, ds_strategy)
-    algo = algos_of(a.algo)
+    algo = algos_of(a.algo, fidelity_of(a))
     if len(algo) != 1:
         raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
                          "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
