@@ -7,6 +7,7 @@ import argparse
 
 from ..errors import InputError
 from .parser import build_parser
+from .plausible import plausibility_notes
 from .setup import (
     algos_of,
     fidelity_of,
@@ -115,7 +116,8 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
     out = dp_keys(r.to_dict())
     out.update(model=model.name, cluster=cluster.name,
                settings=settings_of(a, cluster, training, rt))
-    warnings = percentile_warnings(out)
+    warnings = percentile_warnings(out) + (plausibility_notes(
+        out["settings"], cluster.gpu.model, [out]) if r.fits else [])
     if warnings:
         out["warnings"] = warnings
     if info:
@@ -209,6 +211,10 @@ def cmd_compare(a: argparse.Namespace) -> dict:
     out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
            "mode": a.mode, "runtime": rt.name,
            "settings": settings_of(a, cluster, training, rt), "results": rows}
+    notes = plausibility_notes(out["settings"], cluster.gpu.model,
+                               [r for r in rows if r.get("fits")])
+    if notes:
+        out["warnings"] = notes
     if info:
         out["deepspeed_config"] = info
     return out
@@ -224,3 +230,5 @@ def show_compare(res: dict) -> None:
     for i, r in enumerate(res["results"], 1):
         print(f"{i:>3}  " + table_row(r, w))
     print(FOOTER)
+    for note in res.get("warnings") or []:
+        print(f"caution: {note}")

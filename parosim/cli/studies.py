@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
+from .plausible import plausibility_notes
 from .setup import (
     algos_of,
     fidelity_of,
@@ -93,6 +94,9 @@ def cmd_run(a: argparse.Namespace) -> dict:
     out.update(model=model.name, cluster=cluster.name, strategy=r.strategy.name,
                algo=r.algo.value, mode=a.mode, seed=a.seed, runtime=rt.name,
                settings=settings_of(a, cluster, training, rt))
+    notes = plausibility_notes(out["settings"], cluster.gpu.model, [r.to_dict()])
+    if notes:
+        out["warnings"] = notes
     return out
 
 
@@ -122,6 +126,8 @@ def show_run(r: dict) -> None:
         f = r["at_interval"]
         print(f"at interval {f['interval_s']:.0f} s: goodput {f['goodput']:.4f}, wall clock "
               f"{dur(f['wall_clock_s'])}")
+    for note in r.get("warnings") or []:
+        print(f"caution: {note}")
 
 
 def cmd_advise(a: argparse.Namespace) -> dict:

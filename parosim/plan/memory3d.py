@@ -195,9 +195,10 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         mine = [us for vs, us in enumerate(units) if vs % par.pp == k]
         psi = sum(u.params for us in mine for u in us) / t
         states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
-        cache = fp8_weight_cache_bytes(model, training, fp8p[k])
-        states += cache
         d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)
+        cache = fp8_weight_cache_bytes(model, training, fp8p[k], d_p,
+                                       layer_fp8_params(model) / t)
+        states += cache
         fp8_w = fp8p[k] / d_p if training.fp8_params else 0.0   # 1 byte, not 2 (fp8mem)
         states -= fp8_w
         chunks = in_flight(k, par, training.accum_steps)
