@@ -54,6 +54,12 @@ FIDELITIES = ("accurate", "paper")
 DEFAULT_FIDELITY = "accurate"
 ACCURATE_SETTINGS = {"compute_model": "kernel", "attention": "flash",
                      "memory_model": "runtime"}
+# Bytes per logit live at the loss under "accurate": a fused bf16 cross-entropy (logits 2 +
+# their gradient 2) and a training metric over the same logits (2), as the published
+# llm-foundry runs keep them; fitted on the even half of its 61 runs, checked on the odd half
+# (experiments/08_memory/check_memory.py --fit-logit-bytes; runtimes/fsdp.yaml). PyTorch's
+# unfused F.cross_entropy keeps 10 (--logit-bytes 10).
+ACCURATE_LOGIT_BYTES = 6
 ACCURATE_ALGO = "nccl"      # collective algorithm of the ideal runtime under "accurate"
 PAPER_ALGO = "ho-ring"
 
@@ -82,8 +88,8 @@ def for_fidelity(training: TrainingSpec, fidelity: str, runtime=None,
     stays the Korthikanti estimate, the only one those layouts have (docs/parallelism.md).
 
     >>> t = for_fidelity(TrainingSpec(), "accurate")
-    >>> t.compute_model, t.attention, t.memory_model
-    ('kernel', 'flash', 'runtime')
+    >>> t.compute_model, t.attention, t.memory_model, t.logit_bytes
+    ('kernel', 'flash', 'runtime', 6)
     >>> for_fidelity(TrainingSpec(attention="eager"), "accurate").attention
     'eager'
     >>> for_fidelity(TrainingSpec(), "paper") == TrainingSpec()
@@ -95,7 +101,11 @@ def for_fidelity(training: TrainingSpec, fidelity: str, runtime=None,
     own = runtime is not None and runtime.name != "ideal"
     keys = ("compute_model",) if own else ("compute_model", "attention") if layered \
         else tuple(ACCURATE_SETTINGS)
-    return replace(training, **{k: getattr(training, k) or ACCURATE_SETTINGS[k] for k in keys})
+    out = replace(training, **{k: getattr(training, k) or ACCURATE_SETTINGS[k] for k in keys})
+    if "memory_model" in keys and training.memory_model is None and \
+            training.logit_bytes is None:
+        out = replace(out, logit_bytes=ACCURATE_LOGIT_BYTES)
+    return out
 
 
 def parse_trainable_ratio(value: str | float | int) -> float:
