@@ -106,6 +106,9 @@ _STEP_PARALLEL_INPUTS: dict[str, str] = {
     "dp_comm_overlap": "Megatron-Core DP communication overlap (overlap_grad_reduce + "
                        "overlap_param_gather): True or False (needs tp or pp >= 2, PaRO NNN, "
                        "NNI or NNG)",
+    "fidelity": "models of the unset settings: accurate (kernel compute, FlashAttention, "
+                "runtime memory model, NCCL's tuner unless algo is given) or paper (the PaRO "
+                "paper's closed forms); empty = paper (docs/sweeps.md)",
 }
 _COMMON_OUTPUTS: dict[str, str] = {
     "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
@@ -353,7 +356,14 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "cp": lambda v: positive_int(v, "cp"),
             "sequence_parallel": lambda v: _parse_flag(v, "sequence_parallel"),
             "tp_comm_overlap": lambda v: _parse_flag(v, "tp_comm_overlap"),
-            "dp_comm_overlap": lambda v: _parse_flag(v, "dp_comm_overlap")}
+            "dp_comm_overlap": lambda v: _parse_flag(v, "dp_comm_overlap"),
+            "fidelity": _parse_fidelity}
+
+
+def _parse_fidelity(v: Any) -> str:
+    from ..spec.training import check_fidelity  # deferred: sweep specs parse it only
+
+    return check_fidelity(v, "fidelity")
 
 
 def _parse_flag(v: Any, key: str) -> bool:

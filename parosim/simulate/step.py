@@ -37,7 +37,13 @@ from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import ALL_STRATEGIES, Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
-from ..spec.training import TrainingSpec, parse_trainable_ratio
+from ..spec.training import (
+    ACCURATE_ALGO,
+    TrainingSpec,
+    check_fidelity,
+    for_fidelity,
+    parse_trainable_ratio,
+)
 from ..units import parse_bandwidth, parse_size
 
 MODES = ("engine", "analytic")
@@ -602,8 +608,16 @@ def point_setup(point: dict):
     if p["mode"] not in MODES:
         raise InputError(f"mode {p['mode']!r} is not known; expected one of "
                          f"{', '.join(MODES)}")
+    rt = resolve_runtime(p["runtime"])
+    fidelity = check_fidelity(point.get("fidelity") or "paper", "fidelity")
+    algo = p["algo"]
+    if fidelity == "accurate":   # the command line's defaults (docs/accuracy.md)
+        training = for_fidelity(training, fidelity, rt,
+                                layered=not point_parallel(point).trivial)
+        if "algo" not in point:
+            algo = ACCURATE_ALGO
     return (load_model(p["model"]), cluster, training, parse_strategy(p["strategy"]),
-            parse_enum(Algo, p["algo"], "algo"), p["mode"], resolve_runtime(p["runtime"]))
+            parse_enum(Algo, algo, "algo"), p["mode"], rt)
 
 
 def point_parallel(point: dict):
