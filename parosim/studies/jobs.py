@@ -132,6 +132,16 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
                 "seq_len": training.seq_len, "trainable_ratio": training.trainable_ratio,
                 "recompute": mem.recompute, "group_nodes": group_nodes,
                 "compute_efficiency": training.compute_efficiency, "overlap_slowdown": slow}
+    # the models used, resolved (the efficiency applies to the flat compute model only)
+    cm = training.compute_model or spec.compute.model
+    if cm != "flat":
+        del settings["compute_efficiency"]
+    if three_d:   # the 3D planner: the Korthikanti estimate, fp32 logits unless told
+        settings.update(compute_model=cm, attention=training.attention or "eager",
+                        memory_model="korthikanti", logit_bytes=training.logit_bytes or 4)
+    else:
+        settings.update(compute_model=cm, attention=mem.attention,
+                        memory_model=mem.memory_model, logit_bytes=mem.logit_bytes)
     if training.precision != "bf16":     # shown when not the default (bf16 outputs unchanged)
         settings["precision"] = training.precision
     if three_d:                          # shown with a layout (data-parallel outputs unchanged)
