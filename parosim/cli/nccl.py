@@ -64,7 +64,7 @@ def run(a: argparse.Namespace) -> dict:
     if a.compare:
         algos = parse_algos(a.algo) if a.algo else [default_compare_algo()]
         return _compare(a, algos)
-    algos = parse_algos(a.algo or "ho-ring")
+    algos = parse_algos(a.algo or ("nccl" if a.fidelity == "accurate" else "ho-ring"))
     return _sweep(a, algos)
 
 

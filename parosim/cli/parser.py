@@ -181,7 +181,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--scope", default="global", help="global | intra | inter")
     c.add_argument("--algo", default=None,
                    help="ring | hierarchical | ho-ring | nccl | all, or a comma list (default "
-                   "ho-ring; with --compare: nccl)")
+                   "nccl; --fidelity paper: ho-ring)")
+    c.add_argument("--fidelity", default="accurate", choices=["accurate", "paper"],
+                   help="accurate: an unset --algo is NCCL's tuner; paper: HO-Ring, the PaRO "
+                        "paper's (docs/accuracy.md)")
     from .nccl import (  # deferred: loaded when the command runs (start-up)
         add_arguments as _nccl_args,  # deferred: loaded when the command runs (start-up)
     )
