@@ -10,9 +10,9 @@ from .parser import build_parser
 from .plausible import plausibility_notes
 from .setup import (
     algos_of,
-    fidelity_of,
     check_workers,
     dp_keys,
+    fidelity_of,
     parallel_of,
     runtime_of,
     seeded,
