@@ -127,11 +127,12 @@ def test_weight_cache_fp8_params_and_grad_buffer():
         # whole cache; sharded ones (GGG) their shard's plus the two gathered layers in use
         held = w if d_p == 1 else w / d_p + 2 * w / 32
         assert a.fp8_weight_cache_bytes == pytest.approx(2 * held, rel=1e-12)
-        # fp8 primary weights: the cached transpose only (1 byte); the weight itself 1 byte
-        assert b.fp8_weight_cache_bytes == pytest.approx(held, rel=1e-12)
+        # fp8 primary weights: the cached transpose only (1 byte, kept whole as Megatron
+        # FSDP's keep_fp8_transpose_cache keeps it); the weight itself 1 byte, sharded
+        assert b.fp8_weight_cache_bytes == w
         assert a.params_bytes - b.params_bytes == pytest.approx(w / d_p, rel=1e-12)
-        assert a.model_states_bytes - b.model_states_bytes == pytest.approx(held + w / d_p,
-                                                                            rel=1e-12)
+        assert a.model_states_bytes - b.model_states_bytes == pytest.approx(
+            2 * held - w + w / d_p, rel=1e-12)
         # grads: Megatron's buffer in the (fake) bf16 param dtype, grad_reduce_in_fp32 False
         assert a.grads_bytes == b.grads_bytes == 2 * m.params / (1 if strat == "NNG" else 32)
         assert a.activations_bytes == b.activations_bytes

@@ -281,13 +281,15 @@ def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
     bf16 parameters and fp32 states (kept as for bf16). ``fp8_params``: those weights on
     this GPU (default: all layers', as without TP/PP). 0.0 for bf16.
 
-    ``d_p`` > 1 (parameters sharded: PaRO P level I or G, ZeRO-3, FSDP): a rank holds only
-    its 1/``d_p`` shard of the weights between layers, so it caches only its shard's fp8
-    copy and transpose (cast once per optimizer step, all-gathered in fp8 like torchao's
-    float8 all-gather and Megatron's fp8 parameter gather), plus the fp8 copies of the
+    ``d_p`` > 1 (parameters sharded: PaRO P level I or G, ZeRO-3, FSDP) with bf16 primary
+    weights: a rank holds only its 1/``d_p`` shard of the weights between layers, so it
+    caches only its shard's fp8 copy and transpose (cast once per optimizer step, then
+    all-gathered in fp8 like torchao's float8 all-gather), plus the fp8 copies of the
     gathered layers in use (:data:`BUFFERED_LAYERS` of ``layer_params`` each, default one
-    decoder layer's GEMM weights): ``bytes x (fp8_params / d_p + BUFFERED_LAYERS x
-    layer_params)``. Unsharded (``d_p`` = 1): the whole cache.
+    decoder layer's GEMM weights): ``2 x (fp8_params / d_p + BUFFERED_LAYERS x
+    layer_params)``. Unsharded (``d_p`` = 1): the whole cache. ``fp8_params`` primary
+    weights: the cached transposes, 1 byte per weight, stay whole (Megatron FSDP's
+    ``keep_fp8_transpose_cache``, docs/memory.md "FP8").
 
     >>> from parosim.spec.model import preset
     >>> m = preset("llama-7b")
@@ -302,8 +304,9 @@ def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
 
     if fp8_params is None:
         fp8_params = model.layers * layer_fp8_params(model)
-    per = (FP8_PARAMS_CACHE_BYTES_PER_PARAM if training.fp8_params   # the transpose only
-           else FP8_WEIGHT_CACHE_BYTES_PER_PARAM)
+    if training.fp8_params:   # the weight is fp8 itself; only its transpose is cached, whole
+        return FP8_PARAMS_CACHE_BYTES_PER_PARAM * fp8_params
+    per = FP8_WEIGHT_CACHE_BYTES_PER_PARAM
     if d_p <= 1:
         return per * fp8_params
     if layer_params is None:
