@@ -11,7 +11,7 @@ What each table is checked on (docs/accuracy.md, "Every published MFU table"):
   the even rows (``parosim calibrate --steps``' scale) brings the held-out odd rows within
   10 % median (asserted).
 * NeMo 24.07 / Megatron-Bridge 25.11 FP8 runs on DGX-H100: ``fp8_gemm_efficiency`` is fitted
-  on the even rows (experiments/12_defaults/fit_fp8.py); the odd rows are held out and within
+  on the even rows (experiments/defaults_accuracy/fit_fp8.py); the odd rows are held out and within
   10 % median, uncalibrated and after a one-factor calibration on the even rows.
 * torchtitan Llama 3.1 405B (bf16, Float8, Float8 + async TP): a miss uncalibrated; within
   10 % median after a one-factor calibration on a separate benchmark of the same GPU fleet

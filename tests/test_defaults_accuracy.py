@@ -1,5 +1,5 @@
 """With no modelling flags (``--fidelity accurate``, the default), against every published
-table of training runs parosim can express (experiments/12_defaults/evaluate_defaults.py,
+table of training runs parosim can express (experiments/defaults_accuracy/evaluate_defaults.py,
 analytic mode): the share of the runs predicted to fit in memory and the median error of
 per-GPU throughput, per table, with no per-table factor. The bounds: >= 95 % fit, median
 |error| <= 12 %. The tables that miss a bound are named here, so that a change that moves a
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "experiments" / "12_defaults"))
+sys.path.insert(0, str(ROOT / "experiments" / "defaults_accuracy"))
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ FITTED_EAGER_ATTENTION_EFFICIENCY = 1.0
 # term) they reach against the FP8 peak. No FP8 GEMM ceiling is in the calibration set;
 # fitted with scipy least squares on the even-numbered rows of the NeMo 24.07 / Megatron-
 # Bridge 25.11 FP8 table on DGX-H100 (7 rows), the odd rows held out
-# (experiments/12_defaults/fit_fp8.py, docs/compute.md "FP8"). It also absorbs what the
+# (experiments/defaults_accuracy/fit_fp8.py, docs/compute.md "FP8"). It also absorbs what the
 # A100-fitted parameters miss on H100.
 FITTED_FP8_GEMM_EFFICIENCY = 0.716
 

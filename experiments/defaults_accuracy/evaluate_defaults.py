@@ -26,7 +26,7 @@ even rows of the two Megatron-LM tables (odd rows held out; unused by the defaul
 run FlashAttention), the runtime memory model's allocator margin on the even half of
 llm-foundry (odd half held out). Nothing else is fitted; the other tables are never seen.
 
-Run: ``PYTHONPATH=$PWD python experiments/12_defaults/evaluate_defaults.py [--rows]
+Run: ``PYTHONPATH=$PWD python experiments/defaults_accuracy/evaluate_defaults.py [--rows]
 [--calibrated]`` (writes ``out/defaults.md``); ``tests/test_defaults_accuracy.py`` asserts
 the bounds.
 """

@@ -9,7 +9,7 @@ configuration in bf16), beside the error of the FP8 prediction: the shared data 
 NeMo row of the same configurations, so the measured speed-up itself cannot be stated;
 what the rows bound is how far the predicted FP8 throughput is off.
 
-Run: ``PYTHONPATH=$PWD python experiments/12_defaults/fit_fp8.py`` (about a minute).
+Run: ``PYTHONPATH=$PWD python experiments/defaults_accuracy/fit_fp8.py`` (about a minute).
 """
 
 from __future__ import annotations
