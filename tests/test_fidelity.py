@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,7 @@ def _nulls(x, path="") -> list[str]:
 
 
 SMALL = ["--nodes", "2", "--mode", "analytic"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("argv", [
@@ -136,3 +138,28 @@ def test_notes_reach_text_and_json(capsys):
     assert "caution: micro-batch 512" in out
     ok = _json(["simulate", "--strategy", "NIG", *SMALL])
     assert "warnings" not in ok
+
+
+def test_a_cluster_yaml_that_states_its_compute_model_keeps_it(tmp_path):
+    import yaml
+
+    from parosim.io import load_cluster
+    from parosim.io.cluster import cluster_to_yaml
+
+    d = yaml.safe_load((ROOT / "topologies" / "paper-a100-roce.yaml").read_text())
+    d["compute"] = {"model": "flat"}
+    p = tmp_path / "flat.yaml"
+    p.write_text(yaml.safe_dump(d))
+    s = _json(["simulate", "--cluster", str(p), *SMALL])["settings"]
+    assert (s["compute_model"], s["compute_efficiency"], s["attention"]) == ("flat", 0.5,
+                                                                             "flash")
+    # a cluster without compute.model takes the fidelity's; written back, it stays unset
+    from dataclasses import replace
+
+    c = load_cluster("paper-a100-roce")
+    assert not c.compute.model_given
+    tuned = replace(c, compute=replace(c.compute, gemm_k_half=500.0))
+    assert "model" not in yaml.safe_load(cluster_to_yaml(tuned))["compute"]
+    given = load_cluster(str(p))
+    assert given.compute.model_given
+    assert yaml.safe_load(cluster_to_yaml(given))["compute"]["model"] == "flat"

@@ -77,7 +77,7 @@ def tables() -> dict[str, list[dict]]:
     return out
 
 
-def training_of(row: dict):
+def training_of(row: dict, cluster=None):
     """The TrainingSpec a user's flags give: the run's configuration, the default fidelity."""
     from parosim.spec.training import DEFAULT_FIDELITY, TrainingSpec, for_fidelity
 
@@ -85,7 +85,8 @@ def training_of(row: dict):
                      seq_len=row["seq"], recompute=row["recompute"],
                      precision=row["precision"], hidden_dropout=row["hidden_dropout"],
                      fp8_params=row["fp8_params"])
-    return for_fidelity(t, DEFAULT_FIDELITY, layered=not all_tables.parallel_spec(row).trivial)
+    return for_fidelity(t, DEFAULT_FIDELITY, layered=not all_tables.parallel_spec(row).trivial,
+                        cluster=cluster)
 
 
 def predict(row: dict, scale: float = 1.0, profile: dict | None = None) -> dict:
@@ -106,7 +107,7 @@ def predict(row: dict, scale: float = 1.0, profile: dict | None = None) -> dict:
         from parosim.calibrate.steps import _scaled
 
         cluster = replace(cluster, compute=_scaled(cluster.compute, scale))
-    tr, par = training_of(row), all_tables.parallel_spec(row)
+    tr, par = training_of(row, cluster), all_tables.parallel_spec(row)
     r = simulate_step(row["model"], cluster, row["strategy"], tr, Algo.NCCL, "analytic",
                       parallel=par)
     fits = r.fits

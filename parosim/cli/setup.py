@@ -113,7 +113,7 @@ def runtime_of(a: argparse.Namespace, cluster, training):
                          "or --runtime ideal")
     from ..spec.training import for_fidelity  # deferred: loaded when the command runs (start-up)
 
-    training = for_fidelity(training, fidelity_of(a), rt, layered=layered(a))
+    training = for_fidelity(training, fidelity_of(a), rt, layered=layered(a), cluster=cluster)
     return rt, training, strategy, info
 
 

@@ -613,7 +613,7 @@ def point_setup(point: dict):
     algo = p["algo"]
     if fidelity == "accurate":   # the command line's defaults (docs/accuracy.md)
         training = for_fidelity(training, fidelity, rt,
-                                layered=not point_parallel(point).trivial)
+                                layered=not point_parallel(point).trivial, cluster=cluster)
         if "algo" not in point:
             algo = ACCURATE_ALGO
     return (load_model(p["model"]), cluster, training, parse_strategy(p["strategy"]),

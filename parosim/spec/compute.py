@@ -80,6 +80,9 @@ class ComputeProfile:
     sm_count: int = 0
     eager_attention_efficiency: float = FITTED_EAGER_ATTENTION_EFFICIENCY
     fp8_gemm_efficiency: float = FITTED_FP8_GEMM_EFFICIENCY
+    # True when the cluster YAML states ``model`` itself: then it decides the compute model
+    # under every fidelity (an unset one is the fidelity's: kernel, or flat for "paper")
+    model_given: bool = False
     source: str = ("gemm_ceiling: SuperBench v0.4 cutlass bf16 GEMM, A100 80GB; other "
                    "kernel parameters fitted on llm-foundry MFU rows (docs/compute.md)")
 

@@ -77,7 +77,7 @@ def check_fidelity(fidelity: str, where: str = "--fidelity") -> str:
 
 
 def for_fidelity(training: TrainingSpec, fidelity: str, runtime=None,
-                 layered: bool = False) -> TrainingSpec:
+                 layered: bool = False, cluster=None) -> TrainingSpec:
     """``training`` with the settings it leaves unset (None) filled in as ``fidelity`` says.
 
     "paper" returns it unchanged (the runtime profile and the cluster decide, as before).
@@ -86,6 +86,7 @@ def for_fidelity(training: TrainingSpec, fidelity: str, runtime=None,
     runtimes/*.yaml), an unset attention to flash and memory model to runtime. ``layered``
     (tensor / pipeline / context parallelism or selective recomputation): the memory model
     stays the Korthikanti estimate, the only one those layouts have (docs/parallelism.md).
+    A ``cluster`` whose YAML states ``compute.model`` keeps its compute model.
 
     >>> t = for_fidelity(TrainingSpec(), "accurate")
     >>> t.compute_model, t.attention, t.memory_model, t.logit_bytes
@@ -101,6 +102,8 @@ def for_fidelity(training: TrainingSpec, fidelity: str, runtime=None,
     own = runtime is not None and runtime.name != "ideal"
     keys = ("compute_model",) if own else ("compute_model", "attention") if layered \
         else tuple(ACCURATE_SETTINGS)
+    if cluster is not None and getattr(cluster.compute, "model_given", False):
+        keys = tuple(k for k in keys if k != "compute_model")   # the YAML's own choice
     out = replace(training, **{k: getattr(training, k) or ACCURATE_SETTINGS[k] for k in keys})
     if "memory_model" in keys and training.memory_model is None and \
             training.logit_bytes is None:
