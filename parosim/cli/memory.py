@@ -63,8 +63,10 @@ def cmd_memory(a: argparse.Namespace) -> dict:
         d["runtime"], d["framework_stage"] = rt.name, rt.stage(s.short)
         rows.append(d)
     res = dict(rows[0]) if len(rows) == 1 else {"results": rows}
-    res.update(model=model.name, cluster=cluster.name,
-               settings=settings_of(a, cluster, training, rt))
+    settings = settings_of(a, cluster, training, rt)
+    for k in ("compute_model", "compute_efficiency", "overlap_slowdown"):   # no step timed
+        settings.pop(k, None)
+    res.update(model=model.name, cluster=cluster.name, settings=settings)
     notes = plausibility_notes(res["settings"], cluster.gpu.model, compute=False)
     if notes:
         res["warnings"] = notes

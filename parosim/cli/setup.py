@@ -242,7 +242,8 @@ def settings_text(s: dict) -> str:
     if s.get("fidelity"):
         eff = (f" at efficiency {s['compute_efficiency']:g}" if "compute_efficiency" in s
                else "")
-        parts.append(f"fidelity {s['fidelity']}: compute model {s['compute_model']}{eff}, "
+        cm = f"compute model {s['compute_model']}{eff}, " if "compute_model" in s else ""
+        parts.append(f"fidelity {s['fidelity']}: {cm}"
                      f"attention {s['attention']}, memory model {s['memory_model']} (logits "
                      f"{s['logit_bytes']} B each)")
     elif "compute_efficiency" in s:
