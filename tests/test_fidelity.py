@@ -166,3 +166,12 @@ def test_a_cluster_yaml_that_states_its_compute_model_keeps_it(tmp_path):
     given = load_cluster(str(p))
     assert given.compute.model_given
     assert yaml.safe_load(cluster_to_yaml(given))["compute"]["model"] == "flat"
+
+
+def test_an_efficiency_selects_the_flat_model(capsys):
+    s = _json(["simulate", "--strategy", "NIG", *SMALL, "--efficiency", "0.6"])["settings"]
+    assert (s["compute_model"], s["compute_efficiency"]) == ("flat", 0.6)
+    assert s["attention"] == "flash"          # the other accurate models stay
+    assert main(["simulate", *SMALL, "--efficiency", "0.6", "--compute-model", "kernel"]) == 2
+    err = capsys.readouterr().err
+    assert "--efficiency" in err and len(err.strip().splitlines()) == 1

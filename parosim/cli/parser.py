@@ -104,7 +104,7 @@ def training_args(p: argparse.ArgumentParser) -> None:
                         "logits, HO-Ring)")
     p.add_argument("--efficiency", type=float, default=None,
                    help="fraction of peak FLOP/s that compute achieves with the flat compute "
-                        "model (default 0.5)")
+                        "model; given, it selects that model (default 0.5)")
     p.add_argument("--overlap-slowdown", type=float, default=None,
                    help="compute slowdown factor while a collective runs beside it (>= 1; "
                    "default: the cluster YAML's compute.overlap_slowdown, else the runtime's)")

@@ -48,6 +48,13 @@ def specs_of(a: argparse.Namespace):
             raise InputError(f"--accum {a.accum} disagrees with --global-batch "
                              f"{a.global_batch} (which gives accum {accum}); expected one "
                              "of them")
+    compute_model = a.compute_model
+    if a.efficiency is not None:   # an efficiency is the flat model's: it selects it
+        if compute_model == "kernel":
+            raise InputError(f"--efficiency {a.efficiency:g} applies to the flat compute "
+                             "model; got --compute-model kernel (which costs each kernel "
+                             "from its shape); expected one of them")
+        compute_model = "flat"
     training = TrainingSpec(
         micro_batch=a.micro_batch, accum_steps=accum, seq_len=a.seq_len,
         trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
@@ -55,7 +62,7 @@ def specs_of(a: argparse.Namespace):
                    "selective": False}[a.recompute],
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
-        overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
+        overlap_slowdown=a.overlap_slowdown, compute_model=compute_model,
         attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes,
         precision=getattr(a, "precision", "bf16"))
     return model, cluster, training
