@@ -175,3 +175,23 @@ def test_an_efficiency_selects_the_flat_model(capsys):
     assert main(["simulate", *SMALL, "--efficiency", "0.6", "--compute-model", "kernel"]) == 2
     err = capsys.readouterr().err
     assert "--efficiency" in err and len(err.strip().splitlines()) == 1
+
+
+def test_jobs_fidelity_key(tmp_path):
+    """A job with ``fidelity: accurate`` runs simulate's default models: alone on its two
+    nodes it takes the step ``simulate`` gives by default; without the key, the jobs file's
+    own defaults (as before)."""
+    path = tmp_path / "jobs.yaml"
+    path.write_text("cluster: paper-a100-roce\nnodes: 4\njobs:\n"
+                    "  - {name: a, strategy: NIG, nodes: [0, 1], fidelity: accurate}\n"
+                    "  - {name: b, strategy: NIG, nodes: [2, 3]}\n")
+    jobs = {j["name"]: j for j in _json(["simulate", "--jobs", str(path)])["jobs"]}
+    step = _json(["simulate", "--strategy", "NIG", "--nodes", "2"])["step_time_s"]
+    assert jobs["a"]["step_time_alone_s"] == pytest.approx(step, rel=1e-9)
+    assert jobs["a"]["algo"] == "nccl" and jobs["b"]["algo"] == "ho-ring"
+    a, b = jobs["a"]["settings"], jobs["b"]["settings"]
+    assert (a["compute_model"], a["memory_model"], a["logit_bytes"]) == ("kernel", "runtime", 6)
+    assert (b["compute_model"], b["memory_model"]) == ("flat", "korthikanti")
+    assert "compute_efficiency" not in a and b["compute_efficiency"] == 0.5
+    path.write_text(path.read_text().replace("fidelity: accurate", "fidelity: best"))
+    assert main(["simulate", "--jobs", str(path)]) == 2
