@@ -10,8 +10,9 @@ What each table is checked on (docs/accuracy.md, "Every published MFU table"):
   a miss, so a silent improvement or regression shows); a one-factor cluster calibration on
   the even rows (``parosim calibrate --steps``' scale) brings the held-out odd rows within
   10 % median (asserted).
-* NeMo 24.07 / Megatron-Bridge 25.11 FP8 runs on DGX-H100: a miss uncalibrated; within 10 %
-  median on the held-out odd rows after a one-factor calibration on the even rows.
+* NeMo 24.07 / Megatron-Bridge 25.11 FP8 runs on DGX-H100: ``fp8_gemm_efficiency`` is fitted
+  on the even rows (experiments/defaults_accuracy/fit_fp8.py); the odd rows are held out and within
+  10 % median, uncalibrated and after a one-factor calibration on the even rows.
 * torchtitan Llama 3.1 405B (bf16, Float8, Float8 + async TP): a miss uncalibrated; within
   10 % median after a one-factor calibration on a separate benchmark of the same GPU fleet
   (its four Llama 3 70B rows parosim can express).
@@ -65,12 +66,12 @@ def test_bigscience_misses_uncalibrated_and_meets_after_cluster_calibration(cali
 
 
 def test_nemo_fp8_table_meets_after_cluster_calibration(calibrated):
-    # 14 FP8 runs on DGX-H100 (NeMo 24.07, Megatron-Bridge 25.11): the A100-fitted kernel
-    # parameters applied to H100 FP8 miss by ~20 %; one scale fitted on the even rows
-    # predicts the odd rows within 10 % median
+    # 14 FP8 runs on DGX-H100 (NeMo 24.07, Megatron-Bridge 25.11): with fp8_gemm_efficiency
+    # fitted on the even rows (without it the A100-fitted parameters missed by ~24 %), the odd
+    # rows are within 10 % median; a cluster scale fitted on the even rows keeps them there
     c = calibrated[all_tables.NEMO]
     assert c["fit_rows"] == 7 and c["held_out_rows"] == 7
-    assert c["held_out_zero_shot_median_pct"] > 15.0
+    assert c["held_out_zero_shot_median_pct"] <= 10.0
     assert c["held_out_calibrated_median_pct"] <= 10.0
 
 
@@ -81,7 +82,7 @@ def test_torchtitan_meets_after_calibration_on_its_fleet(calibrated):
     assert c["fit_rows"] == 4 and c["held_out_rows"] == 3
     print(f"torchtitan 405B: {c['held_out_zero_shot_median_pct']:.1f} % uncalibrated, "
           f"{c['held_out_calibrated_median_pct']:.1f} % calibrated (k = {c['scale']:.3f})")
-    assert c["held_out_zero_shot_median_pct"] > 40.0       # the fleet is not an SXM H100
+    assert c["held_out_zero_shot_median_pct"] > 30.0       # the fleet is not an SXM H100
     assert c["held_out_calibrated_median_pct"] <= 10.0
 
 
@@ -95,17 +96,16 @@ def test_every_published_3d_run_fits_in_memory():
     # weights): 12 of the 14 NeMo / Megatron-Bridge runs fit on the H100's nvidia-smi total
     # (81559MiB; 10 of 14 on the former 80e9 bytes, which also missed GPT3-175B on 512 GPUs
     # and LLAMA3-8B CP2); the misses docs/memory.md ("FP8") explains. torchtitan's Float8
-    # (torchao) 405B rows are counted with Transformer Engine's fp8 weight cache, which
-    # torchao does not keep: an upper bound, and a miss.
+    # 405B rows (FSDP2, parameters sharded 16 ways) fit since the fp8 weight cache is of the
+    # rank's parameter shard and the gathered layers (they were a miss when it counted the
+    # whole model on every GPU).
     assert [r["config"] for r in res if not r["fits"]] == [
-        "Llama 3.1 405B, FSDP2 16 x TP 8, Float8, local batch 2",
-        "Llama 3.1 405B, FSDP2 16 x TP 8, Float8 + async TP, local batch 2",
         "GPT3-20B TP2 PP1", "Nemotron-340B TP8 PP8 VP12"]
     # with the data-parallel runs of experiments/08_memory (all fit, tests/test_kernels.py
     # and tests/test_runtime_memory.py): 61 llm-foundry + 2 SuperBench (its Megatron-Bridge
-    # Llama-3-8B run is the one in nemo_rows, counted once): 107 of 111 published runs
+    # Llama-3-8B run is the one in nemo_rows, counted once): 109 of 111 published runs
     fit = 63 + sum(r["fits"] for r in res)
-    assert (fit, 63 + len(res)) == (107, 111) and fit / 111 >= 0.95
+    assert (fit, 63 + len(res)) == (109, 111) and fit / 111 >= 0.95
 
 
 def test_calibration_never_sees_its_check_rows():

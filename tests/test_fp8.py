@@ -89,13 +89,16 @@ def _lt(model, fp8: float, tokens_mb=4, seq=2048, r=1.0, tp=1, attention="flash"
 def test_kernel_model_gemms_faster_attention_unchanged():
     m = preset("llama-2-70b")                       # large GEMMs: h 8192, ffn 28672
     bf, f8 = _lt(m, 0.0), _lt(m, H100.peak_fp8_flops)
-    # the FP8 peak is 1979 / 989 = 2.001 x bf16; the depth and quantization terms are the
-    # same, so compute-bound GEMMs go ~2 x faster, never more
-    top = 1979 / 989 * (1 + 1e-12)
-    assert 1.5 < bf.gemm_fwd_s / f8.gemm_fwd_s <= top
-    assert 1.5 < bf.gemm_bwd_s / f8.gemm_bwd_s <= top
-    # the whole layer (casts included) is 1.5-2 x faster
-    assert 1.5 < (bf.forward_s + bf.backward_s) / (f8.forward_s + f8.backward_s) < 2.0
+    # the FP8 peak is 1979 / 989 = 2.001 x bf16, reached at fp8_gemm_efficiency (0.716,
+    # fitted on NeMo FP8 rows) of the bf16 efficiency; the depth and quantization terms are
+    # the same, so compute-bound GEMMs go ~1.43 x faster, never more
+    top = 1979 / 989 * KERNEL.fp8_gemm_efficiency * (1 + 1e-12)
+    assert KERNEL.fp8_gemm_efficiency == 0.716
+    assert 0.95 * top < bf.gemm_fwd_s / f8.gemm_fwd_s <= top
+    assert 0.95 * top < bf.gemm_bwd_s / f8.gemm_bwd_s <= top
+    # the whole layer (casts and bf16 attention included) is faster, less than the GEMMs
+    whole = (bf.forward_s + bf.backward_s) / (f8.forward_s + f8.backward_s)
+    assert 1.1 < whole < bf.gemm_fwd_s / f8.gemm_fwd_s
     for f in ("attention_fwd_s", "attention_bwd_s", "elementwise_fwd_s", "elementwise_bwd_s"):
         assert getattr(bf, f) == getattr(f8, f)
     assert bf.cast_fwd_s == bf.cast_bwd_s == 0.0

@@ -123,13 +123,16 @@ def test_weight_cache_fp8_params_and_grad_buffer():
     fp = replace(f8, fp8_params=True)
     for strat, d_p in (("NNG", 1), ("GGG", 32)):
         a, b = memory_breakdown(m, strat, c, f8), memory_breakdown(m, strat, c, fp)
-        # bf16 weights: fp8 weight + fp8 transpose, 2 bytes, on every rank (not sharded)
-        assert a.fp8_weight_cache_bytes == 2 * w
-        # fp8 primary weights: the cached transpose only (1 byte); the weight itself 1 byte
+        # bf16 weights: fp8 weight + fp8 transpose, 2 bytes: unsharded parameters keep the
+        # whole cache; sharded ones (GGG) their shard's plus the two gathered layers in use
+        held = w if d_p == 1 else w / d_p + 2 * w / 32
+        assert a.fp8_weight_cache_bytes == pytest.approx(2 * held, rel=1e-12)
+        # fp8 primary weights: the cached transpose only (1 byte, kept whole as Megatron
+        # FSDP's keep_fp8_transpose_cache keeps it); the weight itself 1 byte, sharded
         assert b.fp8_weight_cache_bytes == w
         assert a.params_bytes - b.params_bytes == pytest.approx(w / d_p, rel=1e-12)
-        assert a.model_states_bytes - b.model_states_bytes == pytest.approx(w + w / d_p,
-                                                                            rel=1e-12)
+        assert a.model_states_bytes - b.model_states_bytes == pytest.approx(
+            2 * held - w + w / d_p, rel=1e-12)
         # grads: Megatron's buffer in the (fake) bf16 param dtype, grad_reduce_in_fp32 False
         assert a.grads_bytes == b.grads_bytes == 2 * m.params / (1 if strat == "NNG" else 32)
         assert a.activations_bytes == b.activations_bytes
@@ -171,3 +174,27 @@ def test_published_fp8_runs_fit():
         "GPT3-20B TP2 PP1", "Nemotron-340B TP8 PP8 VP12"]
     # default (precision fp8, published parallelism only): 10 of 14
     assert sum(w.fits for w in dict(fp8_fit.table(settings=False)).values()) == 10
+
+
+def test_fully_sharded_fp8_70b_fits_on_64_h100():
+    """Llama-2-70B, PaRO GGG (ZeRO-3 / FSDP) over 64 H100-80GB, micro-batch 1, seq 4096, FP8:
+    model states by hand. 16 bytes per parameter sharded 64 ways, plus the fp8 weight cache
+    of this rank's shard and of the two gathered layers in use (2 bytes per GEMM weight):
+    about 22.8e9 bytes, far below the 80 GB; runs like it train on 80 GB GPUs. (Before the
+    cache was sharded it counted 2 bytes for every weight of the model on every GPU: 138e9
+    bytes of cache alone.)"""
+    m = preset("llama-2-70b")
+    h, f, L, kv = 8192, 28672, 80, 1024
+    layer = 2 * h * h + 2 * h * kv + 3 * h * f     # q, o; k, v (GQA); gate, up, down
+    assert layer == m.attention_matmul_params + m.mlp_matmul_params
+    c = load_cluster("dgx-h100-ib", 8)
+    assert c.gpus == 64
+    for mm in ("korthikanti", "runtime"):
+        t = TrainingSpec(micro_batch=1, seq_len=4096, precision="fp8", attention="flash",
+                         memory_model=mm)
+        mb = memory_breakdown(m, "GGG", c, t)
+        cache = 2 * (L * layer / 64 + 2 * layer)
+        assert mb.fp8_weight_cache_bytes == pytest.approx(cache, rel=1e-12)
+        assert mb.model_states_bytes == pytest.approx(16 * m.params / 64 + cache, rel=1e-12)
+        assert mb.model_states_bytes < 23e9
+        assert mb.fits and mb.total_bytes < 0.6 * c.gpu.memory_bytes, mm

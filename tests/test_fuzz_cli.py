@@ -834,4 +834,6 @@ def test_random_flag_values_exit_0_or_2_and_never_raise(flags, capsys):
     if "--nodes" in flags:
         assert s["nodes"] == int(flags["--nodes"])
     assert 1 <= s["nodes"] * s["gpus_per_node"] <= 131072
-    assert 0 < s["trainable_ratio"] <= 1 and 0 < s["compute_efficiency"] <= 1
+    assert 0 < s["trainable_ratio"] <= 1 and 0 < s.get("compute_efficiency", 1) <= 1
+    # the efficiency is echoed exactly when the flat compute model ran
+    assert ("compute_efficiency" in s) == (s["compute_model"] == "flat")

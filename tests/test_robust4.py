@@ -558,8 +558,8 @@ def test_a_job_alone_recomputes_and_takes_what_simulate_takes(jobs_3d, capsys):
     runtime's eager attention (simulate says so); the job, alone on the same nodes, must
     resolve recomputation the same way and take the same time."""
     sim = run_json(["simulate", "--model", "llama-13b", "--strategy", "NNN", "--tp", "2",
-                    "--pp", "2", "--micro-batch", "8", "--accum", "4", "--nodes", "2"],
-                   capsys)
+                    "--pp", "2", "--micro-batch", "8", "--accum", "4", "--nodes", "2",
+                    "--fidelity", "paper"], capsys)   # a job's default fidelity
     assert sim["recompute_mode"] == "full"
     jobs = run_json(["simulate", "--jobs", str(jobs_3d)], capsys)
     a = jobs["jobs"][0]

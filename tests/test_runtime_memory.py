@@ -126,8 +126,11 @@ def test_cli_profile_defaults_and_flags_override(capsys):
                      "korthikanti", "--logit-bytes", "4")
     assert (e["memory_model"], e["attention"], e["logit_bytes"]) == ("korthikanti", "eager", 4)
     assert not e["fits"]
-    i = _memory_json(capsys)
+    i = _memory_json(capsys, "--fidelity", "paper")
     assert (i["memory_model"], i["attention"], i["logit_bytes"]) == ("korthikanti", "eager", 4)
+    # the ideal runtime under the default fidelity: memory as frameworks keep it
+    i = _memory_json(capsys)
+    assert (i["memory_model"], i["attention"], i["logit_bytes"]) == ("runtime", "flash", 6)
 
 
 @pytest.mark.parametrize("field, match", [

@@ -34,7 +34,7 @@ def cmd_collective(a: argparse.Namespace) -> dict:
         spec = seeded(spec, a.seed)
     op = parse_enum(Op, "all-gather" if a.op is None else a.op, "--op")
     scope = parse_enum(Scope, a.scope, "--scope")
-    default = "p2p" if op is Op.ALL_TO_ALL else "ho-ring"
+    default = "p2p" if op is Op.ALL_TO_ALL else default_algo(a)
     algos = parse_algos(default if a.algo is None else a.algo, op)
     size = parse_size(a.size if a.size is not None else "1GiB", "--size")
     results = [simulate_collective(spec, op, scope, size, al).to_dict() for al in algos]
@@ -42,6 +42,8 @@ def cmd_collective(a: argparse.Namespace) -> dict:
                 "group_nodes": spec.group_nodes, "size": a.size if a.size is not None
                 else "1GiB", "nic_bandwidth_Bps": spec.nic.bandwidth_Bps,
                 "intra_bandwidth_Bps": spec.intra.bandwidth_Bps}
+    if a.algo is None:   # the fidelity chose the algorithm (echoed only then)
+        settings["fidelity"] = a.fidelity
     for r in results:
         r["cluster"] = spec.name
         r["settings"] = settings
@@ -71,3 +73,10 @@ def show_collective(res: dict) -> None:
                           for c, v in r["links"].items() if v["bytes"] > 0)
         print(f"{r['algo']:<14}{fmt_time(r['time_s']):>14}{r['algbw_GBps']:>12.2f}"
               f"{r['busbw_GBps']:>12.2f}{r['chunks']:>8}   {links}")
+
+
+def default_algo(a) -> str:
+    """The algorithm of an unset ``--algo``: NCCL's tuner (``--fidelity accurate``, the
+    default) or HO-Ring (``--fidelity paper``)."""
+    return "nccl" if a.fidelity == "accurate" else "ho-ring"
+

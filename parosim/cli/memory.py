@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
+from .plausible import plausibility_notes
 from .setup import parallel_of, runtime_of, settings_of, settings_text, specs_of
 from .tables import label_width, strategy_label
 
@@ -62,8 +63,13 @@ def cmd_memory(a: argparse.Namespace) -> dict:
         d["runtime"], d["framework_stage"] = rt.name, rt.stage(s.short)
         rows.append(d)
     res = dict(rows[0]) if len(rows) == 1 else {"results": rows}
-    res.update(model=model.name, cluster=cluster.name,
-               settings=settings_of(a, cluster, training, rt))
+    settings = settings_of(a, cluster, training, rt)
+    for k in ("compute_model", "compute_efficiency", "overlap_slowdown"):   # no step timed
+        settings.pop(k, None)
+    res.update(model=model.name, cluster=cluster.name, settings=settings)
+    notes = plausibility_notes(res["settings"], cluster.gpu.model, compute=False)
+    if notes:
+        res["warnings"] = notes
     return res
 
 
@@ -85,3 +91,5 @@ def show_memory(res: dict) -> None:
               f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"
               f"  {'yes' if r.get('recompute') else 'no':<6}  {r['max_micro_batch']}"
               + ("" if r["fits"] else f"   (lacks {fmt_bytes(r['shortfall_bytes'])})"))
+    for note in res.get("warnings") or []:
+        print(f"caution: {note}")

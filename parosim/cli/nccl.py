@@ -68,7 +68,8 @@ def run(a: argparse.Namespace) -> dict:
     from ..collectives import Op, parse_enum  # deferred: loaded when the command runs (start-up)
 
     op = parse_enum(Op, a.op or "all-gather", "--op")
-    algos = parse_algos(a.algo or ("p2p" if op is Op.ALL_TO_ALL else "ho-ring"), op)
+    algos = parse_algos(a.algo or ("p2p" if op is Op.ALL_TO_ALL else "nccl"
+                                   if a.fidelity == "accurate" else "ho-ring"), op)
     return _sweep(a, algos)
 
 

@@ -143,9 +143,16 @@ def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
                    help="activation recomputation (auto: full only when needed to fit; "
                    "on = full, off = none; selective: the attention core only, with the "
                    "--tp/--pp model)")
+    p.add_argument("--fidelity", default="accurate", choices=["accurate", "paper"],
+                   help="accurate: each modelling setting left unset takes the most accurate "
+                        "model (kernel compute, FlashAttention, memory as frameworks keep it, "
+                        "NCCL's tuner; docs/accuracy.md); paper: the PaRO paper's closed forms "
+                        "(flat 50 %% efficiency, eager attention, Korthikanti memory with fp32 "
+                        "logits, HO-Ring)")
     p.add_argument("--efficiency", "--compute-efficiency", dest="efficiency", type=float,
-                   default=None, help="fraction of peak FLOP/s that compute achieves (default "
-                   "0.5; JSON: compute_efficiency)")
+                   default=None,
+                   help="fraction of peak FLOP/s that compute achieves with the flat compute "
+                        "model; given, it selects that model (default 0.5)")
     p.add_argument("--overlap-slowdown", type=float, default=None,
                    help="compute slowdown factor while a collective runs beside it (>= 1; "
                    "default: the cluster YAML's compute.overlap_slowdown, else the runtime's)")
@@ -157,15 +164,17 @@ def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
                    "accumulation (implies --runtime deepspeed)")
     p.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
                    help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
-                        "(docs/compute.md); default: the cluster YAML's compute.model (flat)")
+                        "(docs/compute.md); default: kernel (--fidelity paper: the cluster "
+                        "YAML's compute.model, flat unless it says otherwise)")
     p.add_argument("--attention", default=None, choices=["eager", "flash"],
                    help="attention kernel: eager (s x s scores stored) or flash "
-                        "(FlashAttention / SDPA); default: the runtime's (eager for ideal, "
-                        "deepspeed, paro; flash for fsdp)")
+                        "(FlashAttention / SDPA); default: the runtime's (flash for ideal and "
+                        "fsdp, eager for deepspeed and paro; --fidelity paper: eager for "
+                        "ideal)")
     p.add_argument("--memory-model", default=None, choices=["korthikanti", "runtime"],
                    help="korthikanti: Korthikanti et al. 2022 estimate; runtime: memory as "
-                        "PyTorch runtimes keep it (docs/memory.md); default: the runtime's "
-                        "(korthikanti for ideal, runtime for deepspeed / fsdp / paro)")
+                        "PyTorch runtimes keep it (docs/memory.md); default: runtime "
+                        "(korthikanti with --tp / --pp / --cp and with --fidelity paper)")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp8"],
                    help="training precision: bf16, or fp8 (Transformer Engine style: the "
                         "decoder layers' weight GEMMs at the GPU's FP8 peak, attention and LM "
@@ -237,8 +246,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--scope", default="global", help="global | intra | inter")
     c.add_argument("--algo", default=None,
                    help="ring | hierarchical | ho-ring | nccl | all, or a comma list (default "
-                   "ho-ring; with --compare: nccl); for --op all-to-all: p2p (= nccl, the "
-                   "default) | hierarchical-a2a | all")
+                   "nccl; --fidelity paper: ho-ring; with --compare: nccl); for --op "
+                   "all-to-all: p2p (= nccl, the default) | hierarchical-a2a | all")
+    c.add_argument("--fidelity", default="accurate", choices=["accurate", "paper"],
+                   help="accurate: an unset --algo is NCCL's tuner; paper: HO-Ring, the PaRO "
+                        "paper's (docs/accuracy.md)")
     from .nccl import (  # deferred: loaded when the command runs (start-up)
         add_arguments as _nccl_args,  # deferred: loaded when the command runs (start-up)
     )
@@ -253,8 +265,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--strategy", default=None,
                    help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
     s.add_argument("--algo", "--collective", dest="algo", default=None,
-                   help="ring | hierarchical | ho-ring | nccl (default ho-ring; set by --runtime "
-                   "deepspeed / fsdp / paro)")
+                   help="ring | hierarchical | ho-ring | nccl (default nccl, with --fidelity "
+                   "paper ho-ring; set by --runtime deepspeed / fsdp / paro)")
     s.add_argument("--mode", default="engine", choices=["engine", "analytic"], help=MODE_HELP)
     s.add_argument("--trace", default=None, help="write a Chrome-trace JSON (Perfetto); per "
                    "rank and with link-utilisation counters for per-rank runs")
@@ -276,8 +288,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", epilog=EXAMPLES["compare"],
                        help="all 14 strategies ranked (the main job)")
     cmp_.add_argument("--algo", "--collective", dest="algo", default=None,
-                      help="ring | hierarchical | ho-ring | nccl | all (default ho-ring; set by "
-                      "--runtime deepspeed / fsdp / paro)")
+                      help="ring | hierarchical | ho-ring | nccl | all (default nccl, with "
+                      "--fidelity paper ho-ring; set by --runtime deepspeed / fsdp / paro)")
     cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"],
                       help=MODE_HELP)
     cmp_.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
@@ -316,8 +328,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     rn.add_argument("--strategy", default=None,
                     help="e.g. NIG, PaRO-NIG, zero3, ddp (default NIG)")
     rn.add_argument("--algo", "--collective", dest="algo", default=None,
-                    help="ring | hierarchical | ho-ring (default ho-ring; set by --runtime "
-                    "deepspeed / fsdp / paro)")
+                    help="ring | hierarchical | ho-ring | nccl (default nccl, with --fidelity "
+                    "paper ho-ring; set by --runtime deepspeed / fsdp / paro)")
     rn.add_argument("--mode", default="engine", choices=["engine", "analytic"],
                     help="how the one step is simulated")
     rn.add_argument("--tokens", default="10B", help="run length in tokens, e.g. 1.4T, 300B")

@@ -50,6 +50,13 @@ def specs_of(a: argparse.Namespace):
             raise InputError(f"--accum {a.accum} disagrees with --global-batch "
                              f"{a.global_batch} (which gives accum {accum}); expected one "
                              "of them")
+    compute_model = a.compute_model
+    if a.efficiency is not None:   # an efficiency is the flat model's: it selects it
+        if compute_model == "kernel":
+            raise InputError(f"--efficiency {a.efficiency:g} applies to the flat compute "
+                             "model; got --compute-model kernel (which costs each kernel "
+                             "from its shape); expected one of them")
+        compute_model = "flat"
     training = TrainingSpec(
         micro_batch=a.micro_batch, accum_steps=accum, seq_len=a.seq_len,
         trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
@@ -57,7 +64,7 @@ def specs_of(a: argparse.Namespace):
                    "selective": False}[a.recompute],
         compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
                             else a.efficiency),
-        overlap_slowdown=a.overlap_slowdown, compute_model=a.compute_model,
+        overlap_slowdown=a.overlap_slowdown, compute_model=compute_model,
         attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes,
         precision=getattr(a, "precision", "bf16"))
     return model, cluster, training
@@ -113,7 +120,22 @@ def runtime_of(a: argparse.Namespace, cluster, training):
         raise InputError(f"--algo {a.algo} cannot apply: --runtime {rt.name} fixes each "
                          f"collective's algorithm ({rt.collective_algo}); expected no --algo, "
                          "or --runtime ideal")
+    from ..spec.training import for_fidelity  # deferred: loaded when the command runs (start-up)
+
+    training = for_fidelity(training, fidelity_of(a), rt, layered=layered(a), cluster=cluster)
     return rt, training, strategy, info
+
+
+def fidelity_of(a: argparse.Namespace) -> str:
+    """``--fidelity`` (accurate unless the command has no such flag: then paper)."""
+    return getattr(a, "fidelity", "paper")
+
+
+def layered(a: argparse.Namespace) -> bool:
+    """True when the flags ask for the TP / PP / CP planner (its own memory estimate)."""
+    return ((getattr(a, "tp", 1) or 1) > 1 or (getattr(a, "pp", 1) or 1) > 1
+            or (getattr(a, "cp", 1) or 1) > 1 or bool(getattr(a, "sequence_parallel", False))
+            or getattr(a, "recompute", None) == "selective")
 
 
 def parallel_of(a: argparse.Namespace):
@@ -135,13 +157,14 @@ def dp_keys(d: dict) -> dict:
     return d
 
 
-def algos_of(text: str | None):
-    """``--algo``: one algorithm, ``all``, or a comma list (``ring,ho-ring``)."""
+def algos_of(text: str | None, fidelity: str = "paper"):
+    """``--algo``: one algorithm, ``all``, or a comma list (``ring,ho-ring``); unset, NCCL's
+    tuner (``fidelity`` accurate) or HO-Ring (paper)."""
     from ..collectives import Algo  # deferred: loaded when the command runs (start-up)
     from ..collectives.bench import parse_algos  # deferred: loaded when the command runs (start-up)
 
     if text is None:
-        return [Algo.HO_RING]
+        return [Algo.NCCL if fidelity == "accurate" else Algo.HO_RING]
     return parse_algos(text)
 
 
@@ -166,8 +189,6 @@ def settings_of(a: argparse.Namespace, cluster, training, rt=None) -> dict:
                                    * training.seq_len),
            "trainable_ratio": training.trainable_ratio,
            "recompute": getattr(a, "recompute", "auto"),
-           "compute_efficiency": training.compute_efficiency,
-           "overlap_slowdown": training.overlap_slowdown,
            "nic_bandwidth_Bps": cluster.nic.bandwidth_Bps,
            "intra_bandwidth_Bps": cluster.intra.bandwidth_Bps,
            "gpu_memory_bytes": cluster.gpu.memory_bytes,
@@ -176,9 +197,7 @@ def settings_of(a: argparse.Namespace, cluster, training, rt=None) -> dict:
                                            ("gpu_memory", a.gpu_memory)) if v is not None}}
     if getattr(a, "set", None):   # --set KEY=VALUE items, as given (only when some are)
         out["cluster_set"] = list(a.set)
-    for k in ("compute_model", "attention", "memory_model", "precision"):
-        if hasattr(training, k):
-            out[k] = getattr(training, k)
+    out.update(models_of(a, cluster, training, rt))
     if hasattr(a, "tp_comm_overlap"):
         out["tp_comm_overlap"] = bool(a.tp_comm_overlap)
     if hasattr(a, "dp_comm_overlap"):
@@ -190,6 +209,39 @@ def settings_of(a: argparse.Namespace, cluster, training, rt=None) -> dict:
     return out
 
 
+def models_of(a: argparse.Namespace, cluster, training, rt=None) -> dict:
+    """The models that produced the result, resolved (never None): fidelity, compute model
+    (with its efficiency only where it applies: the flat model), attention kernel, memory
+    model, bytes per logit at the loss, overlap slowdown, precision."""
+    from ..cost.memory import LOGIT_BYTES  # deferred: loaded when the command runs (start-up)
+    from ..spec.runtime import (  # deferred: loaded when the command runs (start-up)
+        effective_overlap_slowdown,
+    )
+
+    own = rt is not None and rt.name != "ideal"
+    cm = training.compute_model or cluster.compute.model
+    out = {"fidelity": fidelity_of(a), "compute_model": cm}
+    if cm == "flat":
+        out["compute_efficiency"] = training.compute_efficiency
+    lay = layered(a)
+    cp_flash = (getattr(a, "cp", 1) or 1) > 1
+    out["attention"] = (training.attention or (rt.attention if own else None)
+                        or ("flash" if cp_flash else "eager"))
+    mm = "korthikanti" if lay else (training.memory_model or (rt.memory_model if own else None)
+                                    or "korthikanti")
+    out["memory_model"] = mm
+    lb = training.logit_bytes
+    if lb is None and own:
+        lb = rt.logit_bytes
+    if lb is None:
+        lb = LOGIT_BYTES if mm == "runtime" else 4
+    out["logit_bytes"] = lb
+    out["overlap_slowdown"] = effective_overlap_slowdown(
+        training.overlap_slowdown, cluster.overlap_slowdown, rt)
+    out["precision"] = training.precision
+    return out
+
+
 def settings_text(s: dict) -> str:
     ratio = s["trainable_ratio"]
     names = {1.0: "full", 1 / 16: "partial", 3 / 1000: "peft"}
@@ -197,7 +249,16 @@ def settings_text(s: dict) -> str:
              f"seq-len {s['seq_len']}",
              f"global batch {s['global_batch_seqs']} seqs = {s['global_batch_tokens']} tokens",
              f"trainable ratio {ratio:g}" + (f" ({names[ratio]})" if ratio in names else ""),
-             f"recompute {s['recompute']}", f"efficiency {s['compute_efficiency']:g}"]
+             f"recompute {s['recompute']}"]
+    if s.get("fidelity"):
+        eff = (f" at efficiency {s['compute_efficiency']:g}" if "compute_efficiency" in s
+               else "")
+        cm = f"compute model {s['compute_model']}{eff}, " if "compute_model" in s else ""
+        parts.append(f"fidelity {s['fidelity']}: {cm}"
+                     f"attention {s['attention']}, memory model {s['memory_model']} (logits "
+                     f"{s['logit_bytes']} B each)")
+    elif "compute_efficiency" in s:
+        parts.append(f"efficiency {s['compute_efficiency']:g}")
     if s.get("overlap_slowdown") is not None:
         parts.append(f"overlap slowdown {s['overlap_slowdown']:g}")
     if s.get("tp_comm_overlap"):
@@ -208,9 +269,6 @@ def settings_text(s: dict) -> str:
         parts.append(f"context parallel {s['context_parallel']} (ring attention)")
     if s.get("precision", "bf16") != "bf16":
         parts.append(f"precision {s['precision']}")
-    if s.get("attention"):
-        parts.append(f"compute model {s.get('compute_model') or 'cluster default'}, "
-                     f"attention {s['attention']}")
     if s["overrides"]:
         parts.append("overrides: " + ", ".join(f"{k.replace('_', '-')} {v}"
                                                 for k, v in s["overrides"].items()))

@@ -7,10 +7,12 @@ import argparse
 
 from ..errors import InputError
 from .parser import build_parser
+from .plausible import plausibility_notes
 from .setup import (
     algos_of,
     check_workers,
     dp_keys,
+    fidelity_of,
     parallel_of,
     runtime_of,
     seeded,
@@ -98,7 +100,7 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
     rt, training, ds_strategy, info = runtime_of(a, cluster, training)
     strategy = strategy_of(a, ds_strategy)
-    algo = algos_of(a.algo)
+    algo = algos_of(a.algo, fidelity_of(a))
     if len(algo) != 1:
         raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
                          "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
@@ -119,7 +121,8 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
     out = dp_keys(r.to_dict())
     out.update(model=model.name, cluster=cluster.name,
                settings=settings_of(a, cluster, training, rt))
-    warnings = percentile_warnings(out)
+    warnings = percentile_warnings(out) + (plausibility_notes(
+        out["settings"], cluster.gpu.model, [out]) if r.fits else [])
     if warnings:
         out["warnings"] = warnings
     if info:
@@ -210,11 +213,15 @@ def cmd_compare(a: argparse.Namespace) -> dict:
     rt, training, _, info = runtime_of(a, cluster, training)
     par = parallel_of(a)
     rows = [dp_keys(r.to_dict())
-            for r in compare(model, cluster, training, algos_of(a.algo), a.mode,
+            for r in compare(model, cluster, training, algos_of(a.algo, fidelity_of(a)), a.mode,
                              workers=a.workers, runtime=rt, parallel=par)]
     out = {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
            "mode": a.mode, "runtime": rt.name,
            "settings": settings_of(a, cluster, training, rt), "results": rows}
+    notes = plausibility_notes(out["settings"], cluster.gpu.model,
+                               [r for r in rows if r.get("fits")])
+    if notes:
+        out["warnings"] = notes
     if info:
         out["deepspeed_config"] = info
     return out
@@ -230,3 +237,5 @@ def show_compare(res: dict) -> None:
     for i, r in enumerate(res["results"], 1):
         print(f"{i:>3}  " + table_row(r, w))
     print(FOOTER)
+    for note in res.get("warnings") or []:
+        print(f"caution: {note}")

@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
+from .plausible import plausibility_notes
 from .setup import (
     algos_of,
+    fidelity_of,
     parallel_of,
     runtime_of,
     seeded,
@@ -73,7 +75,7 @@ def cmd_run(a: argparse.Namespace) -> dict:
     cluster = seeded(cluster, a.seed)
     rt, training, ds_strategy, _ = runtime_of(a, cluster, training)
     strategy = strategy_of(a, ds_strategy)
-    algo = algos_of(a.algo)
+    algo = algos_of(a.algo, fidelity_of(a))
     if len(algo) != 1:
         raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
                          "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
@@ -117,6 +119,9 @@ def cmd_run(a: argparse.Namespace) -> dict:
     out.update(model=model.name, cluster=cluster.name, strategy=r.strategy.name,
                algo=r.algo.value, mode=a.mode, seed=a.seed, runtime=rt.name,
                settings=settings_of(a, cluster, training, rt))
+    notes = plausibility_notes(out["settings"], cluster.gpu.model, [r.to_dict()])
+    if notes:
+        out["warnings"] = notes
     return out
 
 
@@ -157,6 +162,8 @@ def show_run(r: dict) -> None:
         f = r["at_interval"]
         print(f"at interval {f['interval_s']:.0f} s: goodput {f['goodput']:.4f}, wall clock "
               f"{dur(f['wall_clock_s'])}")
+    for note in r.get("warnings") or []:
+        print(f"caution: {note}")
 
 
 def cmd_advise(a: argparse.Namespace) -> dict:

@@ -227,7 +227,8 @@ def layer_times(model: ModelSpec, micro_batch: int, seq_len: int, trainable_rati
     def w(m, n, k):      # a weight GEMM: bf16, or fp8 operands at the FP8 peak
         if not fp8:
             return g(m, n, k)
-        return gemm_seconds(m, n, k, peak_fp8_flops, hbm_Bps, p, 1, sms, None, 1)
+        return gemm_seconds(m, n, k, peak_fp8_flops * p.fp8_gemm_efficiency, hbm_Bps, p, 1,
+                            sms, None, 1)
 
     fwd = bwd = 0.0
     cast_in = cast_grad = 0.0     # elements cast bf16 -> fp8 (FP8 only)

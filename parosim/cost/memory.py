@@ -233,7 +233,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     if not runtime.is_ideal:  # the framework's persistence and buffers
         extra_params, bufs = runtime_memory_terms(shaped, strategy, cluster, training, runtime)
         states += extra_params
-    cache = fp8_weight_cache_bytes(shaped, training)
+    cache = fp8_weight_cache_bytes(shaped, training, d_p=d_p)
     states += cache
     if training.fp8_params:   # fp8 primary weights: 1 byte instead of 2, sharded as params
         fp8_w = shaped.layers * _layer_fp8_params(shaped)
@@ -273,18 +273,30 @@ def _dropout_adjust(model: ModelSpec, training: TrainingSpec, recompute: bool) -
 
 
 def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
-                           fp8_params: float | None = None) -> float:
+                           fp8_params: float | None = None, d_p: int = 1,
+                           layer_params: float | None = None) -> float:
     """``precision = "fp8"``: Transformer Engine keeps an fp8 copy and an fp8 transpose of
     every decoder-layer GEMM weight it computes with (cached across micro-batches), 2 bytes
     per parameter (:data:`parosim.spec.training.FP8_WEIGHT_CACHE_BYTES_PER_PARAM`), besides the
     bf16 parameters and fp32 states (kept as for bf16). ``fp8_params``: those weights on
-    this GPU (default: all layers', as without TP/PP; not divided by parameter sharding:
-    the cache is of the weights a rank computes with). 0.0 for bf16.
+    this GPU (default: all layers', as without TP/PP). 0.0 for bf16.
+
+    ``d_p`` > 1 (parameters sharded: PaRO P level I or G, ZeRO-3, FSDP) with bf16 primary
+    weights: a rank holds only its 1/``d_p`` shard of the weights between layers, so it
+    caches only its shard's fp8 copy and transpose (cast once per optimizer step, then
+    all-gathered in fp8 like torchao's float8 all-gather), plus the fp8 copies of the
+    gathered layers in use (:data:`BUFFERED_LAYERS` of ``layer_params`` each, default one
+    decoder layer's GEMM weights): ``2 x (fp8_params / d_p + BUFFERED_LAYERS x
+    layer_params)``. Unsharded (``d_p`` = 1): the whole cache. ``fp8_params`` primary
+    weights: the cached transposes, 1 byte per weight, stay whole (Megatron FSDP's
+    ``keep_fp8_transpose_cache``, docs/memory.md "FP8").
 
     >>> from parosim.spec.model import preset
     >>> m = preset("llama-7b")
-    >>> fp8_weight_cache_bytes(m, TrainingSpec(precision="fp8")) == 2 * 32 * (
-    ...     4 * 4096**2 + 3 * 4096 * 11008)
+    >>> w = 4 * 4096**2 + 3 * 4096 * 11008          # one layer's GEMM weights
+    >>> fp8_weight_cache_bytes(m, TrainingSpec(precision="fp8")) == 2 * 32 * w
+    True
+    >>> fp8_weight_cache_bytes(m, TrainingSpec(precision="fp8"), d_p=32) == 2 * (w + 2 * w)
     True
     """
     if training.precision != "fp8":
@@ -292,9 +304,14 @@ def fp8_weight_cache_bytes(model: ModelSpec, training: TrainingSpec,
 
     if fp8_params is None:
         fp8_params = model.layers * layer_fp8_params(model)
-    if training.fp8_params:   # the weight is fp8 itself; only its transpose is cached
+    if training.fp8_params:   # the weight is fp8 itself; only its transpose is cached, whole
         return FP8_PARAMS_CACHE_BYTES_PER_PARAM * fp8_params
-    return FP8_WEIGHT_CACHE_BYTES_PER_PARAM * fp8_params
+    per = FP8_WEIGHT_CACHE_BYTES_PER_PARAM
+    if d_p <= 1:
+        return per * fp8_params
+    if layer_params is None:
+        layer_params = layer_fp8_params(model)
+    return per * (fp8_params / d_p + BUFFERED_LAYERS * layer_params)
 
 
 def resolve_recompute(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSpec,

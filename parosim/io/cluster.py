@@ -326,6 +326,7 @@ def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
     kw: dict[str, Any] = {}
     if "model" in comp:
         kw["model"] = str(comp["model"]).strip().lower()
+        kw["model_given"] = True
     for k in ("gemm_ceiling", "gemm_k_half", "attention_efficiency", "hbm_efficiency",
               "eager_attention_efficiency"):
         if k in comp:
@@ -624,6 +625,8 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
                            "kernel_overhead": f"{c.kernel_overhead_s!r}s", "source": c.source}
         if c.sm_count:
             data["compute"]["sm_count"] = c.sm_count
+        if c.model == "flat" and not c.model_given:   # unset: the fidelity's (as read)
+            del data["compute"]["model"]
     if spec.overlap_slowdown is not None:
         data.setdefault("compute", {})["overlap_slowdown"] = spec.overlap_slowdown
     if spec.network.fabric is NetworkFabric.LEAF_SPINE:

@@ -44,7 +44,12 @@ from typing import Any
 from ..errors import InputError
 from ..spec.collective import Algo, Op, Scope, parse_enum
 from ..spec.system import check_jitter_cv
-from ..spec.training import PRECISIONS, accum_for_global_batch, parse_trainable_ratio
+from ..spec.training import (
+    PRECISIONS,
+    accum_for_global_batch,
+    check_fidelity,
+    parse_trainable_ratio,
+)
 from ..units import parse_bandwidth, parse_size
 from .cluster import cluster_data, cluster_schema, load_cluster
 from .cluster_base import set_item, split_sets
@@ -268,7 +273,8 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "deepspeed_config": _parse_file,
             "pp_schedule": lambda v: _one_of(v, "pp_schedule", ("1f1b", "interleaved")),
             "virtual_stages": lambda v: positive_int(v, "virtual_stages"),
-            "tp_algo": lambda v: parse_enum(Algo, v, "tp_algo")}
+            "tp_algo": lambda v: parse_enum(Algo, v, "tp_algo"),
+            "fidelity": lambda v: check_fidelity(v, "fidelity")}
 
 
 RECOMPUTE_VALUES = ("auto", "on", "off", "full", "none", "selective")

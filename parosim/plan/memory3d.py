@@ -203,7 +203,8 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     for k in range(par.pp):
         psi = sums[k] / t
         states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
-        cache = fp8_weight_cache_bytes(model, training, fp8p[k])
+        cache = fp8_weight_cache_bytes(model, training, fp8p[k], d_p,
+                                       layer_fp8_params(model) / t)
         states += cache
         fp8_w = fp8p[k] / d_p if training.fp8_params else 0.0   # 1 byte, not 2 (fp8mem)
         states -= fp8_w

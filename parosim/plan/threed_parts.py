@@ -104,7 +104,8 @@ def layer_gemms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
     def g(m, n, k):
         if peak8:
-            return gemm_seconds(m, n, k, peak8, gpu.hbm_bandwidth_Bps, prof, 1,
+            return gemm_seconds(m, n, k, peak8 * prof.fp8_gemm_efficiency,
+                                gpu.hbm_bandwidth_Bps, prof, 1,
                                 prof.sms(gpu.model), None, 1)
         return gemm_seconds(m, n, k, gpu.peak_flops, gpu.hbm_bandwidth_Bps, prof, 1,
                             prof.sms(gpu.model))

@@ -38,7 +38,14 @@ from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import ALL_STRATEGIES, Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
-from ..spec.training import TrainingSpec, accum_for_global_batch, parse_trainable_ratio
+from ..spec.training import (
+    ACCURATE_ALGO,
+    TrainingSpec,
+    accum_for_global_batch,
+    check_fidelity,
+    for_fidelity,
+    parse_trainable_ratio,
+)
 from ..units import parse_bandwidth, parse_size
 
 MODES = ("engine", "analytic")
@@ -641,8 +648,15 @@ def point_setup(point: dict):
     if p["mode"] not in MODES:
         raise InputError(f"mode {p['mode']!r} is not known; expected one of "
                          f"{', '.join(MODES)}")
+    fidelity = check_fidelity(point.get("fidelity") or "paper", "fidelity")
+    algo = p["algo"]
+    if fidelity == "accurate":   # the command line's defaults (docs/accuracy.md)
+        training = for_fidelity(training, fidelity, rt,
+                                layered=not point_parallel(point).trivial, cluster=cluster)
+        if "algo" not in point:
+            algo = ACCURATE_ALGO
     return (load_model(p["model"]), cluster, training, parse_strategy(strategy),
-            parse_enum(Algo, p["algo"], "algo"), p["mode"], rt)
+            parse_enum(Algo, algo, "algo"), p["mode"], rt)
 
 
 def point_parallel(point: dict):

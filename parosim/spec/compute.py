@@ -39,6 +39,14 @@ FITTED_HBM_EFFICIENCY = 1.0
 # bound by their HBM traffic anyway.
 FITTED_EAGER_ATTENTION_EFFICIENCY = 1.0
 
+# FP8 weight GEMMs (precision fp8): the fraction of the bf16 GEMM efficiency (ceiling x depth
+# term) they reach against the FP8 peak. No FP8 GEMM ceiling is in the calibration set;
+# fitted with scipy least squares on the even-numbered rows of the NeMo 24.07 / Megatron-
+# Bridge 25.11 FP8 table on DGX-H100 (7 rows), the odd rows held out
+# (experiments/defaults_accuracy/fit_fp8.py, docs/compute.md "FP8"). It also absorbs what the
+# A100-fitted parameters miss on H100.
+FITTED_FP8_GEMM_EFFICIENCY = 0.716
+
 # Per-kernel launch latency: SuperBench kernel-launch on Azure NDmv4 A100 measures 5.5 us
 # (GPU time; 9.4 us CPU wall time) per launch (microsoft/superbench-results v0.4.0/
 # Azure-NDmv4-A100/baseline.json @1c985995, kernel-launch/event_time, wall_time); "about
@@ -71,6 +79,10 @@ class ComputeProfile:
     kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
     sm_count: int = 0
     eager_attention_efficiency: float = FITTED_EAGER_ATTENTION_EFFICIENCY
+    fp8_gemm_efficiency: float = FITTED_FP8_GEMM_EFFICIENCY
+    # True when the cluster YAML states ``model`` itself: then it decides the compute model
+    # under every fidelity (an unset one is the fidelity's: kernel, or flat for "paper")
+    model_given: bool = False
     source: str = ("gemm_ceiling: SuperBench v0.4 cutlass bf16 GEMM, A100 80GB; other "
                    "kernel parameters fitted on llm-foundry MFU rows (docs/compute.md)")
 
@@ -79,7 +91,7 @@ class ComputeProfile:
             raise InputError(f"compute.model = {self.model!r} is not known; expected one of "
                              f"{', '.join(COMPUTE_MODELS)}")
         for f in ("gemm_ceiling", "attention_efficiency", "hbm_efficiency",
-                  "eager_attention_efficiency"):
+                  "eager_attention_efficiency", "fp8_gemm_efficiency"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise InputError(f"compute.{f} = {v!r} must be a fraction in (0, 1]")

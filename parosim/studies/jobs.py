@@ -67,7 +67,13 @@ from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import Strategy, parse_strategy
 from ..spec.system import ClusterSpec
-from ..spec.training import DEFAULT_COMPUTE_EFFICIENCY, TrainingSpec, parse_trainable_ratio
+from ..spec.training import (
+    DEFAULT_COMPUTE_EFFICIENCY,
+    TrainingSpec,
+    check_fidelity,
+    for_fidelity,
+    parse_trainable_ratio,
+)
 from ..units import fmt_bytes, parse_bandwidth, parse_size
 
 
@@ -134,6 +140,16 @@ def make_job(name: str, model: ModelSpec, strategy: Strategy | str, cluster: Clu
                 "seq_len": training.seq_len, "trainable_ratio": training.trainable_ratio,
                 "recompute": mem.recompute, "group_nodes": group_nodes,
                 "compute_efficiency": training.compute_efficiency, "overlap_slowdown": slow}
+    # the models used, resolved (the efficiency applies to the flat compute model only)
+    cm = training.compute_model or spec.compute.model
+    if cm != "flat":
+        del settings["compute_efficiency"]
+    if three_d:   # the 3D planner: the Korthikanti estimate, fp32 logits unless told
+        settings.update(compute_model=cm, attention=training.attention or "eager",
+                        memory_model="korthikanti", logit_bytes=training.logit_bytes or 4)
+    else:
+        settings.update(compute_model=cm, attention=mem.attention,
+                        memory_model=mem.memory_model, logit_bytes=mem.logit_bytes)
     if training.precision != "bf16":     # shown when not the default (bf16 outputs unchanged)
         settings["precision"] = training.precision
     if three_d:                          # shown with a layout (data-parallel outputs unchanged)
@@ -477,6 +493,21 @@ def load_jobs(path: str | Path):
                     msg = key + msg[len(field_name):]
             raise InputError(msg if msg.startswith(jw) else f"{jw}: {msg}") from None
         rt = load_runtime(p["runtime"] or "ideal")
+        algo = p["algo"] or "ho-ring"
+        if check_fidelity(p["fidelity"], f"{jw}: fidelity") == "accurate":
+            # simulate's accurate models for what the job leaves unset (its own defaults
+            # of attention and memory model are the paper fidelity's)
+            own = {k: j.get(k) for k in ("attention", "memory_model")}
+            if eff is not None:   # an efficiency is the flat model's: it selects it
+                if j.get("compute_model") == "kernel":
+                    raise InputError(f"{jw}: efficiency {eff!r} applies to the flat compute "
+                                     "model; got compute_model kernel; expected one of them")
+                own["compute_model"] = "flat"
+            training = for_fidelity(replace(training, **own), "accurate", rt,
+                                    layered=(p["tp"] != 1 or p["pp"] != 1
+                                             or bool(p["sequence_parallel"])),
+                                    cluster=cluster)
+            algo = p["algo"] or "nccl"
         if rt.collective_algo is not None and p["algo"] is not None:
             raise InputError(f"{jw}: algo {p['algo']} cannot apply: runtime {rt.name} fixes "
                              f"each collective's algorithm ({rt.collective_algo}); expected "
@@ -486,7 +517,7 @@ def load_jobs(path: str | Path):
                            virtual=p["virtual_stages"],
                            sequence_parallel=bool(p["sequence_parallel"]))
         jobs.append(make_job(str(p["name"]), load_model(p["model"]), p["strategy"], cluster,
-                             nd, training, p["algo"] or "ho-ring",
+                             nd, training, algo,
                              _int(p["group_nodes"], f"{jw}: group_nodes"), rt,
                              None if par.trivial else par))
     return cluster, jobs, steps
