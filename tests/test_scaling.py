@@ -131,19 +131,20 @@ def test_internlm_held_out_128_256_gpus(tmp_path, capsys):
                                         MODEL) for ln in lines) + "\n")
     assert main(["calibrate", "--steps", str(csv), "--cluster", "internlm-a100-roce",
                  "-o", str(tmp_path / "c.yaml"), "--holdout", "scale:8", "--mode", "engine",
-                 "--params", "nic.bandwidth", "--json"]) == 0
+                 "--params", "nic.bandwidth,collective.step_latency", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     held = {(r["strategy"], r["nodes"]): r for r in res["rows"] if r["what"] == "held-out"}
     assert sorted(held) == [("NNG", 16), ("NNG", 32), ("NNI", 16), ("NNI", 32)]
     assert res["fit"]["max_abs_error_pct"] < 5 and res["warnings"] == []
-    assert res["cluster_identified"]["nic.bandwidth"]
-    for key in (("NNG", 16), ("NNI", 16), ("NNI", 32)):
+    assert res["cluster_identified"] == {"nic.bandwidth": True, "collective.step_latency": True}
+    # a ring step's fixed cost, fitted at <= 64 GPUs, within the physical bounds (< 100 us)
+    assert 1e-6 < res["cluster_params"]["collective.step_latency"] < 1e-4
+    for key in held:                  # every held-out row within the 10 % bound
         assert abs(held[key]["error_pct"]) <= 10, key
-    # NNG at 256 GPUs: measured 5.106 s, predicted 10.6 % short (a known miss of the
-    # 10 % bound: docs/calibration.md "Across node counts")
-    assert abs(held[("NNG", 32)]["error_pct"]) <= 12
     fit = {(r["strategy"], r["nodes"]): r for r in res["rows"]}
     for n in (4, 8, 16, 32):          # NNI faster from 32 GPUs on, as measured
         assert fit[("NNI", n)]["simulated_s"] < fit[("NNG", n)]["simulated_s"]
     ratio = held[("NNG", 32)]["simulated_s"] / held[("NNI", 32)]["simulated_s"]
-    assert 1.0 < ratio < 1.22   # measured 1.22; predicted 1.06: a miss of the 0.08 bound
+    # measured 1.22; predicted 1.14: 0.081 short, a miss of the 0.08 bound by 0.001
+    # (docs/calibration.md "Across node counts"); without the step cost 1.06
+    assert 1.10 < ratio < 1.22
