@@ -74,6 +74,16 @@ def test_internlm_runtime_refuses_analytic_mode():
         _tgs("NNI", 1, mode="analytic")
 
 
+def test_internlm_runtime_refused_with_tensor_parallelism(capsys):
+    """The 3D planner has no hybrid-ZeRO schedule: --tp 2 with the internlm runtime is
+    refused with one line, never silently simulated as another schedule."""
+    assert main(["simulate", "--model", MODEL, "--cluster", "internlm-a100-roce", "--nodes",
+                 "2", "--strategy", "NNG", "--runtime", "internlm", "--tp", "2",
+                 "--micro-batch", "4", "--accum", "4", "--seq-len", "2048"]) == 2
+    err = capsys.readouterr().err
+    assert "hybrid-ZeRO" in err and "--tp 1" in err and len(err.strip().splitlines()) == 1
+
+
 def test_chain_fill_zero_is_the_all_gather_and_paid_once():
     c = load_cluster("internlm-a100-roce")
     off = replace(c, collective=replace(c.collective, chain_chunk_bytes=0.0))
