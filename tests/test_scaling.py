@@ -11,12 +11,15 @@ import pytest
 
 from parosim.calibrate.scale import WORST_FIT_PCT, fit_warnings, split_scale
 from parosim.cli.commands import main
+from parosim.collectives.types import Op
 from parosim.cost.decompose import model_units
 from parosim.errors import InputError
 from parosim.io import load_cluster, load_model
 from parosim.io.runtime import load_runtime, runtime_from_dict
 from parosim.plan.hybrid import owner_shards
+from parosim.plan.runtime import build_runtime_plan, owner_slices
 from parosim.simulate.step import simulate_step
+from parosim.spec.model import preset
 from parosim.spec.training import TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,3 +161,28 @@ def test_internlm_held_out_128_256_gpus(tmp_path, capsys):
     # measured 1.22; predicted 1.14: 0.081 short, a miss of the 0.08 bound by 0.001
     # (docs/calibration.md "Across node counts"); without the step cost 1.06
     assert 1.10 < ratio < 1.22
+
+
+def test_deepspeed_zero2_reduce_calls_per_partition():
+    """DeepSpeed ZeRO-2 (average_tensor): one reduce per gradient partition a bucket touches,
+    so the calls per micro-step grow with the GPU count (n + buckets - 1) and each puts its
+    whole slice on every link: n / (n - 1) of one reduce-scatter's bytes per bucket."""
+    assert owner_slices(0.0, 10.0, 4.0) == [4.0, 4.0, 2.0]
+    assert owner_slices(8.0, 4.0, 4.0) == [4.0]            # a bucket on a boundary: one call
+    ds = load_runtime("deepspeed")
+    t = TrainingSpec(micro_batch=4, accum_steps=2, seq_len=512)
+    m = preset("llama-7b")
+    for nodes in (2, 8):
+        c = load_cluster("paper-a100-roce", nodes=nodes)
+        n = c.gpus
+        on = [o for o in build_runtime_plan(m, "NGG", c, t, ds).ops
+              if getattr(o, "purpose", "") == "grad-reduce"]
+        off = [o for o in build_runtime_plan(m, "NGG", c, t, replace(
+            ds, grad_reduce_per_owner=False)).ops if getattr(o, "purpose", "") == "grad-reduce"]
+        assert len(off) == 2 * 14 and len(on) == 2 * (14 + n - 1)
+        assert {o.op for o in on} == {Op.REDUCE_SCATTER}
+        assert sum(o.size_bytes for o in on) == pytest.approx(
+            n / (n - 1) * sum(o.size_bytes for o in off), rel=1e-9)
+    with pytest.raises(InputError, match="grad_reduce_per_owner"):
+        runtime_from_dict({"name": "x", "stages": {"NGG": "ZeRO-2"},
+                           "grad_reduce_per_owner": "yes"})

@@ -288,7 +288,7 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
 
 
 
-__all__ = ["ComputeOp", "build_runtime_plan", "owner_slices", "model_persistent_params", "persistent_params",
-           "unit_tensor_sizes"]
+__all__ = ["ComputeOp", "build_runtime_plan", "model_persistent_params", "owner_slices",
+           "persistent_params", "unit_tensor_sizes"]
 
 
