@@ -3,7 +3,8 @@
 The published step rows (internlm_steps_tp1.csv), the fit of ``parosim calibrate --steps
 --holdout scale:8 --mode engine --params nic.bandwidth,collective.step_latency`` and a
 figure of measured points beside the predicted curves (tokens/s per GPU; scaling
-efficiency = per-GPU throughput / that at 8 GPUs, its axis anchored at 0). Writes out/results.csv and out/internlm-scaling.png.
+efficiency = per-GPU throughput / that at 8 GPUs, its axis anchored at 0). Writes
+out/results.csv and out/internlm-scaling.png.
 
     python experiments/12_scaling_internlm/run.py
 """
