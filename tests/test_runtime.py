@@ -74,7 +74,14 @@ def test_overlap_comm_false_exposes_every_zero2_reduce_scatter():
     r = simulate_step(M7, CLUSTER, "zero2", t, mode="engine", trace=True, runtime=ds)
     rs = _intervals(r.records, lambda x: x.kind == "grad-reduce")
     comp = _intervals(r.records, lambda x: x.lane == "compute")
-    assert len(rs) == 2 * 14            # 6.74e9 grads in 5e8-element buckets, 2 micro-steps
+    # 6.74e9 grads in 14 buckets of 5e8 elements, 2 micro-steps; one reduce per gradient
+    # partition a bucket touches (grad_reduce_per_owner): 14 buckets + 31 inner partition
+    # boundaries over the 32 GPUs = 45 calls per micro-step
+    assert ds.grad_reduce_per_owner and CLUSTER.gpus == 32
+    assert len(rs) == 2 * (14 + 32 - 1)
+    one = simulate_step(M7, CLUSTER, "zero2", t, mode="engine", trace=True,
+                        runtime=replace(ds, grad_reduce_per_owner=False))
+    assert len(_intervals(one.records, lambda x: x.kind == "grad-reduce")) == 2 * 14
     for a, b in rs:
         assert not any(c0 < b - 1e-12 and c1 > a + 1e-12 for c0, c1 in comp)
     assert r.exposed_comm_s >= sum(b - a for a, b in rs) - 1e-9

@@ -1,9 +1,10 @@
 """InternLM-7B NNG vs NNI, 8 to 256 GPUs: fit on the rows at <= 8 nodes, predict 16 and 32.
 
 The published step rows (internlm_steps_tp1.csv), the fit of ``parosim calibrate --steps
---holdout scale:8 --mode engine --params nic.bandwidth`` and a figure of measured points beside
-the predicted curves (tokens/s per GPU; scaling efficiency = per-GPU throughput / that at 8
-GPUs, its axis anchored at 0). Writes out/results.csv and out/internlm-scaling.png.
+--holdout scale:8 --mode engine --params nic.bandwidth,collective.step_latency`` and a
+figure of measured points beside the predicted curves (tokens/s per GPU; scaling
+efficiency = per-GPU throughput / that at 8 GPUs, its axis anchored at 0). Writes
+out/results.csv and out/internlm-scaling.png.
 
     python experiments/12_scaling_internlm/run.py
 """
@@ -28,7 +29,7 @@ TOKENS_PER_GPU_STEP = 2 * 4 * 2048   # micro_bsz x micro_num x seq_len (tp = 1)
 def main() -> int:
     runs = read_steps(HERE / "internlm_steps_tp1.csv")
     f = fit_steps(runs, load_cluster("internlm-a100-roce"), "scale:8", "engine",
-                  ["nic.bandwidth"])
+                  ["nic.bandwidth", "collective.step_latency"])
     out = HERE / "out"
     out.mkdir(exist_ok=True)
     rows = sorted(f["rows"], key=lambda r: (r["strategy"], r["nodes"]))
@@ -74,8 +75,11 @@ def main() -> int:
         print(f"{r['strategy']} {8 * r['nodes']:>4} GPUs {r['what']:<9} measured "
               f"{r['measured_s']:.3f} s predicted {r['simulated_s']:.3f} s "
               f"({r['error_pct']:+.1f} %)")
-    print(f"nic.bandwidth {f['cluster_params']['nic.bandwidth'] / 1e9:.2f} GB/s per NIC, "
-          f"compute scale {f['scale']:.3f}; warnings: {f['warnings'] or 'none'}")
+    cp = f["cluster_params"]
+    print(f"nic.bandwidth {cp['nic.bandwidth'] / 1e9:.2f} GB/s per NIC, "
+          f"collective.step_latency {cp['collective.step_latency'] * 1e6:.2f} us, "
+          f"overlap_slowdown {f['overlap_slowdown']:.3f}, compute scale {f['scale']:.3f}; "
+          f"warnings: {f['warnings'] or 'none'}")
     return 0
 
 

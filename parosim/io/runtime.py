@@ -50,7 +50,7 @@ _KEYS = {"name", "framework", "stages", "collective_algo", "paro_cc_min_elements
          "grad_sync_every_micro_step", "forward_only_gather", "overlap_slowdown", "sources",
          "notes", "reduce_scatter", "memory_model", "attention", "logit_bytes",
          "grad_sync_all_reduce", "grad_sync_last_backward", "param_sync_per_owner",
-         "param_sync_overlap_forward"}
+         "param_sync_overlap_forward", "grad_reduce_per_owner"}
 
 
 def runtimes_dir() -> Path:
@@ -114,7 +114,7 @@ def runtime_from_dict(data: dict[str, Any], where: str = "runtime") -> RuntimeSp
     }
     for k in ("sync_grads_end_of_backward", "grad_sync_every_micro_step", "reduce_scatter",
               "grad_sync_all_reduce", "grad_sync_last_backward", "param_sync_per_owner",
-              "param_sync_overlap_forward"):
+              "param_sync_overlap_forward", "grad_reduce_per_owner"):
         kw[k] = _bool(data.get(k, getattr(d, k)), k, where)
     for k in ("paro_cc_min_elements", "prefetch_forward", "prefetch_backward",
               "persistence_threshold", "max_reuse_distance", "max_live_parameters"):

@@ -94,6 +94,23 @@ from .builder import (
 from .hybrid import engine_only_reason, hybrid_grad_sync, owner_param_sync
 
 
+def owner_slices(offset: float, size: float, part: float) -> list[float]:
+    """The slices of the bytes [offset, offset + size) of a flat buffer cut every ``part``
+    bytes (one per partition the range touches, in order).
+
+    >>> owner_slices(0.0, 10.0, 4.0)
+    [4.0, 4.0, 2.0]
+    >>> owner_slices(3.0, 2.0, 4.0)
+    [1.0, 1.0]
+    """
+    out, pos, end = [], offset, offset + size
+    while end - pos > 1e-9 * max(1.0, size):
+        nxt = min(end, (math.floor(pos / part + 1e-12) + 1) * part)
+        out.append(nxt - pos)
+        pos = nxt
+    return out
+
+
 def check_bucket_count(model: ModelSpec, training: TrainingSpec, runtime: RuntimeSpec) -> None:
     """Refuse, before building anything, buckets so small that the step has more collectives
     than the engine's op limit (:data:`parosim.fabric.engine.MAX_ENGINE_OPS`): a bucket of 1
@@ -163,6 +180,16 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
     if runtime.param_sync_per_owner and runtime.param_sync_overlap_forward:
         waits = owner_param_sync(b, model, units, strategy, r, [], BYTES_PER_PARAM)
 
+    # DeepSpeed ZeRO-2's per-partition reduce calls (grad_reduce_per_owner): a bucket of the
+    # flat gradients is cut at the partition boundaries (trainable bytes / ranks); each slice
+    # is one reduce, costed as a reduce-scatter whose buffer is n / (n - 1) x the slice (the
+    # same n - 1 ring steps and the slice's bytes per rank)
+    kg = b.k[g_scope] if g_scope is not None else 1
+    per_owner = (runtime.grad_reduce_per_owner and runtime.reduce_scatter and kg > 1
+                 and strategy.g is not Level.N and strategy.p is Level.N)
+    part = sum(BYTES_PER_GRAD * u.params * r for u in units) / kg
+    goff = [0.0]          # bytes of this micro-step's gradients already reduced
+
     def reduce_bucket(size: float, label: str, layer: int | None, mb: int, dep: int) -> list:
         ids: list[int | None] = []
         deps: list[int | None] = [dep]
@@ -171,7 +198,15 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
                 ids.append(b.collective(f"ar-grad {label} mb{mb}", Op.ALL_REDUCE, Scope.GLOBAL,
                                         size, "grad-reduce", layer, mb, COMM_GRAD, deps))
             return ids
-        if strategy.g is not Level.N:
+        if strategy.g is not Level.N and per_owner:
+            for i, x in enumerate(owner_slices(goff[0], size, part)):
+                cid = b.collective(f"reduce-grad {label} mb{mb} part{i}", Op.REDUCE_SCATTER,
+                                   g_scope, x * kg / (kg - 1), "grad-reduce", layer, mb,
+                                   COMM_GRAD, [dep])
+                ids.append(cid)
+                deps = [cid] if cid is not None else deps
+            goff[0] += size
+        elif strategy.g is not Level.N:
             rs = runtime.reduce_scatter or strategy.p is not Level.N   # ZeRO-3: always RS
             op = Op.REDUCE_SCATTER if rs else Op.ALL_REDUCE
             cid = b.collective(f"{'rs' if rs else 'ar'}-grad {label} "
@@ -192,6 +227,7 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
 
     for mb in range(training.accum_steps):
         bucket, nb = 0.0, 0
+        goff[0] = 0.0
         for phase, u in uses:
             gather = None
             skip = phase == "bwd" and (fwd_only or u.label in kept)
@@ -252,7 +288,7 @@ def build_runtime_plan(model: ModelSpec, strategy: Strategy | str, cluster: Clus
 
 
 
-__all__ = ["ComputeOp", "build_runtime_plan", "model_persistent_params", "persistent_params",
-           "unit_tensor_sizes"]
+__all__ = ["ComputeOp", "build_runtime_plan", "model_persistent_params", "owner_slices",
+           "persistent_params", "unit_tensor_sizes"]
 
 

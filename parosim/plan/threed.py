@@ -620,6 +620,13 @@ def check_runtime_3d(rt, strategy: Strategy, par: ParallelSpec) -> None:
     if par.dp_comm_overlap:
         raise InputError(f"--dp-comm-overlap models Megatron-Core's DDP buckets, not "
                          f"--runtime {rt.name}'s; expected one of them")
+    hybrid = [f for f in ("grad_sync_all_reduce", "grad_sync_last_backward",
+                          "param_sync_per_owner", "param_sync_overlap_forward")
+              if getattr(rt, f)]
+    if hybrid:
+        raise InputError(f"--runtime {rt.name}'s hybrid-ZeRO schedule ({', '.join(hybrid)}) "
+                         "is modelled without --tp / --pp / --cp only; expected --tp 1 --pp 1 "
+                         "--cp 1 or another runtime")
 
 
 def training_for_runtime_3d(training: TrainingSpec, rt) -> TrainingSpec:

@@ -68,6 +68,10 @@ class RuntimeSpec:
     boundary parameter all-gathers split in buckets of this many elements (None = one call).
     ``reduce_scatter``: gradient buckets are reduce-scattered (True) or all-reduced (False,
     DeepSpeed ``reduce_scatter: false``: twice the bytes, every GPU gets the whole bucket).
+    ``grad_reduce_per_owner``: a reduce-scattered bucket of partitioned gradients with whole
+    parameters (ZeRO-2) is one reduce call per gradient partition it touches (DeepSpeed
+    ZeRO-1/2 ``average_tensor``: ``dist.reduce(grad_slice, dst=...)`` for every entry of
+    ``rank_and_offsets``); False = one reduce-scatter of the bucket.
     ``overlap_slowdown``: compute slowdown beside a collective when neither the command line
     nor the cluster YAML sets one.
 
@@ -106,6 +110,7 @@ class RuntimeSpec:
     forward_only_gather: tuple[str, ...] = ()
     allgather_bucket_elements: int | None = None
     reduce_scatter: bool = True
+    grad_reduce_per_owner: bool = False
     overlap_slowdown: float = 1.0
     memory_model: str = "korthikanti"
     attention: str = "eager"
@@ -130,7 +135,7 @@ class RuntimeSpec:
                 raise InputError(f"runtime {f} = {v!r} must be a positive integer (elements) "
                                  "or null")
         for f in ("grad_sync_all_reduce", "grad_sync_last_backward", "param_sync_per_owner",
-                  "param_sync_overlap_forward"):
+                  "param_sync_overlap_forward", "grad_reduce_per_owner"):
             if not isinstance(getattr(self, f), bool):
                 raise InputError(f"runtime {f} = {getattr(self, f)!r} must be true or false")
         if self.grad_sync_last_backward and not self.grad_sync_all_reduce:
