@@ -135,6 +135,9 @@ def test_single_size_form_still_works_with_a_comma_list(capsys):
     res = json.loads(out)
     assert rc == 0 and [r["algo"] for r in res["results"]] == ["ring", "ho-ring"]
     rc, out, _ = run(["collective", "--json"], capsys)
+    r = json.loads(out)   # the default: NCCL's tuner (fidelity accurate)
+    assert (r["op"], r["algo"], r["size_bytes"]) == ("all-gather", "nccl", 2**30)
+    rc, out, _ = run(["collective", "--json", "--fidelity", "paper"], capsys)
     r = json.loads(out)
     assert (r["op"], r["algo"], r["size_bytes"]) == ("all-gather", "ho-ring", 2**30)
 
