@@ -37,8 +37,10 @@ and never iterates the graph.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -153,6 +155,7 @@ class Network:
             self._rep = self._representatives()
         self._link_idx: dict[tuple[str, str], int] = {}
         self._cap: list[float] = []
+        self._cap_arr = np.zeros(0)  # self._cap as an array (rebuilt when a link is added)
         self._class: list[str] = []
         self._orbit: list[int] = []
         self._egress: list[str] = []  # "intra" / "inter" for links leaving a GPU, else ""
@@ -404,36 +407,49 @@ class Network:
                              ) -> tuple[list[float], np.ndarray, list[np.ndarray]]:
         """Rates, link loads and, per transfer, its bottleneck links: the saturated links
         that froze its rate (none when its own cap did)."""
-        cap = np.array(self._cap)
-        load = np.zeros(len(cap))
+        if not sets:
+            return [], np.zeros(len(self._cap)), []
+        if len(self._cap_arr) != len(self._cap):  # links are only ever appended
+            self._cap_arr = np.array(self._cap)
+        # the links the sets use, and each set's positions among them: every figure below is
+        # the same IEEE operation, in the same order, as on the vector of all links (unused
+        # links only ever held zero demand and infinite share)
+        on = np.unique(np.concatenate([fs.links for fs in sets]))
+        local = [np.searchsorted(on, fs.links) for fs in sets]
+        cap = self._cap_arr[on]
+        load = np.zeros(len(on))
         rates = [0.0] * len(sets)
         bottlenecks = [_NO_LINKS] * len(sets)
         caps = caps or [math.inf] * len(sets)
         todo = list(range(len(sets)))
         while todo:
-            denom = np.zeros(len(cap))
+            denom = np.zeros(len(on))
             for i in todo:
-                denom[sets[i].links] += sets[i].counts
+                denom[local[i]] += sets[i].counts
             used = denom > 0
-            share = np.full(len(cap), np.inf)
+            share = np.full(len(on), np.inf)
             share[used] = np.maximum(cap[used], 0.0) / denom[used]
             level = min(float(share.min()), min(caps[i] for i in todo))
             if not level > 0:
-                names = [k for k, j in self._link_idx.items() if used[j] and share[j] <= 0]
+                bad = {int(on[j]) for j in np.flatnonzero(used & (share <= 0))}
+                names = [k for k, j in self._link_idx.items() if j in bad]
                 raise RuntimeError(f"no capacity left on link {names[0]} for active transfers")
             bott = share <= level * (1 + 1e-9)
             rest = []
             for i in todo:
-                fs = sets[i]
-                hit = bott[fs.links]
+                fs, li = sets[i], local[i]
+                hit = bott[li]
                 if caps[i] <= level * (1 + 1e-9) or hit.any():
                     rates[i] = level
                     bottlenecks[i] = fs.links[hit]
-                    cap[fs.links] -= fs.counts * level
-                    load[fs.links] += fs.counts * level
+                    cap[li] -= fs.counts * level
+                    load[li] += fs.counts * level
                 else:
                     rest.append(i)
             todo = rest
+        full = np.zeros(len(self._cap))
+        full[on] = load
+        load = full
         return rates, load, bottlenecks
 
     @property
@@ -492,7 +508,16 @@ class Network:
         spans: dict[int, list[tuple[int, int]]] = {}
         for op, a, b in critical or ():
             spans.setdefault(op, []).append((a, b))
-        for (t0, owners, bns), t1 in zip(paces, ends, strict=True):
+        if critical is None:
+            todo: Iterable[int] = range(len(paces))
+        else:  # only the paces that overlap a critical interval can give credit (t0 < b, a < t1)
+            starts = [t for t, _, _ in paces]
+            hit: set[int] = set()
+            for a, b in (ab for sp in spans.values() for ab in sp):
+                hit.update(range(bisect.bisect_right(ends, a), bisect.bisect_left(starts, b)))
+            todo = sorted(hit)
+        for k in todo:
+            (t0, owners, bns), t1 = paces[k], ends[k]
             if t1 <= t0:
                 continue
             credit: dict[int, int] = {}
@@ -502,8 +527,10 @@ class Network:
                 if critical is None:
                     dt = t1 - t0
                 else:
-                    dt = max((min(t1, b) - max(t0, a) for a, b in spans.get(owner, ())),
-                             default=0)
+                    sp = spans.get(owner)
+                    if sp is None:  # not on the critical path: no credit
+                        continue
+                    dt = max((min(t1, b) - max(t0, a) for a, b in sp), default=0)
                 if dt > 0:
                     for j in links.tolist():
                         credit[j] = max(credit.get(j, 0), dt)
