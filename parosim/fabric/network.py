@@ -407,49 +407,38 @@ class Network:
                              ) -> tuple[list[float], np.ndarray, list[np.ndarray]]:
         """Rates, link loads and, per transfer, its bottleneck links: the saturated links
         that froze its rate (none when its own cap did)."""
-        if not sets:
-            return [], np.zeros(len(self._cap)), []
         if len(self._cap_arr) != len(self._cap):  # links are only ever appended
             self._cap_arr = np.array(self._cap)
-        # the links the sets use, and each set's positions among them: every figure below is
-        # the same IEEE operation, in the same order, as on the vector of all links (unused
-        # links only ever held zero demand and infinite share)
-        on = np.unique(np.concatenate([fs.links for fs in sets]))
-        local = [np.searchsorted(on, fs.links) for fs in sets]
-        cap = self._cap_arr[on]
-        load = np.zeros(len(on))
+        cap = self._cap_arr.copy()
+        load = np.zeros(len(cap))
         rates = [0.0] * len(sets)
         bottlenecks = [_NO_LINKS] * len(sets)
         caps = caps or [math.inf] * len(sets)
         todo = list(range(len(sets)))
         while todo:
-            denom = np.zeros(len(on))
+            denom = np.zeros(len(cap))
             for i in todo:
-                denom[local[i]] += sets[i].counts
+                denom[sets[i].links] += sets[i].counts
             used = denom > 0
-            share = np.full(len(on), np.inf)
+            share = np.full(len(cap), np.inf)
             share[used] = np.maximum(cap[used], 0.0) / denom[used]
             level = min(float(share.min()), min(caps[i] for i in todo))
             if not level > 0:
-                bad = {int(on[j]) for j in np.flatnonzero(used & (share <= 0))}
-                names = [k for k, j in self._link_idx.items() if j in bad]
+                names = [k for k, j in self._link_idx.items() if used[j] and share[j] <= 0]
                 raise RuntimeError(f"no capacity left on link {names[0]} for active transfers")
             bott = share <= level * (1 + 1e-9)
             rest = []
             for i in todo:
-                fs, li = sets[i], local[i]
-                hit = bott[li]
+                fs = sets[i]
+                hit = bott[fs.links]
                 if caps[i] <= level * (1 + 1e-9) or hit.any():
                     rates[i] = level
                     bottlenecks[i] = fs.links[hit]
-                    cap[li] -= fs.counts * level
-                    load[li] += fs.counts * level
+                    cap[fs.links] -= fs.counts * level
+                    load[fs.links] += fs.counts * level
                 else:
                     rest.append(i)
             todo = rest
-        full = np.zeros(len(self._cap))
-        full[on] = load
-        load = full
         return rates, load, bottlenecks
 
     @property
@@ -516,11 +505,15 @@ class Network:
             for a, b in (ab for sp in spans.values() for ab in sp):
                 hit.update(range(bisect.bisect_right(ends, a), bisect.bisect_left(starts, b)))
             todo = sorted(hit)
+        # (pace, links, seconds) of every transfer credited; a link counts once per pace, at
+        # the largest credit of that pace
+        ks: list[int] = []
+        ls: list[np.ndarray] = []
+        ds: list[int] = []
         for k in todo:
             (t0, owners, bns), t1 = paces[k], ends[k]
             if t1 <= t0:
                 continue
-            credit: dict[int, int] = {}
             for owner, links in zip(owners, bns, strict=True):
                 if not len(links):
                     continue
@@ -532,10 +525,23 @@ class Network:
                         continue
                     dt = max((min(t1, b) - max(t0, a) for a, b in sp), default=0)
                 if dt > 0:
-                    for j in links.tolist():
-                        credit[j] = max(credit.get(j, 0), dt)
-            for j, dt in credit.items():
-                out[j] += dt
+                    ks.append(k)
+                    ls.append(links)
+                    ds.append(dt)
+        if not ks:
+            return out
+        n = len(out)
+        size = np.array([len(x) for x in ls])
+        link = np.concatenate(ls).astype(np.int64)
+        key = np.repeat(np.array(ks, dtype=np.int64), size) * n + link
+        dt_ps = np.repeat(np.array(ds, dtype=np.int64), size)
+        order = np.lexsort((-dt_ps, key))          # per (pace, link): the largest credit first
+        key, dt_ps = key[order], dt_ps[order]
+        first = np.ones(len(key), dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        # added per link in pace order (the keys are sorted by pace): each figure the float
+        # sum of the same terms in the same order as one pace at a time
+        np.add.at(out, key[first] % n, dt_ps[first].astype(float))
         return out / PS
 
     def hot_links(self, span_s: float, top: int = 5,
