@@ -5,7 +5,8 @@ Bad input gives one line on stderr and exit code 2 (never a traceback).
 The command registry: each command module (:mod:`.step`, :mod:`.memory`,
 :mod:`.collective`, :mod:`.sweep`, :mod:`.validate`, :mod:`.studies`, :mod:`.calibrate`) holds a
 ``cmd_NAME`` (flags -> result dict) and a ``show_NAME`` (result -> text); the parser is
-:mod:`.parser`, the shared set-up :mod:`.setup`, text tables :mod:`.tables`.
+:mod:`.parser`, the shared set-up :mod:`.setup`, text tables :mod:`.tables`. Only the module
+of the command that runs is imported, and only its flags are built (start-up time).
 """
 
 from __future__ import annotations
