@@ -62,3 +62,21 @@ def test_event_count_is_the_number_of_schedule_calls():
     env.run()
     assert Tally.calls > 10
     assert env.events == env.events == Tally.calls
+
+
+def test_critical_link_credit_is_the_same_in_batches(monkeypatch, capsys):
+    """The critical-link seconds (hot_links' critical_s) are added a batch of paces at a
+    time: one pace per batch gives the same figures, bit for bit, as one batch."""
+    import json
+
+    import parosim.fabric.network as network
+    from parosim.cli.commands import main
+
+    argv = ["simulate", "--model", "llama-7b", "--nodes", "4", "--strategy", "IIG", "--json"]
+    assert main(argv) == 0
+    whole = json.loads(capsys.readouterr().out)["hot_links"]
+    monkeypatch.setattr(network, "_CREDIT_BATCH", 0)
+    assert main(argv) == 0
+    batched = json.loads(capsys.readouterr().out)["hot_links"]
+    assert whole == batched
+    assert any(h["critical_s"] > 0 for h in whole)

@@ -510,10 +510,14 @@ class Network:
         ks: list[int] = []
         ls: list[np.ndarray] = []
         ds: list[int] = []
+        held = 0
         for k in todo:
             (t0, owners, bns), t1 = paces[k], ends[k]
             if t1 <= t0:
                 continue
+            if held > _CREDIT_BATCH:   # a batch of whole paces at a time: bounded memory
+                _add_credit(out, ks, ls, ds)
+                ks, ls, ds, held = [], [], [], 0
             for owner, links in zip(owners, bns, strict=True):
                 if not len(links):
                     continue
@@ -528,20 +532,8 @@ class Network:
                     ks.append(k)
                     ls.append(links)
                     ds.append(dt)
-        if not ks:
-            return out
-        n = len(out)
-        size = np.array([len(x) for x in ls])
-        link = np.concatenate(ls).astype(np.int64)
-        key = np.repeat(np.array(ks, dtype=np.int64), size) * n + link
-        dt_ps = np.repeat(np.array(ds, dtype=np.int64), size)
-        order = np.lexsort((-dt_ps, key))          # per (pace, link): the largest credit first
-        key, dt_ps = key[order], dt_ps[order]
-        first = np.ones(len(key), dtype=bool)
-        first[1:] = key[1:] != key[:-1]
-        # added per link in pace order (the keys are sorted by pace): each figure the float
-        # sum of the same terms in the same order as one pace at a time
-        np.add.at(out, key[first] % n, dt_ps[first].astype(float))
+                    held += len(links)
+        _add_credit(out, ks, ls, ds)
         return out / PS
 
     def hot_links(self, span_s: float, top: int = 5,
@@ -584,6 +576,28 @@ class Network:
         if self._segments:
             out.append((self.env.now / PS, {names[i]: 0.0 for i in want}))
         return out
+
+
+_CREDIT_BATCH = 1 << 20   # link entries held before they are added (critical_link_s)
+
+
+def _add_credit(out: np.ndarray, ks: list[int], ls: list[np.ndarray], ds: list[int]) -> None:
+    """Add to ``out`` (per link, ps) each pace's credit: transfer i, in pace ``ks[i]``,
+    credits ``ds[i]`` ps to its links ``ls[i]``; a link counts once per pace, with the largest
+    credit of that pace. Per link the additions come in pace order (the keys are sorted by
+    pace): each figure the float sum of the same terms in the same order as a loop over
+    paces."""
+    if not ks:
+        return
+    n = len(out)
+    size = np.array([len(x) for x in ls])
+    key = np.repeat(np.array(ks, dtype=np.int64), size) * n + np.concatenate(ls).astype(np.int64)
+    dt_ps = np.repeat(np.array(ds, dtype=np.int64), size)
+    order = np.lexsort((-dt_ps, key))          # per (pace, link): the largest credit first
+    key, dt_ps = key[order], dt_ps[order]
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    np.add.at(out, key[first] % n, dt_ps[first].astype(float))
 
 
 class _Reps(dict):
