@@ -4,6 +4,7 @@
 too. Other names of :mod:`.commands` are reachable here as when ``parosim.cli`` was one module.
 """
 
+import os
 import sys
 
 from .. import forward_names
@@ -17,6 +18,11 @@ def main(argv=None):
 
         print(f"parosim {__version__}")
         return 0
+    if next((x for x in args if not x.startswith("-")), None) not in ("calibrate", "validate"):
+        # numpy's OpenBLAS starts one thread per core when imported; the simulator's linear
+        # algebra is a few tiny fits (calibrate's, left as they are, and validate's torch are
+        # not touched): one thread saves start-up CPU time. A value the user set is kept.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from .commands import main as _main  # deferred: keeps ``import parosim.cli`` cheap
     return _main(args)
 

@@ -5,44 +5,35 @@ Bad input gives one line on stderr and exit code 2 (never a traceback).
 The command registry: each command module (:mod:`.step`, :mod:`.memory`,
 :mod:`.collective`, :mod:`.sweep`, :mod:`.validate`, :mod:`.studies`, :mod:`.calibrate`) holds a
 ``cmd_NAME`` (flags -> result dict) and a ``show_NAME`` (result -> text); the parser is
-:mod:`.parser`, the shared set-up :mod:`.setup`, text tables :mod:`.tables`.
+:mod:`.parser`, the shared set-up :mod:`.setup`, text tables :mod:`.tables`. Only the module
+of the command that runs is imported, and only its flags are built (start-up time).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from collections.abc import Callable
 
 from ..errors import InputError
-from .calibrate import cmd_calibrate, show_calibrate
-from .cluster import cmd_cluster, show_cluster
-from .collective import cmd_collective, show_collective
-from .experts import cmd_experts, show_experts
-from .memory import cmd_memory, show_memory
-from .model import cmd_model, show_model
 from .parser import build_parser
-from .step import cmd_compare, cmd_simulate, show_compare, show_simulate
-from .studies import cmd_advise, cmd_run, show_advise, show_run
-from .sweep import cmd_sweep, show_sweep
-from .validate import cmd_validate, show_validate
 
-COMMANDS: dict[str, tuple[Callable, Callable | None]] = {
-    "advise": (cmd_advise, show_advise),
-    "calibrate": (cmd_calibrate, show_calibrate),
-    "cluster": (cmd_cluster, show_cluster),
-    "sweep": (cmd_sweep, show_sweep),
-    "validate": (cmd_validate, show_validate),
-    "collective": (cmd_collective, show_collective),
-    "simulate": (cmd_simulate, show_simulate),
-    "compare": (cmd_compare, show_compare),
-    "memory": (cmd_memory, show_memory),
-    "model": (cmd_model, show_model),
-    "experts": (cmd_experts, show_experts),
-    "run": (cmd_run, show_run),
+# command -> its module (cmd_NAME and show_NAME, show_NAME None where JSON is the only output):
+# a command's module (and what it imports) is loaded only when that command runs (start-up)
+COMMANDS: dict[str, str] = {
+    "advise": "studies", "calibrate": "calibrate", "cluster": "cluster", "sweep": "sweep",
+    "validate": "validate", "collective": "collective", "simulate": "step", "compare": "step",
+    "memory": "memory", "model": "model", "experts": "experts", "run": "studies",
 }
+
+
+def command(name: str) -> tuple[Callable, Callable | None]:
+    """(cmd_NAME, show_NAME) of a command, importing its module now."""
+    mod = importlib.import_module(f"{__package__}.{COMMANDS[name]}")
+    return getattr(mod, f"cmd_{name}"), getattr(mod, f"show_{name}", None)
 
 
 # Internal field names that core modules put in messages -> the flags a CLI user typed.
@@ -101,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     first = next((x for x in args if not x.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
     a = parser.parse_args(args)
-    run, show = COMMANDS[a.command]
+    run, show = command(a.command)
     try:
         _no_empty_values(parser, a)
         res = run(a)

@@ -5,6 +5,7 @@ training, parallel layout), the help formatter, ``--version``, and every subcomm
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -44,8 +45,13 @@ class Parser(argparse.ArgumentParser):
 def preset_names() -> list[str]:
     """Preset names for --help (a directory listing; nothing is parsed)."""
     env = os.environ.get("PAROSIM_TOPOLOGIES")
-    d = Path(env) if env else Path(__file__).resolve().parents[2] / "topologies"
-    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+    return _preset_names(env or str(Path(__file__).resolve().parents[2] / "topologies"))
+
+
+@functools.lru_cache(maxsize=4)
+def _preset_names(d: str) -> list[str]:  # once per directory: every command's --cluster
+    p = Path(d)
+    return sorted(x.stem for x in p.glob("*.yaml")) if p.is_dir() else []
 
 
 MODE_HELP = ("engine: replay every operation of the step on the simpy flow-level network "
@@ -214,6 +220,24 @@ def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
                    "PaRO NNN, NNI or NNG; docs/parallelism.md)")
 
 
+class _Sink:
+    """Takes any parser call and builds nothing: the parser of a command that is not run."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kw: self
+
+
+class _OneCommand:
+    """The subcommands action where only ``command`` is run: the other commands' parsers are
+    :class:`_Sink` (their flags cost start-up time and cannot be used)."""
+
+    def __init__(self, sub, command: str):
+        self.sub, self.command = sub, command
+
+    def add_parser(self, name: str, **kw):
+        return self.sub.add_parser(name, **kw) if name == self.command else _Sink()
+
+
 class _Filtered:
     """An argument container that skips the flags whose dest is in ``skip``."""
 
@@ -236,6 +260,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                 "strategies and Ring / hierarchical / HO-Ring collectives.")
     p.add_argument("--version", action=VersionAction)  # reads the metadata only when asked
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    if command is not None:  # only that command's parser is built (start-up)
+        sub = _OneCommand(sub, command)
     c = sub.add_parser("collective", epilog=EXAMPLES["collective"],
                        help="simulate one collective")
     c.add_argument("--op", default=None,

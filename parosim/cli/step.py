@@ -36,7 +36,7 @@ def cmd_jobs(a: argparse.Namespace) -> dict:
         run_jobs,
     )
 
-    defaults = vars(build_parser().parse_args(["simulate"]))
+    defaults = vars(build_parser("simulate").parse_args(["simulate"]))
     for f, default in defaults.items():
         if f in JOBS_OWN_FLAGS or getattr(a, f) == default:
             continue

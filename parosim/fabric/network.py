@@ -37,8 +37,10 @@ and never iterates the graph.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -153,6 +155,7 @@ class Network:
             self._rep = self._representatives()
         self._link_idx: dict[tuple[str, str], int] = {}
         self._cap: list[float] = []
+        self._cap_arr = np.zeros(0)  # self._cap as an array (rebuilt when a link is added)
         self._class: list[str] = []
         self._orbit: list[int] = []
         self._egress: list[str] = []  # "intra" / "inter" for links leaving a GPU, else ""
@@ -404,7 +407,9 @@ class Network:
                              ) -> tuple[list[float], np.ndarray, list[np.ndarray]]:
         """Rates, link loads and, per transfer, its bottleneck links: the saturated links
         that froze its rate (none when its own cap did)."""
-        cap = np.array(self._cap)
+        if len(self._cap_arr) != len(self._cap):  # links are only ever appended
+            self._cap_arr = np.array(self._cap)
+        cap = self._cap_arr.copy()
         load = np.zeros(len(cap))
         rates = [0.0] * len(sets)
         bottlenecks = [_NO_LINKS] * len(sets)
@@ -492,23 +497,43 @@ class Network:
         spans: dict[int, list[tuple[int, int]]] = {}
         for op, a, b in critical or ():
             spans.setdefault(op, []).append((a, b))
-        for (t0, owners, bns), t1 in zip(paces, ends, strict=True):
+        if critical is None:
+            todo: Iterable[int] = range(len(paces))
+        else:  # only the paces that overlap a critical interval can give credit (t0 < b, a < t1)
+            starts = [t for t, _, _ in paces]
+            hit: set[int] = set()
+            for a, b in (ab for sp in spans.values() for ab in sp):
+                hit.update(range(bisect.bisect_right(ends, a), bisect.bisect_left(starts, b)))
+            todo = sorted(hit)
+        # (pace, links, seconds) of every transfer credited; a link counts once per pace, at
+        # the largest credit of that pace
+        ks: list[int] = []
+        ls: list[np.ndarray] = []
+        ds: list[int] = []
+        held = 0
+        for k in todo:
+            (t0, owners, bns), t1 = paces[k], ends[k]
             if t1 <= t0:
                 continue
-            credit: dict[int, int] = {}
+            if held > _CREDIT_BATCH:   # a batch of whole paces at a time: bounded memory
+                _add_credit(out, ks, ls, ds)
+                ks, ls, ds, held = [], [], [], 0
             for owner, links in zip(owners, bns, strict=True):
                 if not len(links):
                     continue
                 if critical is None:
                     dt = t1 - t0
                 else:
-                    dt = max((min(t1, b) - max(t0, a) for a, b in spans.get(owner, ())),
-                             default=0)
+                    sp = spans.get(owner)
+                    if sp is None:  # not on the critical path: no credit
+                        continue
+                    dt = max((min(t1, b) - max(t0, a) for a, b in sp), default=0)
                 if dt > 0:
-                    for j in links.tolist():
-                        credit[j] = max(credit.get(j, 0), dt)
-            for j, dt in credit.items():
-                out[j] += dt
+                    ks.append(k)
+                    ls.append(links)
+                    ds.append(dt)
+                    held += len(links)
+        _add_credit(out, ks, ls, ds)
         return out / PS
 
     def hot_links(self, span_s: float, top: int = 5,
@@ -551,6 +576,28 @@ class Network:
         if self._segments:
             out.append((self.env.now / PS, {names[i]: 0.0 for i in want}))
         return out
+
+
+_CREDIT_BATCH = 1 << 20   # link entries held before they are added (critical_link_s)
+
+
+def _add_credit(out: np.ndarray, ks: list[int], ls: list[np.ndarray], ds: list[int]) -> None:
+    """Add to ``out`` (per link, ps) each pace's credit: transfer i, in pace ``ks[i]``,
+    credits ``ds[i]`` ps to its links ``ls[i]``; a link counts once per pace, with the largest
+    credit of that pace. Per link the additions come in pace order (the keys are sorted by
+    pace): each figure the float sum of the same terms in the same order as a loop over
+    paces."""
+    if not ks:
+        return
+    n = len(out)
+    size = np.array([len(x) for x in ls])
+    key = np.repeat(np.array(ks, dtype=np.int64), size) * n + np.concatenate(ls).astype(np.int64)
+    dt_ps = np.repeat(np.array(ds, dtype=np.int64), size)
+    order = np.lexsort((-dt_ps, key))          # per (pace, link): the largest credit first
+    key, dt_ps = key[order], dt_ps[order]
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    np.add.at(out, key[first] % n, dt_ps[first].astype(float))
 
 
 class _Reps(dict):

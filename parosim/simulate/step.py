@@ -466,17 +466,19 @@ def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
     for op in plan.ops:
         if not isinstance(op, CollectiveOp) or (op.purpose == "tp-chunk") != chunks:
             continue
-        prog = progs.get(op.cache_key)
-        if prog is None:
-            prog = progs[op.cache_key] = op.lower(spec, algo)
+        terms = progs.get(op.cache_key)
+        if terms is None:  # (bytes sent, cross-node fraction, share) per phase, once per program
+            terms = progs[op.cache_key] = []
+            for ph in op.lower(spec, algo).phases:
+                rings = ph.ringset.rings
+                senders = (len(rings) if isinstance(ph.ringset, PairSet)
+                           else sum(len(r) for r in rings))
+                share = senders / n  # the ranks that send, averaged over all GPUs
+                f = cross_node_fraction(ph.ringset, gpn)
+                sent = ph.bytes_per_rank / ph.bw_eff if chunks else ph.bytes_per_rank  # wire
+                terms.append((sent, f, share))
         times = op.count * (1 if op.micro_step is None else scale)
-        for ph in prog.phases:
-            rings = ph.ringset.rings
-            senders = (len(rings) if isinstance(ph.ringset, PairSet)
-                       else sum(len(r) for r in rings))
-            share = senders / n  # the ranks that send, averaged over all GPUs
-            f = cross_node_fraction(ph.ringset, gpn)
-            sent = ph.bytes_per_rank / ph.bw_eff if chunks else ph.bytes_per_rank  # on the wire
+        for sent, f, share in terms:
             inter += times * sent * f * share
             intra += times * sent * (1 - f) * share
     return intra, inter

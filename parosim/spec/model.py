@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from ..errors import InputError
 from .moe import MOE_PRESETS, Attention, MoE, ParamCounts, count_params
@@ -272,13 +273,13 @@ class ModelSpec:
     def _norm_params(self) -> int:
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
-    @property
+    @cached_property   # (costed hundreds of thousands of times by advise: computed once)
     def kv_dim(self) -> int:
         """Outputs of the k (and of the v) projection: kv_heads x head_dim (= h without GQA)."""
         self.require_shape("the key/value width")
         return (self.kv_heads or self.heads) * (self.hidden // self.heads)
 
-    @property
+    @cached_property
     def attention_matmul_params(self) -> int:
         """Weights of q, k, v, o: 2h² + 2·h·kv_dim (4h² without GQA)."""
         h = self.hidden

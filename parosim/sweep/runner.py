@@ -170,7 +170,9 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
         ctx = multiprocessing.get_context("forkserver")
         # Import the simulator once in the fork server; each worker then starts warm.
         # (not parosim.sweep itself: it may be __main__, which workers re-run under runpy)
-        ctx.set_forkserver_preload(["parosim.collectives", "parosim.io", "parosim.simulate"])
+        # (the packages load their names on first use: preload the modules themselves)
+        ctx.set_forkserver_preload(["parosim.collectives.simulate", "parosim.io.cluster",
+                                    "parosim.io.model", "parosim.simulate.step"])
     else:
         ctx = multiprocessing.get_context("spawn")
 
