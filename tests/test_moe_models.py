@@ -135,7 +135,6 @@ def test_hf_mixtral_and_qwen3_moe_configs():
 
 
 @pytest.mark.parametrize("argv", [
-    ["simulate", "--model", "mixtral-8x7b", "--mode", "analytic"],
     ["compare", "--model", "qwen3-30b-a3b", "--mode", "analytic"],
     ["memory", "--model", "deepseek-v3"],
     ["memory", "--model", "gpt-oss-120b", "--tp", "2"],

@@ -115,6 +115,24 @@ NOT_MEMORY = {"efficiency": None, "overlap_slowdown": None, "compute_model": Non
               "dp_comm_overlap": False}
 
 
+def moe_step_args(p: argparse.ArgumentParser) -> None:
+    """The flags of a mixture-of-experts step (docs/moe.md, "A MoE training step")."""
+    g = p.add_argument_group("mixture of experts (MoE models only)")
+    g.add_argument("--ep", type=int, default=None,
+                   help="expert parallelism: the routed experts split over EP ranks (default 1)")
+    g.add_argument("--expert-strategy", default=None,
+                   help="PaRO strategy of the routed experts over the expert-data-parallel "
+                   "group (default: --strategy's)")
+    g.add_argument("--a2a-algo", default=None,
+                   help="dispatch / combine all-to-all: p2p (default) | hierarchical-a2a")
+    g.add_argument("--routing", default=None,
+                   help="token routing drawn per step (--repeats steps): balanced | uniform | "
+                   "skew | zipf (default: every expert its mean load)")
+    g.add_argument("--max-over-mean", type=float, default=1.5,
+                   help="skew routing: the hot rank's load over the mean")
+    g.add_argument("--zipf", type=float, default=1.0, help="zipf routing: the exponent")
+
+
 def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
     """The training, override and layout flags; ``memory``: without the flags that cannot
     change memory (:data:`NOT_MEMORY`, set to their defaults)."""
@@ -268,6 +286,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="write per-link utilisation over time (CSV) of the hottest links")
     s.add_argument("--jobs", default=None, help="a YAML of several jobs on one cluster: each "
                    "job's step alone and shared (see docs/runs-and-jobs.md)")
+    moe_step_args(s)
     training_args(s)
     cluster_args(s)
 

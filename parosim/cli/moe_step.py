@@ -1,0 +1,77 @@
+"""``parosim simulate`` with a mixture-of-experts model: one global step with expert
+parallelism, the dispatch / combine all-to-alls, expert sharding levels and, on request,
+token imbalance drawn per step (docs/moe.md, "A MoE training step").
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InputError
+
+
+def cmd_simulate_moe(a: argparse.Namespace, model, cluster, training) -> dict:
+    from ..evaluate.moe_layer import Routing  # deferred: loaded when the command runs
+    from ..simulate.moe import simulate_moe_step  # deferred: loaded when the command runs
+    from .setup import algos_of, dp_keys, settings_of  # deferred: start-up
+
+    for flag, value, default in (("--tp", a.tp, 1), ("--pp", a.pp, 1), ("--cp", a.cp, 1),
+                                 ("--runtime", a.runtime, None),
+                                 ("--deepspeed-config", a.deepspeed_config, None),
+                                 ("--jitter-cv", a.jitter_cv, None),
+                                 ("--link-timeline", a.link_timeline, None)):
+        if value != default:
+            raise InputError(f"{flag} {value} is not modelled for MoE steps yet; expected it "
+                             "unset (expert parallelism beside data parallelism, the ideal "
+                             "runtime)")
+    if a.trace and a.mode != "engine":
+        raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
+    algo = algos_of(a.algo)
+    if len(algo) != 1:
+        raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
+                         "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
+                         "nccl")
+    strategy = a.strategy or "NIG"
+    est = a.expert_strategy or strategy
+    routing = None
+    if a.routing is not None:
+        routing = Routing(a.routing, a.max_over_mean, a.zipf, a.seed)
+    elif a.repeats != 1:
+        raise InputError(f"--repeats {a.repeats} draws steps of a --routing; without one the "
+                         "MoE step is deterministic; expected --routing or --repeats 1")
+    r = simulate_moe_step(model, cluster, strategy, est, training, a.ep or 1, algo[0],
+                          a.mode, a.a2a_algo or "p2p", routing, a.repeats, a.seed,
+                          trace=bool(a.trace))
+    out = dp_keys(r.to_dict())
+    out.update(model=model.name, cluster=cluster.name,
+               settings=settings_of(a, cluster, training, None))
+    if a.trace and r.fits:
+        from ..io.trace import write_chrome_trace  # deferred: loaded when the command runs
+
+        out["trace"] = str(write_chrome_trace(a.trace, r.records,
+                                              f"{r.strategy.name} {model.name}", None))
+    if a.plot and r.fits and routing is not None:
+        from ..plots.hetero import plot_step_distribution  # deferred: plotting only
+
+        out["plot"] = str(plot_step_distribution(
+            out["step_times_s"], a.plot,
+            f"{model.name} {r.strategy.name} x experts {out['expert_strategy']} on "
+            f"{cluster.name} ({cluster.gpus} GPUs), routing {routing.kind}"))
+    elif a.plot:
+        raise InputError("--plot of a MoE step needs --routing (the step-time distribution "
+                         "over the drawn steps)")
+    return out
+
+
+def moe_text(r: dict) -> str:
+    """The MoE line under the step's row."""
+    s = (f"experts: EP {r['ep']} ({r['ep_nodes']} node(s) per EP group), EDP {r['edp']}, "
+         f"expert strategy {r['expert_strategy']}; {r['a2a_per_step']} all-to-alls "
+         f"({r['a2a_algo']}) of {r['a2a_size_bytes'] / 2**20:.1f} MiB per rank per step")
+    if r.get("routing"):
+        s += (f"\nrouting {r['routing']} over {r['repeats']} step(s) (seed "
+              f"{r['routing_seed']}): mean {r['step_time_s']:.4f} s, p50 "
+              f"{r['step_time_p50_s']:.4f} s, p99 {r['step_time_p99_s']:.4f} s; forced "
+              f"balance {r['balanced_step_s']:.4f} s; cost of imbalance "
+              f"{100 * r['imbalance_cost']:.1f} %")
+    return s

@@ -1,0 +1,137 @@
+"""One global training step of a mixture-of-experts model, end to end: the MoE plan
+(:mod:`parosim.plan.moe_step`) on the engine or in closed form (:mod:`parosim.evaluate.
+moe_step`), with token imbalance drawn per step, and the metrics of a dense step
+(docs/moe.md, "A MoE training step").
+
+Memory: model states per GPU (the dense states over the n GPUs plus the expert states over
+the EDP groups, :mod:`parosim.plan.experts`), a 1 GiB runtime reserve; activations are not
+counted yet (``activations_bytes`` 0; ``fits`` tests the states alone).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..collectives.types import Algo, parse_enum
+from ..cost.memory import RUNTIME_RESERVE_BYTES, MemoryBreakdown
+from ..errors import InputError
+from ..evaluate.moe_layer import Routing
+from ..evaluate.moe_step import draw_step_loads, evaluate_moe
+from ..evaluate.replay import replay
+from ..fabric.network import MAX_SIM_SECONDS, horizon_error
+from ..plan.builder import ComputeOp
+from ..plan.experts import ExpertLayout, dense_states_bytes, expert_states_bytes
+from ..plan.moe_step import build_moe_plan, check_moe_step
+from ..spec.model import ModelSpec
+from ..spec.runtime import effective_overlap_slowdown
+from ..spec.strategy import parse_strategy
+from ..spec.system import ClusterSpec
+from ..spec.training import BYTES_PER_GRAD, BYTES_PER_OPTIM_STATE, BYTES_PER_PARAM, TrainingSpec
+from .step import MODES, StepResult, hardware_flops, step_metrics
+
+
+def moe_memory(model: ModelSpec, strategy, expert_strategy, cluster: ClusterSpec,
+               training: TrainingSpec, lay: ExpertLayout) -> MemoryBreakdown:
+    """Model states per GPU (dense + expert) and the runtime reserve (module docstring)."""
+    r = training.trainable_ratio
+    dense = dense_states_bytes(model, strategy, lay, r)
+    expert = expert_states_bytes(model, expert_strategy, lay, r)
+    states = dense + expert
+    total = states + RUNTIME_RESERVE_BYTES
+    cap = float(cluster.min_gpu_memory_bytes)
+    from ..plan.experts import dense_params_per_gpu, expert_params_per_gpu  # deferred: here only
+
+    pd, pe = dense_params_per_gpu(model, lay), expert_params_per_gpu(model, lay)
+    n, m = lay.dense_dp, lay.m_dp
+    dp_, dg, dos = strategy.divisors(n, m)
+    ep_, eg, eos = expert_strategy.divisors(lay.edp, lay.m_edp)
+    return MemoryBreakdown(
+        model_states_bytes=states, activations_bytes=0.0, buffers_bytes=0.0,
+        margin_bytes=float(RUNTIME_RESERVE_BYTES), total_bytes=total, capacity_bytes=cap,
+        fits=total <= cap, shortfall_bytes=max(0.0, total - cap),
+        params_bytes=BYTES_PER_PARAM * (pd / dp_ + pe / ep_),
+        grads_bytes=BYTES_PER_GRAD * r * (pd / dg + pe / eg),
+        optimizer_bytes=BYTES_PER_OPTIM_STATE * r * (pd / dos + pe / eos), recompute=False,
+        memory_model="states-only", attention=training.attention or "flash")
+
+
+def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_strategy,
+                      training: TrainingSpec, ep: int, algo: Algo | str = Algo.HO_RING,
+                      mode: str = "engine", a2a_algo: Algo | str = Algo.P2P,
+                      routing: Routing | None = None, repeats: int = 1, seed: int = 0,
+                      trace: bool = False) -> StepResult:
+    """One global MoE step (module docstring). ``routing`` None: the deterministic step
+    (every expert gets its mean load); else ``repeats`` steps drawn from ``routing`` with one
+    generator seeded ``routing.seed``: ``step_time_s`` is their mean and ``extra`` holds the
+    distribution, the forced-balance step and the cost of imbalance."""
+    strategy, est = parse_strategy(strategy), parse_strategy(expert_strategy)
+    algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
+    a2a_algo = (a2a_algo if isinstance(a2a_algo, Algo)
+                else parse_enum(Algo, a2a_algo, "--a2a-algo"))
+    if mode not in MODES:
+        raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"--repeats = {repeats!r} must be a positive integer")
+    check_moe_step(model, cluster, training)
+    if cluster.compute_heterogeneous or cluster.jitter_cv > 0 or (
+            mode == "analytic" and not cluster.closed_form_exact):
+        raise InputError(f"cluster {cluster.name!r} has GPU overrides, jitter or link "
+                         "overrides / ECMP hashing, which MoE steps do not model; expected a "
+                         "homogeneous cluster")
+    lay = ExpertLayout(cluster, model.moe.experts, ep=ep)
+    slow = effective_overlap_slowdown(training.overlap_slowdown,
+                                      getattr(cluster, "overlap_slowdown", None), None)
+    mem = moe_memory(model, strategy, est, cluster, training, lay)
+    res = StepResult(strategy, algo, mode, cluster.gpus, mem, overlap_slowdown=slow)
+    if not mem.fits:
+        return res
+
+    def run(rows=None, sizes=None):
+        plan = build_moe_plan(model, strategy, est, cluster, training, ep, a2a_algo,
+                              rows, sizes)
+        if mode == "engine":
+            rep = replay(plan, cluster, algo, slow, trace=trace, period_nodes=cluster.nodes)
+            b_intra = rep.gpu_egress.get("intra", 0.0) / cluster.gpus
+            b_inter = rep.gpu_egress.get("inter", 0.0) / cluster.gpus
+            return (plan, rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s, b_intra,
+                    b_inter, rep.events, rep.records)
+        an = evaluate_moe(plan, cluster, algo, slow)
+        if not an.step_time_s <= MAX_SIM_SECONDS:
+            raise horizon_error(an.step_time_s)
+        comp = sum(o.duration_s for o in plan.ops if isinstance(o, ComputeOp))
+        return (plan, an.step_time_s, an.exposed_comm_s, comp, None, None, 0, [])
+
+    plan, step, exposed, compute, b_intra, b_inter, events, records = run()
+    extra = {"ep": ep, "edp": lay.edp, "m_edp": lay.m_edp, "ep_nodes": lay.ep_nodes,
+             "expert_strategy": est.name, "a2a_algo": a2a_algo.value,
+             "a2a_size_bytes": plan.a2a_size_bytes,
+             "a2a_per_step": sum(1 for o in plan.ops if o.stream == "comm-a2a"),
+             "expert_states_bytes": expert_states_bytes(model, est, lay,
+                                                        training.trainable_ratio),
+             "dense_states_bytes": dense_states_bytes(model, strategy, lay,
+                                                      training.trainable_ratio),
+             "repeats": repeats, "seed": seed}
+    if routing is not None:
+        rng = np.random.default_rng(routing.seed)
+        deterministic = step
+        times, ratios = [], []
+        for _ in range(repeats):
+            rows, sizes, rat = draw_step_loads(model, training, ep, lay.edp, routing, rng)
+            t = run(rows, sizes)
+            times.append(t[1])
+            ratios.append(max(rat))
+        ts = np.array(times)
+        step = float(ts.mean())
+        extra.update({"routing": routing.kind, "max_over_mean_param": routing.max_over_mean,
+                      "zipf": routing.zipf, "routing_seed": routing.seed,
+                      "step_times_s": times, "load_max_over_mean": ratios,
+                      "balanced_step_s": deterministic,
+                      "step_time_p50_s": float(np.percentile(ts, 50)),
+                      "step_time_p99_s": float(np.percentile(ts, 99)),
+                      "step_time_max_s": float(ts.max()),
+                      "imbalance_cost": step / deterministic - 1.0})
+    res.events, res.records, res.extra = events, records, extra
+    if b_intra is None:
+        b_intra = b_inter = 0.0
+    return step_metrics(res, cluster, training, step, exposed, compute, b_intra, b_inter,
+                    plan.tokens_per_step * 1, hardware_flops(plan), plan.model_flops_per_step)

@@ -1,0 +1,148 @@
+"""A whole MoE training step (docs/moe.md, "A MoE training step"): the plan's all-to-alls and
+expert collectives, engine against closed form, bit-identical reruns, token imbalance."""
+
+from __future__ import annotations
+
+import pytest
+
+from parosim.cli import main
+from parosim.collectives.alltoall import lower_alltoall
+from parosim.collectives.cost import program_time
+from parosim.collectives.types import Algo, Scope
+from parosim.evaluate.moe_layer import Routing
+from parosim.evaluate.moe_step import evaluate_moe
+from parosim.io import load_cluster
+from parosim.plan.builder import ComputeOp
+from parosim.plan.experts import ExpertLayout
+from parosim.plan.moe_step import A2AOp, build_moe_plan
+from parosim.simulate.moe import simulate_moe_step
+from parosim.spec.model import preset
+from parosim.spec.training import TrainingSpec
+
+MIX = preset("mixtral-8x7b")
+T1 = TrainingSpec(micro_batch=1, seq_len=1024, accum_steps=1)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    return load_cluster("dgx-h100-ib", nodes=2)
+
+
+def test_plan_all_to_alls_and_expert_collectives(two_nodes):
+    t = TrainingSpec(micro_batch=1, seq_len=4096, accum_steps=2)
+    plan = build_moe_plan(MIX, "NIG", "IGG", two_nodes, t, 8)
+    a2a = [o for o in plan.ops if isinstance(o, A2AOp)]
+    # dispatch, combine and their gradients: 4 per MoE layer per micro-step
+    assert len(a2a) == 4 * 32 * 2
+    # Mixtral-8x7B at EP 8, b = 1, s = 4096: 4096 tokens x top-2 x 4096 x 2 B = 64 MiB
+    assert {o.size_bytes for o in a2a} == {64 * 2**20}
+    assert all(o.scopes == ExpertLayout(two_nodes, 8, ep=8).ep_groups(0) for o in a2a)
+    # expert p = I over EDP 2 with one EDP rank per node: I shards nothing, no gather;
+    # expert g = G: a reduce-scatter of each MoE layer's expert shard per micro-step
+    eg = [o for o in plan.ops if o.name.startswith("ag-expert")]
+    er = [o for o in plan.ops if o.name.startswith("rs-expert")]
+    shard = MIX.param_counts.routed_experts / 32 / 8
+    assert eg == [] and len(er) == 32 * 2
+    assert {o.size_bytes for o in er} == {2 * shard}
+    # the dense side: p = N (no gather), g = I: a reduce-scatter per unit per micro-step
+    assert not [o for o in plan.ops if o.name.startswith("ag-param")]
+    assert len([o for o in plan.ops if o.name.startswith("rs-grad")]) == 34 * 2
+    # every expert compute waits for its all-to-all
+    for o in plan.ops:
+        if isinstance(o, ComputeOp) and o.name.startswith("expert-"):
+            assert any(isinstance(plan.ops[d], A2AOp) for d in o.deps)
+
+
+def test_closed_form_by_hand_one_node():
+    """One node, EP 8: EDP 1 (no expert collectives), dense NNN: a global all-reduce at the
+    boundary. T = compute + 4 x 32 all-to-alls + all-reduce + optimizer."""
+    c = load_cluster("dgx-h100-ib", nodes=1)
+    plan = build_moe_plan(MIX, "NNN", "NNN", c, T1, 8)
+    an = evaluate_moe(plan, c, Algo.RING)
+    size = 1024 * 2 * 4096 * 2
+    a2a = program_time(c, lower_alltoall(c, Scope.GLOBAL, size, Algo.P2P,
+                                         groups=[list(range(8))]))
+    comp = sum(o.duration_s for o in plan.ops if isinstance(o, ComputeOp)
+               and o.micro_step is not None)
+    assert an.t_a2a_s == pytest.approx(4 * 32 * a2a, rel=1e-12)
+    assert an.t_comm_s == 0.0
+    assert an.step_time_s == pytest.approx(comp + 4 * 32 * a2a + an.t_sync_g_s
+                                           + an.t_optimizer_s, rel=1e-12)
+    # the compute: forward of the active matmuls and attention scores, backward 2 x
+    dense = 2 * 1024 * (MIX.param_counts.active_matmul
+                        - 32 * 2 * 3 * 4096 * 14336) + 32 * 2 * 2 * 4096 * 1024 * 1024
+    expert = 32 * 1024 * 2 * 2 * 3 * 4096 * 14336
+    assert comp * c.gpu.peak_flops * 0.5 == pytest.approx(3 * (dense + expert), rel=1e-9)
+
+
+@pytest.mark.parametrize("strategy,expert", [("NNG", "NNG"), ("NIG", "IIG"), ("NNN", "GGG")])
+def test_engine_equals_closed_form(two_nodes, strategy, expert):
+    e = simulate_moe_step(MIX, two_nodes, strategy, expert, T1, 8, mode="engine")
+    a = simulate_moe_step(MIX, two_nodes, strategy, expert, T1, 8, mode="analytic")
+    assert e.fits and a.fits
+    assert e.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
+
+
+def test_engine_hierarchical_a2a_across_nodes(two_nodes):
+    """EP 16 spans both nodes: the all-to-alls cross the NICs."""
+    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=1)
+    q = preset("qwen3-30b-a3b")
+    for algo in ("p2p", "hierarchical-a2a"):
+        e = simulate_moe_step(q, two_nodes, "NNG", "NNG", t, 16, mode="engine", a2a_algo=algo)
+        a = simulate_moe_step(q, two_nodes, "NNG", "NNG", t, 16, mode="analytic",
+                              a2a_algo=algo)
+        assert e.extra["ep_nodes"] == 2
+        assert e.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
+        assert e.bytes_inter > 0
+
+
+def test_reruns_bit_identical(two_nodes):
+    kw = dict(mode="engine", routing=Routing("uniform", seed=3), repeats=2)
+    a = simulate_moe_step(MIX, two_nodes, "NIG", "IIG", T1, 8, **kw).to_dict()
+    b = simulate_moe_step(MIX, two_nodes, "NIG", "IIG", T1, 8, **kw).to_dict()
+    assert a == b
+
+
+@pytest.mark.parametrize("mode", ["engine", "analytic"])
+def test_forced_balance_equals_deterministic(two_nodes, mode):
+    det = simulate_moe_step(MIX, two_nodes, "NNG", "NNG", T1, 8, mode=mode)
+    bal = simulate_moe_step(MIX, two_nodes, "NNG", "NNG", T1, 8, mode=mode,
+                            routing=Routing("balanced"), repeats=2)
+    assert bal.extra["step_times_s"] == [det.step_time_s] * 2
+    assert bal.step_time_s == det.step_time_s
+    assert bal.extra["imbalance_cost"] == 0.0
+
+
+def test_skew_costs_as_the_busiest_rank(two_nodes):
+    """Skew 1.5 in closed form: every MoE layer's expert compute and all-to-alls take the
+    hot rank's 1.5 x: the step grows by 0.5 x (expert compute + all-to-alls)."""
+    c1 = two_nodes
+    det = build_moe_plan(MIX, "NNG", "NNG", c1, T1, 8)
+    d = evaluate_moe(det, c1, Algo.HO_RING)
+    r = simulate_moe_step(MIX, c1, "NNG", "NNG", T1, 8, mode="analytic",
+                          routing=Routing("skew", 1.5), repeats=1)
+    assert r.extra["load_max_over_mean"] == [1.5]
+    expert = sum(o.duration_s for o in det.ops if o.name.startswith("expert-"))
+    # the all-to-all of 1.5 x the bytes: its bandwidth part 1.5 x, latency the same
+    rows = 1024 * 2
+    big = program_time(c1, lower_alltoall(c1, Scope.GLOBAL, 1.5 * rows * 4096 * 2, Algo.P2P,
+                                          groups=[list(range(8)), list(range(8, 16))]))
+    want = d.step_time_s + 0.5 * expert + 4 * 32 * big - d.t_a2a_s
+    assert r.step_time_s == pytest.approx(want, rel=1e-9)
+    assert r.extra["imbalance_cost"] > 0.1
+
+
+def test_cli_moe_step_and_refusals(capsys):
+    argv = ["simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
+            "--ep", "8", "--strategy", "NIG", "--expert-strategy", "NNG", "--seq-len", "512",
+            "--micro-batch", "1", "--accum", "1", "--mode", "analytic"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "EP 8" in out and "PaRO-NNG" in out
+    for extra, word in ((["--tp", "2"], "--tp"), (["--routing", "bogus"], "--routing"),
+                        (["--a2a-algo", "ring"], "--a2a-algo"), (["--ep", "3"], "--ep"),
+                        (["--recompute", "on"], "--recompute")):
+        assert main(argv + extra) == 2
+        assert word in capsys.readouterr().err
+    assert main(["simulate", "--model", "llama-7b", "--ep", "2"]) == 2
+    assert "--ep is for mixture-of-experts" in capsys.readouterr().err
