@@ -136,8 +136,6 @@ def test_hf_mixtral_and_qwen3_moe_configs():
 
 @pytest.mark.parametrize("argv", [
     ["compare", "--model", "qwen3-30b-a3b", "--mode", "analytic"],
-    ["memory", "--model", "deepseek-v3"],
-    ["memory", "--model", "gpt-oss-120b", "--tp", "2"],
     ["advise", "--model", "qwen3-30b-a3b", "--global-batch", "64"],
     ["run", "--model", "mixtral-8x22b"],
 ])

@@ -75,7 +75,7 @@ def test_closed_form_by_hand_one_node():
     assert comp * c.gpu.peak_flops * 0.5 == pytest.approx(3 * (dense + expert), rel=1e-9)
 
 
-@pytest.mark.parametrize("strategy,expert", [("NNG", "NNG"), ("NIG", "IIG"), ("NNN", "GGG")])
+@pytest.mark.parametrize("strategy,expert", [("NNG", "NNG"), ("NIG", "IIG"), ("NNG", "GGG")])
 def test_engine_equals_closed_form(two_nodes, strategy, expert):
     e = simulate_moe_step(MIX, two_nodes, strategy, expert, T1, 8, mode="engine")
     a = simulate_moe_step(MIX, two_nodes, strategy, expert, T1, 8, mode="analytic")
@@ -146,3 +146,61 @@ def test_cli_moe_step_and_refusals(capsys):
         assert word in capsys.readouterr().err
     assert main(["simulate", "--model", "llama-7b", "--ep", "2"]) == 2
     assert "--ep is for mixture-of-experts" in capsys.readouterr().err
+
+
+def test_moe_memory_by_hand(two_nodes):
+    """Mixtral-8x7B, b = 1, s = 1024, FlashAttention, EP 8 on 2 x 8 GPUs (docs/moe.md,
+    "Memory of a MoE step")."""
+    from dataclasses import replace
+
+    from parosim.plan.experts import dense_states_bytes, expert_states_bytes
+    from parosim.plan.moe_memory import moe_activation_terms, moe_memory
+    from parosim.spec.strategy import parse_strategy
+
+    t = TrainingSpec(micro_batch=1, seq_len=1024, attention="flash")
+    terms = moe_activation_terms(MIX, t)
+    h, T, L = 4096, 1024, 32
+    # norms 4h, projection input 2h, q k v 2·(4096 + 1024 + 1024), output 2·4096, MLP in 2h
+    per_tok = 4 * h + 2 * h + 2 * (4096 + 1024 + 1024) + 2 * 4096 + 2 * h
+    assert terms["attention"] == L * T * (per_tok + 4 * 32)
+    assert terms["router"] == L * T * (8 * 8 + 12 * 2)
+    rows = T * 2
+    assert terms["experts"] == L * rows * (2 * h + 8 * 14336 + 2 * h + 8)
+    assert terms["output"] == T * (4 * h + 4 * 32000)
+    assert terms["dense_mlp"] == terms["shared_experts"] == 0
+    # a capacity factor pads every expert's buffer to ceil(c·T·k / E) rows
+    cf = replace(MIX, moe=replace(MIX.moe, capacity_factor=1.25))
+    padded = 8 * -(-1.25 * T * 2 // 8)
+    assert padded == 2560
+    assert moe_activation_terms(cf, t)["experts"] == L * padded * (2 * h + 8 * 14336
+                                                                    + 2 * h + 8)
+    lay = ExpertLayout(two_nodes, 8, ep=8)
+    s, e = parse_strategy("NIG"), parse_strategy("IGG")
+    mem = moe_memory(MIX, s, e, two_nodes, t, lay)
+    states = dense_states_bytes(MIX, s, lay) + expert_states_bytes(MIX, e, lay)
+    assert mem.model_states_bytes == states
+    assert mem.activations_bytes == terms["total"]
+    # buffers: dense p = N, g = I: two units of gradients (the biggest dense unit: the
+    # head, 32000 x 4096 + the final norm 4096); experts p = I with one EDP rank per node
+    # (I shards and gathers nothing: no buffer), g = G over EDP 2: two expert gradient shards
+    expert_unit = MIX.param_counts.routed_experts / 32 / 8
+    assert mem.buffers_bytes == pytest.approx(2 * 2 * (32000 * 4096 + 4096)
+                                              + 2 * 2 * expert_unit, rel=1e-12)
+    assert mem.margin_bytes == pytest.approx(0.10 * (states + terms["total"]
+                                                     + mem.buffers_bytes) + 2**30)
+
+
+def test_memory_command_moe(capsys):
+    import json
+
+    base = ["memory", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
+            "--ep", "8", "--seq-len", "1024", "--micro-batch", "1", "--json"]
+    assert main(base + ["--strategy", "NIG", "--expert-strategy", "all"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["results"]) == 14
+    by = {r["expert_strategy"]: r for r in d["results"]}
+    assert not by["PaRO-NNN"]["fits"] and by["PaRO-GGG"]["fits"]
+    assert by["PaRO-GGG"]["total_bytes"] < by["PaRO-NNG"]["total_bytes"]
+    assert by["PaRO-GGG"]["max_micro_batch"] >= 1 and by["PaRO-NNN"]["max_micro_batch"] == 0
+    assert main(base + ["--tp", "2"]) == 2
+    assert "--tp" in capsys.readouterr().err

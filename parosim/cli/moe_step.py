@@ -10,20 +10,61 @@ import argparse
 from ..errors import InputError
 
 
+def _refuse_layout_flags(a: argparse.Namespace) -> None:
+    for flag, value, default in (("--tp", a.tp, 1), ("--pp", a.pp, 1), ("--cp", a.cp, 1),
+                                 ("--runtime", a.runtime, None),
+                                 ("--deepspeed-config", getattr(a, "deepspeed_config", None),
+                                  None),
+                                 ("--jitter-cv", getattr(a, "jitter_cv", None), None),
+                                 ("--link-timeline", getattr(a, "link_timeline", None),
+                                  None)):
+        if value != default:
+            raise InputError(f"{flag} {value} is not modelled for MoE steps yet; expected it "
+                             "unset (expert parallelism beside data parallelism, the ideal "
+                             "runtime)")
+
+
+def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
+    """``parosim memory`` of a MoE model: one row per dense x expert strategy pair."""
+    from ..plan.experts import ExpertLayout  # deferred: loaded when the command runs
+    from ..plan.moe_memory import (  # deferred: loaded when the command runs
+        max_micro_batch_moe,
+        moe_activation_terms,
+        moe_memory,
+    )
+    from ..plan.moe_step import check_moe_step  # deferred: loaded when the command runs
+    from ..simulate.step import memory_dict  # deferred: loaded when the command runs
+    from ..spec.strategy import ALL_STRATEGIES, parse_strategy  # deferred: start-up
+    from .setup import settings_of  # deferred: start-up
+
+    _refuse_layout_flags(a)
+    check_moe_step(model, cluster, training, timing=False)
+    lay = ExpertLayout(cluster, model.moe.experts, ep=a.ep or 1)
+    dense = (list(ALL_STRATEGIES) if a.strategy == "all" else [parse_strategy(a.strategy)])
+    rows = []
+    for s in dense:
+        experts = (list(ALL_STRATEGIES) if a.expert_strategy == "all" else
+                   [parse_strategy(a.expert_strategy or s.name)])
+        for e in experts:
+            d = memory_dict(s, cluster.gpus, moe_memory(model, s, e, cluster, training, lay))
+            d["expert_strategy"] = e.name
+            d["label"] = f"{s.short} x {e.short}"
+            d["max_micro_batch"] = max_micro_batch_moe(model, s, e, cluster, training, lay)
+            d.update(ep=lay.ep, edp=lay.edp)
+            rows.append(d)
+    res = dict(rows[0]) if len(rows) == 1 else {"results": rows}
+    res.update(model=model.name, cluster=cluster.name,
+               settings=settings_of(a, cluster, training, None),
+               activation_terms=moe_activation_terms(model, training))
+    return res
+
+
 def cmd_simulate_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     from ..evaluate.moe_layer import Routing  # deferred: loaded when the command runs
     from ..simulate.moe import simulate_moe_step  # deferred: loaded when the command runs
     from .setup import algos_of, dp_keys, settings_of  # deferred: start-up
 
-    for flag, value, default in (("--tp", a.tp, 1), ("--pp", a.pp, 1), ("--cp", a.cp, 1),
-                                 ("--runtime", a.runtime, None),
-                                 ("--deepspeed-config", a.deepspeed_config, None),
-                                 ("--jitter-cv", a.jitter_cv, None),
-                                 ("--link-timeline", a.link_timeline, None)):
-        if value != default:
-            raise InputError(f"{flag} {value} is not modelled for MoE steps yet; expected it "
-                             "unset (expert parallelism beside data parallelism, the ideal "
-                             "runtime)")
+    _refuse_layout_flags(a)
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
     algo = algos_of(a.algo)

@@ -452,6 +452,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     m = sub.add_parser("memory", epilog=EXAMPLES["memory"],
                        help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
+    g = m.add_argument_group("mixture of experts (MoE models only)")
+    g.add_argument("--ep", type=int, default=None,
+                   help="expert parallelism: the routed experts split over EP ranks (default 1)")
+    g.add_argument("--expert-strategy", default=None,
+                   help="PaRO strategy of the routed experts over the expert-data-parallel "
+                   "group, or 'all' (default: each row's --strategy)")
     training_args(m, memory=True)
     cluster_args(m)
     from .model import (  # deferred: loaded when the command runs (start-up)

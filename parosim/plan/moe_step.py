@@ -100,12 +100,14 @@ class MoEPlan(Plan):
     a2a_size_bytes: float = 0.0
 
 
-def check_moe_step(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
-    """Refuse, in one line each, what the MoE step does not model."""
+def check_moe_step(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                   timing: bool = True) -> None:
+    """Refuse, in one line each, what the MoE step does not model (``timing`` False: what
+    its memory does not model)."""
     if not model.is_moe:
         raise InputError(f"model {model.name!r} is not a mixture of experts; --ep and "
                          "--expert-strategy need a MoE model")
-    if compute_model(cluster, training) != "flat":
+    if timing and compute_model(cluster, training) != "flat":
         raise InputError("the kernel compute model is not modelled for MoE steps (grouped "
                          "GEMMs, MLA kernels); expected --compute-model flat")
     if training.precision != "bf16":

@@ -3,9 +3,8 @@
 moe_step`), with token imbalance drawn per step, and the metrics of a dense step
 (docs/moe.md, "A MoE training step").
 
-Memory: model states per GPU (the dense states over the n GPUs plus the expert states over
-the EDP groups, :mod:`parosim.plan.experts`), a 1 GiB runtime reserve; activations are not
-counted yet (``activations_bytes`` 0; ``fits`` tests the states alone).
+Memory: :func:`parosim.plan.moe_memory.moe_memory` (states, activations with top-k routing,
+buffers, margin); a step that does not fit is reported with ``fits`` false, not simulated.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..collectives.types import Algo, parse_enum
-from ..cost.memory import RUNTIME_RESERVE_BYTES, MemoryBreakdown
 from ..errors import InputError
 from ..evaluate.moe_layer import Routing
 from ..evaluate.moe_step import draw_step_loads, evaluate_moe
@@ -21,38 +19,14 @@ from ..evaluate.replay import replay
 from ..fabric.network import MAX_SIM_SECONDS, horizon_error
 from ..plan.builder import ComputeOp
 from ..plan.experts import ExpertLayout, dense_states_bytes, expert_states_bytes
+from ..plan.moe_memory import moe_memory
 from ..plan.moe_step import build_moe_plan, check_moe_step
 from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import parse_strategy
 from ..spec.system import ClusterSpec
-from ..spec.training import BYTES_PER_GRAD, BYTES_PER_OPTIM_STATE, BYTES_PER_PARAM, TrainingSpec
+from ..spec.training import TrainingSpec
 from .step import MODES, StepResult, hardware_flops, step_metrics
-
-
-def moe_memory(model: ModelSpec, strategy, expert_strategy, cluster: ClusterSpec,
-               training: TrainingSpec, lay: ExpertLayout) -> MemoryBreakdown:
-    """Model states per GPU (dense + expert) and the runtime reserve (module docstring)."""
-    r = training.trainable_ratio
-    dense = dense_states_bytes(model, strategy, lay, r)
-    expert = expert_states_bytes(model, expert_strategy, lay, r)
-    states = dense + expert
-    total = states + RUNTIME_RESERVE_BYTES
-    cap = float(cluster.min_gpu_memory_bytes)
-    from ..plan.experts import dense_params_per_gpu, expert_params_per_gpu  # deferred: here only
-
-    pd, pe = dense_params_per_gpu(model, lay), expert_params_per_gpu(model, lay)
-    n, m = lay.dense_dp, lay.m_dp
-    dp_, dg, dos = strategy.divisors(n, m)
-    ep_, eg, eos = expert_strategy.divisors(lay.edp, lay.m_edp)
-    return MemoryBreakdown(
-        model_states_bytes=states, activations_bytes=0.0, buffers_bytes=0.0,
-        margin_bytes=float(RUNTIME_RESERVE_BYTES), total_bytes=total, capacity_bytes=cap,
-        fits=total <= cap, shortfall_bytes=max(0.0, total - cap),
-        params_bytes=BYTES_PER_PARAM * (pd / dp_ + pe / ep_),
-        grads_bytes=BYTES_PER_GRAD * r * (pd / dg + pe / eg),
-        optimizer_bytes=BYTES_PER_OPTIM_STATE * r * (pd / dos + pe / eos), recompute=False,
-        memory_model="states-only", attention=training.attention or "flash")
 
 
 def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_strategy,
