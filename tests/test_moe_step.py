@@ -204,3 +204,42 @@ def test_memory_command_moe(capsys):
     assert by["PaRO-GGG"]["max_micro_batch"] >= 1 and by["PaRO-NNN"]["max_micro_batch"] == 0
     assert main(base + ["--tp", "2"]) == 2
     assert "--tp" in capsys.readouterr().err
+
+
+def test_closed_form_bytes_equal_the_engine(two_nodes):
+    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=1)
+    q = preset("qwen3-30b-a3b")
+    for model, ep in ((MIX, 8), (q, 16)):
+        a = simulate_moe_step(model, two_nodes, "NIG", "IGG", t, ep, mode="analytic")
+        e = simulate_moe_step(model, two_nodes, "NIG", "IGG", t, ep, mode="engine")
+        assert a.bytes_intra == pytest.approx(e.bytes_intra, rel=1e-6)
+        assert a.bytes_inter == pytest.approx(e.bytes_inter, rel=1e-6)
+    assert e.bytes_inter > 0   # EP 16 crosses the NICs
+
+
+def test_compare_lists_dense_x_expert_pairs(capsys):
+    import json
+
+    base = ["compare", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
+            "--ep", "8", "--seq-len", "512", "--micro-batch", "1", "--accum", "1", "--json"]
+    assert main(base) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["mode"] == "analytic" and len(d["results"]) == 14 * 14
+    pairs = {(r["strategy"], r["expert_strategy"]) for r in d["results"]}
+    assert len(pairs) == 196
+    fit = [r for r in d["results"] if r["fits"]]
+    assert fit and fit == d["results"][:len(fit)]
+    times = [r["step_time_s"] for r in fit]
+    assert times == sorted(times)
+    # the engine on request, for the pairs asked
+    assert main(base + ["--mode", "engine", "--expert-strategy", "NNG,GGG",
+                        "--workers", "1"]) == 0
+    e = json.loads(capsys.readouterr().out)
+    assert e["mode"] == "engine" and len(e["results"]) == 28
+    assert {r["expert_strategy"] for r in e["results"]} == {"PaRO-NNG", "PaRO-GGG"}
+    ana = {(r["strategy"], r["expert_strategy"]): r for r in d["results"]}
+    for r in e["results"]:
+        if r["fits"] and r["strategy"] in ("PaRO-NNG", "PaRO-NIG") and (
+                r["expert_strategy"] == "PaRO-NNG"):   # boundary-only expert syncs
+            want = ana[(r["strategy"], r["expert_strategy"])]["step_time_s"]
+            assert r["step_time_s"] == pytest.approx(want, rel=0.01)

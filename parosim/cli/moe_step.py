@@ -59,6 +59,26 @@ def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     return res
 
 
+def cmd_compare_moe(a: argparse.Namespace, model, cluster, training) -> dict:
+    """``parosim compare`` of a MoE model: dense x expert strategy pairs, best first."""
+    from ..simulate.moe import compare_moe  # deferred: loaded when the command runs
+    from ..spec.strategy import parse_strategy  # deferred: start-up
+    from .setup import algos_of, check_workers, dp_keys, settings_of  # deferred: start-up
+
+    check_workers(a.workers)
+    _refuse_layout_flags(a)
+    mode = a.mode or "analytic"
+    text = a.expert_strategy or "all"
+    experts = (None if text.strip().lower() == "all"
+               else [parse_strategy(t.strip()) for t in text.split(",")])
+    rows = [dp_keys(r.to_dict())
+            for r in compare_moe(model, cluster, training, a.ep or 1, algos_of(a.algo), mode,
+                                 None, experts, a.a2a_algo or "p2p", a.workers)]
+    return {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
+            "mode": mode, "runtime": "ideal",
+            "settings": settings_of(a, cluster, training, None), "results": rows}
+
+
 def cmd_simulate_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     from ..evaluate.moe_layer import Routing  # deferred: loaded when the command runs
     from ..simulate.moe import simulate_moe_step  # deferred: loaded when the command runs

@@ -295,10 +295,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     cmp_.add_argument("--algo", "--collective", dest="algo", default=None,
                       help="ring | hierarchical | ho-ring | nccl | all (default ho-ring; set by "
                       "--runtime deepspeed / fsdp / paro)")
-    cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"],
-                      help=MODE_HELP)
+    cmp_.add_argument("--mode", default=None, choices=["engine", "analytic"],
+                      help=MODE_HELP + " (default: engine; analytic for a MoE model, whose "
+                      "196 dense x expert pairs the engine runs on request)")
     cmp_.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                       help="processes to simulate in (default: up to 2)")
+    g = cmp_.add_argument_group("mixture of experts (MoE models only)")
+    g.add_argument("--ep", type=int, default=None,
+                   help="expert parallelism: the routed experts split over EP ranks (default 1)")
+    g.add_argument("--expert-strategy", default=None,
+                   help="PaRO strategies of the routed experts to pair with every dense one: "
+                   "one, a comma list, or 'all' (the default)")
+    g.add_argument("--a2a-algo", default=None,
+                   help="dispatch / combine all-to-all: p2p (default) | hierarchical-a2a")
     training_args(cmp_)
     cluster_args(cmp_)
 

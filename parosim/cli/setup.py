@@ -28,7 +28,7 @@ def specs_of(a: argparse.Namespace):
     )
 
     model = load_model(a.model)
-    if model.is_extended and not (model.is_moe and a.command in ("simulate", "memory")
+    if model.is_extended and not (model.is_moe and a.command in ("simulate", "memory", "compare")
                                   and not getattr(a, "jobs", None)):
         raise InputError(model.refusal(f"parosim {a.command}"))
     if not model.is_moe:

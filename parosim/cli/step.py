@@ -214,6 +214,11 @@ def cmd_compare(a: argparse.Namespace) -> dict:
 
     check_workers(a.workers)
     model, cluster, training = specs_of(a)
+    if model.is_moe:
+        from .moe_step import cmd_compare_moe  # deferred: MoE models only
+
+        return cmd_compare_moe(a, model, cluster, training)
+    a.mode = a.mode or "engine"
     rt, training, _, info = runtime_of(a, cluster, training)
     par = parallel_of(a)
     rows = [dp_keys(r.to_dict())

@@ -120,3 +120,4 @@ def draw_step_loads(model: ModelSpec, training: TrainingSpec, ep: int, groups: i
                 ratios.append(ratio)
     assert len(rows_out) == moe_uses(model, training)
     return rows_out, sizes, ratios
+

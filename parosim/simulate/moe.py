@@ -11,22 +11,58 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..collectives.types import Algo, parse_enum
+from ..collectives.alltoall import lower_p2p
+from ..collectives.lowering import lower
+from ..collectives.types import Algo, Scope, parse_enum
 from ..errors import InputError
 from ..evaluate.moe_layer import Routing
 from ..evaluate.moe_step import draw_step_loads, evaluate_moe
 from ..evaluate.replay import replay
 from ..fabric.network import MAX_SIM_SECONDS, horizon_error
-from ..plan.builder import ComputeOp
+from ..plan.builder import CollectiveOp, ComputeOp
 from ..plan.experts import ExpertLayout, dense_states_bytes, expert_states_bytes
 from ..plan.moe_memory import moe_memory
-from ..plan.moe_step import build_moe_plan, check_moe_step
+from ..plan.moe_step import A2AOp, build_moe_plan, check_moe_step
 from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import parse_strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import TrainingSpec
-from .step import MODES, StepResult, hardware_flops, step_metrics
+from .step import MODES, StepResult, cross_node_fraction, hardware_flops, step_metrics
+
+
+def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo) -> tuple[float, float]:
+    """Bytes one GPU sends per step over intra-node and inter-node hops (average) in the
+    closed form: each collective's lowered phases split by their share of node-crossing
+    hops, as a dense step's; an all-to-all counted as the p2p algorithm sends it, (k-1)/k of
+    its size per rank, split by the share of its flows that leave the node."""
+    intra = inter = 0.0
+    progs: dict = {}
+    gpn = spec.gpus_per_node
+    for op in plan.ops:
+        if not isinstance(op, CollectiveOp):
+            continue
+        if isinstance(op, A2AOp):
+            pairs = lower_p2p(spec, Scope.GLOBAL, op.size_bytes,
+                              groups=[list(g) for g in op.scopes]).phases[0].ringset
+            k = len(op.scopes[0])
+            f = cross_node_fraction(pairs, gpn)
+            sent = op.size_bytes * (k - 1) / k
+            inter += sent * f
+            intra += sent * (1 - f)
+            continue
+        own = getattr(op, "lower", None)
+        key = (op.cache_key, algo) if own is not None else (op.op, op.scope, op.size_bytes)
+        prog = progs.get(key)
+        if prog is None:
+            prog = progs[key] = (own(spec, algo) if own is not None
+                                 else lower(spec, op.op, op.scope, op.size_bytes, algo))
+        # a group collective's ranks are every GPU (EDP groups cover the cluster)
+        for ph in prog.phases:
+            f = cross_node_fraction(ph.ringset, gpn)
+            inter += ph.bytes_per_rank * f
+            intra += ph.bytes_per_rank * (1 - f)
+    return intra, inter
 
 
 def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_strategy,
@@ -57,6 +93,8 @@ def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_s
                                       getattr(cluster, "overlap_slowdown", None), None)
     mem = moe_memory(model, strategy, est, cluster, training, lay)
     res = StepResult(strategy, algo, mode, cluster.gpus, mem, overlap_slowdown=slow)
+    res.extra = {"ep": ep, "edp": lay.edp, "m_edp": lay.m_edp, "ep_nodes": lay.ep_nodes,
+                 "expert_strategy": est.name, "a2a_algo": a2a_algo.value}
     if not mem.fits:
         return res
 
@@ -73,12 +111,11 @@ def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_s
         if not an.step_time_s <= MAX_SIM_SECONDS:
             raise horizon_error(an.step_time_s)
         comp = sum(o.duration_s for o in plan.ops if isinstance(o, ComputeOp))
-        return (plan, an.step_time_s, an.exposed_comm_s, comp, None, None, 0, [])
+        b_intra, b_inter = moe_analytic_bytes(plan, cluster, algo)
+        return (plan, an.step_time_s, an.exposed_comm_s, comp, b_intra, b_inter, 0, [])
 
     plan, step, exposed, compute, b_intra, b_inter, events, records = run()
-    extra = {"ep": ep, "edp": lay.edp, "m_edp": lay.m_edp, "ep_nodes": lay.ep_nodes,
-             "expert_strategy": est.name, "a2a_algo": a2a_algo.value,
-             "a2a_size_bytes": plan.a2a_size_bytes,
+    extra = {**res.extra, "a2a_size_bytes": plan.a2a_size_bytes,
              "a2a_per_step": sum(1 for o in plan.ops if o.stream == "comm-a2a"),
              "expert_states_bytes": expert_states_bytes(model, est, lay,
                                                         training.trainable_ratio),
@@ -105,7 +142,42 @@ def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_s
                       "step_time_max_s": float(ts.max()),
                       "imbalance_cost": step / deterministic - 1.0})
     res.events, res.records, res.extra = events, records, extra
-    if b_intra is None:
-        b_intra = b_inter = 0.0
     return step_metrics(res, cluster, training, step, exposed, compute, b_intra, b_inter,
                     plan.tokens_per_step * 1, hardware_flops(plan), plan.model_flops_per_step)
+
+
+def moe_rank_key(r: StepResult) -> tuple:
+    """Fitting pairs first, fastest first; then the others by smallest shortfall; ties by
+    the dense, then the expert strategy's name."""
+    e = r.extra.get("expert_strategy", "")
+    if r.fits:
+        return (0, r.step_time_s, r.strategy.short, e, r.algo.value)
+    return (1, r.memory.shortfall_bytes, r.strategy.short, e, r.algo.value)
+
+
+def _one_moe(args: tuple) -> StepResult:
+    return simulate_moe_step(*args)
+
+
+def compare_moe(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, ep: int,
+                algos: list[Algo] | None = None, mode: str = "analytic",
+                strategies=None, expert_strategies=None, a2a_algo: Algo | str = Algo.P2P,
+                workers: int = 1) -> list[StepResult]:
+    """Every dense x expert strategy pair (x every algorithm in ``algos``) of a MoE step,
+    ranked best first (default: the 14 x 14 pairs). ``workers > 1``: engine runs in that
+    many processes (each a pure function of its inputs: the same result)."""
+    from ..spec.strategy import ALL_STRATEGIES  # deferred: the pair list alone needs it
+
+    algos = algos or [Algo.HO_RING]
+    dense = [parse_strategy(s) for s in (strategies or ALL_STRATEGIES)]
+    experts = [parse_strategy(s) for s in (expert_strategies or ALL_STRATEGIES)]
+    jobs = [(model, cluster, s, e, training, ep, a, mode, a2a_algo)
+            for s in dense for e in experts for a in algos]
+    if workers > 1 and mode == "engine" and len(jobs) > 2:
+        import multiprocessing as mp  # deferred: pools cost start-up
+        from concurrent.futures import ProcessPoolExecutor  # deferred: as above
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as ex:
+            out = list(ex.map(_one_moe, jobs))
+    else:
+        out = [_one_moe(j) for j in jobs]
+    return sorted(out, key=moe_rank_key)
