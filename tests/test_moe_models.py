@@ -135,7 +135,6 @@ def test_hf_mixtral_and_qwen3_moe_configs():
 
 
 @pytest.mark.parametrize("argv", [
-    ["compare", "--model", "qwen3-30b-a3b", "--mode", "analytic"],
     ["advise", "--model", "qwen3-30b-a3b", "--global-batch", "64"],
     ["run", "--model", "mixtral-8x22b"],
 ])

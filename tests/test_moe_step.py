@@ -243,3 +243,21 @@ def test_compare_lists_dense_x_expert_pairs(capsys):
                 r["expert_strategy"] == "PaRO-NNG"):   # boundary-only expert syncs
             want = ana[(r["strategy"], r["expert_strategy"])]["step_time_s"]
             assert r["step_time_s"] == pytest.approx(want, rel=0.01)
+
+
+def test_closed_form_one_micro_step_counted_s_times(two_nodes):
+    """The deterministic closed form folds identical micro-steps; a routed run builds every
+    micro-step: with forced balance the two agree (to rounding) at --accum 3."""
+    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=3)
+    fold = simulate_moe_step(MIX, two_nodes, "NIG", "IGG", t, 8, mode="analytic")
+    full = simulate_moe_step(MIX, two_nodes, "NIG", "IGG", t, 8, mode="analytic",
+                             routing=Routing("balanced"), repeats=1)
+    assert fold.step_time_s == pytest.approx(full.step_time_s, rel=1e-12)
+    assert fold.extra["a2a_per_step"] == full.extra["a2a_per_step"] == 4 * 32 * 3
+    assert fold.bytes_inter == pytest.approx(full.bytes_inter, rel=1e-12)
+    assert fold.tokens_per_s == pytest.approx(full.tokens_per_s, rel=1e-12)
+    assert fold.tflops_per_gpu == pytest.approx(full.tflops_per_gpu, rel=1e-12)
+    eng = simulate_moe_step(MIX, two_nodes, "NIG", "NNG", t, 8, mode="engine")
+    ana = simulate_moe_step(MIX, two_nodes, "NIG", "NNG", t, 8, mode="analytic")
+    assert eng.step_time_s == pytest.approx(ana.step_time_s, rel=0.01)
+    assert eng.mfu == pytest.approx(ana.mfu, rel=0.01)

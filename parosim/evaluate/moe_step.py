@@ -58,9 +58,11 @@ class MoEAnalytic:
         return self.step_time_s - self.t_comp_s - self.t_optimizer_s
 
 
-def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0
-                 ) -> MoEAnalytic:
-    """The closed form of the module docstring on the plan the engine replays."""
+def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
+                 repeat: int = 1) -> MoEAnalytic:
+    """The closed form of the module docstring on the plan the engine replays; ``repeat``:
+    count every micro-step op that many times (identical micro-steps: a plan of one
+    micro-step stands for s of them, as the dense closed form does)."""
     cache: dict = {}
     comp = a2a = comm = sync_g = sync_p = opt = 0.0
     for op in plan.ops:
@@ -85,6 +87,7 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0
             sync_p += t
         else:
             comm += t
+    comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     step = (a2a + overlapped_time(comp, max(0.0, comm - a2a), overlap_slowdown)
             + sync_g + opt + sync_p)
     return MoEAnalytic(step, comp, a2a, comm, sync_g, opt, sync_p)

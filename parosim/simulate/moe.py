@@ -9,6 +9,8 @@ buffers, margin); a step that does not fit is reported with ``fits`` false, not 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..collectives.alltoall import lower_p2p
@@ -19,7 +21,7 @@ from ..evaluate.moe_layer import Routing
 from ..evaluate.moe_step import draw_step_loads, evaluate_moe
 from ..evaluate.replay import replay
 from ..fabric.network import MAX_SIM_SECONDS, horizon_error
-from ..plan.builder import CollectiveOp, ComputeOp
+from ..plan.builder import CollectiveOp
 from ..plan.experts import ExpertLayout, dense_states_bytes, expert_states_bytes
 from ..plan.moe_memory import moe_memory
 from ..plan.moe_step import A2AOp, build_moe_plan, check_moe_step
@@ -31,11 +33,13 @@ from ..spec.training import TrainingSpec
 from .step import MODES, StepResult, cross_node_fraction, hardware_flops, step_metrics
 
 
-def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo) -> tuple[float, float]:
+def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo, repeat: int = 1
+                       ) -> tuple[float, float]:
     """Bytes one GPU sends per step over intra-node and inter-node hops (average) in the
     closed form: each collective's lowered phases split by their share of node-crossing
     hops, as a dense step's; an all-to-all counted as the p2p algorithm sends it, (k-1)/k of
-    its size per rank, split by the share of its flows that leave the node."""
+    its size per rank, split by the share of its flows that leave the node. ``repeat``:
+    micro-step ops counted that many times."""
     intra = inter = 0.0
     progs: dict = {}
     gpn = spec.gpus_per_node
@@ -47,7 +51,7 @@ def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo) -> tuple[float, floa
                               groups=[list(g) for g in op.scopes]).phases[0].ringset
             k = len(op.scopes[0])
             f = cross_node_fraction(pairs, gpn)
-            sent = op.size_bytes * (k - 1) / k
+            sent = op.size_bytes * (k - 1) / k * (1 if op.micro_step is None else repeat)
             inter += sent * f
             intra += sent * (1 - f)
             continue
@@ -58,10 +62,11 @@ def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo) -> tuple[float, floa
             prog = progs[key] = (own(spec, algo) if own is not None
                                  else lower(spec, op.op, op.scope, op.size_bytes, algo))
         # a group collective's ranks are every GPU (EDP groups cover the cluster)
+        times = 1 if op.micro_step is None else repeat
         for ph in prog.phases:
             f = cross_node_fraction(ph.ringset, gpn)
-            inter += ph.bytes_per_rank * f
-            intra += ph.bytes_per_rank * (1 - f)
+            inter += times * ph.bytes_per_rank * f
+            intra += times * ph.bytes_per_rank * (1 - f)
     return intra, inter
 
 
@@ -98,25 +103,31 @@ def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_s
     if not mem.fits:
         return res
 
+    # the closed form of the deterministic step: one micro-step counted s times (identical
+    # micro-steps); with a routing every micro-step has its own draws
+    fold = mode == "analytic" and routing is None
+    rep_n = training.accum_steps if fold else 1
+
     def run(rows=None, sizes=None):
-        plan = build_moe_plan(model, strategy, est, cluster, training, ep, a2a_algo,
-                              rows, sizes)
+        plan = build_moe_plan(model, strategy, est, cluster,
+                              replace(training, accum_steps=1) if fold else training, ep,
+                              a2a_algo, rows, sizes)
         if mode == "engine":
             rep = replay(plan, cluster, algo, slow, trace=trace, period_nodes=cluster.nodes)
             b_intra = rep.gpu_egress.get("intra", 0.0) / cluster.gpus
             b_inter = rep.gpu_egress.get("inter", 0.0) / cluster.gpus
             return (plan, rep.step_time_s, rep.exposed_comm_s, rep.compute_busy_s, b_intra,
                     b_inter, rep.events, rep.records)
-        an = evaluate_moe(plan, cluster, algo, slow)
+        an = evaluate_moe(plan, cluster, algo, slow, rep_n)
         if not an.step_time_s <= MAX_SIM_SECONDS:
             raise horizon_error(an.step_time_s)
-        comp = sum(o.duration_s for o in plan.ops if isinstance(o, ComputeOp))
-        b_intra, b_inter = moe_analytic_bytes(plan, cluster, algo)
+        comp = an.t_comp_s + an.t_optimizer_s
+        b_intra, b_inter = moe_analytic_bytes(plan, cluster, algo, rep_n)
         return (plan, an.step_time_s, an.exposed_comm_s, comp, b_intra, b_inter, 0, [])
 
     plan, step, exposed, compute, b_intra, b_inter, events, records = run()
     extra = {**res.extra, "a2a_size_bytes": plan.a2a_size_bytes,
-             "a2a_per_step": sum(1 for o in plan.ops if o.stream == "comm-a2a"),
+             "a2a_per_step": rep_n * sum(1 for o in plan.ops if o.stream == "comm-a2a"),
              "expert_states_bytes": expert_states_bytes(model, est, lay,
                                                         training.trainable_ratio),
              "dense_states_bytes": dense_states_bytes(model, strategy, lay,
@@ -143,7 +154,8 @@ def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_s
                       "imbalance_cost": step / deterministic - 1.0})
     res.events, res.records, res.extra = events, records, extra
     return step_metrics(res, cluster, training, step, exposed, compute, b_intra, b_inter,
-                    plan.tokens_per_step * 1, hardware_flops(plan), plan.model_flops_per_step)
+                        plan.tokens_per_step * rep_n, hardware_flops(plan, rep_n),
+                        plan.model_flops_per_step * rep_n)
 
 
 def moe_rank_key(r: StepResult) -> tuple:
