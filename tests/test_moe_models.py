@@ -135,7 +135,6 @@ def test_hf_mixtral_and_qwen3_moe_configs():
 
 
 @pytest.mark.parametrize("argv", [
-    ["advise", "--model", "qwen3-30b-a3b", "--global-batch", "64"],
     ["run", "--model", "mixtral-8x22b"],
 ])
 def test_every_command_that_cannot_honour_moe_refuses_it_in_one_line(argv, capsys):

@@ -261,3 +261,37 @@ def test_closed_form_one_micro_step_counted_s_times(two_nodes):
     ana = simulate_moe_step(MIX, two_nodes, "NIG", "NNG", t, 8, mode="analytic")
     assert eng.step_time_s == pytest.approx(ana.step_time_s, rel=0.01)
     assert eng.mfu == pytest.approx(ana.mfu, rel=0.01)
+
+
+def test_advise_moe_searches_ep_and_expert_levels(capsys):
+    """A small search (2 x 8 H100, Mixtral-8x7B): every point's memory screened, the fitting
+    ones costed in closed form, the best replayed on the engine."""
+    import json
+
+    argv = ["advise", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
+            "--global-batch", "32", "--seq-len", "512", "--strategies", "NNG,NIG,GGG",
+            "--expert-strategies", "NNG,IIG,GGG", "--engine-top", "1", "--top", "4",
+            "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["moe"] and d["searched"]["ep"] == [1, 2, 4, 8]
+    assert d["searched"]["micro_batch"] == [1, 2]          # 32 / (b x 16) whole
+    assert d["points"] == 4 * 2 * 2 * 3 * 3               # EP x attention x b x pairs
+    assert 0 < d["fitting"] < d["points"]
+    best = d["best"]
+    assert len(best) == 4 and "engine_step_s" in best[0] and "engine_step_s" not in best[1]
+    steps = [b["closed_form_step_s"] for b in best]
+    assert steps == sorted(steps)
+    assert best[0]["engine_step_s"] == pytest.approx(steps[0], rel=0.05)
+    # the best point is the closed-form MoE step of its settings
+    t = TrainingSpec(micro_batch=best[0]["micro_batch"], seq_len=512,
+                     accum_steps=best[0]["accum_steps"], attention=best[0]["attention"],
+                     recompute=False)
+    r = simulate_moe_step(MIX, load_cluster("dgx-h100-ib", nodes=2), best[0]["strategy"],
+                          best[0]["expert_strategy"], t, best[0]["ep"], mode="analytic")
+    assert r.step_time_s == best[0]["closed_form_step_s"]
+    for extra in (["--tp", "2"], ["--ep", "3"], ["--runtime", "fsdp"]):
+        assert main(argv + extra) == 2
+        assert extra[0] in capsys.readouterr().err
+    assert main(["advise", "--model", "llama-7b", "--global-batch", "64", "--ep", "2"]) == 2
+    assert "--ep" in capsys.readouterr().err

@@ -424,6 +424,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     "--max-micro-batch)")
     s_.add_argument("--algo", default=None, help="ring | hierarchical | ho-ring (default: "
                     "those that differ for the layout)")
+    g = ad.add_argument_group("mixture of experts (MoE models only; docs/moe.md)")
+    g.add_argument("--ep", default=None, help="expert-parallel degrees to search, e.g. 8 or "
+                   "8,16 (default: every one dividing the GPUs and the experts)")
+    g.add_argument("--expert-strategies", default="all",
+                   help="PaRO strategies of the routed experts (default: all 14)")
     ad.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
                     help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
                     "(default: the cluster YAML's compute.model)")

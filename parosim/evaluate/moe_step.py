@@ -40,6 +40,10 @@ from ..spec.training import TrainingSpec
 from .analytic import overlapped_time
 from .moe_layer import BYTES_PER_ELEMENT, Routing, route
 
+# program times by cluster and op key, shared by the evaluations of one process (a search
+# costs thousands of plans over the same collectives)
+_TIMES: dict = {}
+
 
 @dataclass(frozen=True)
 class MoEAnalytic:
@@ -63,7 +67,7 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     """The closed form of the module docstring on the plan the engine replays; ``repeat``:
     count every micro-step op that many times (identical micro-steps: a plan of one
     micro-step stands for s of them, as the dense closed form does)."""
-    cache: dict = {}
+    cache = _TIMES.setdefault(spec, {}) if len(_TIMES) < 64 else {}
     comp = a2a = comm = sync_g = sync_p = opt = 0.0
     for op in plan.ops:
         if isinstance(op, ComputeOp):
@@ -73,7 +77,8 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
                 comp += op.duration_s
             continue
         own = getattr(op, "lower", None)
-        key = (op.cache_key, algo) if own is not None else (op.op, op.scope, op.size_bytes)
+        key = ((op.cache_key, getattr(op.scopes, "glob", None), getattr(op.scopes, "m", 0),
+                algo) if own is not None else (op.op, op.scope, op.size_bytes, algo))
         t = cache.get(key)
         if t is None:
             prog = own(spec, algo) if own is not None else lower(spec, op.op, op.scope,

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..collectives.alltoall import lower_alltoall
 from ..collectives.types import Algo, Op, Scope
@@ -80,12 +81,25 @@ class A2AOp(GroupOp):
     a2a_algo: Algo = Algo.P2P
 
     def lower(self, spec, algo: Algo):
-        return lower_alltoall(spec, Scope.GLOBAL, self.size_bytes, self.a2a_algo,
-                              groups=[list(g) for g in self.scopes])
+        return _a2a_program(spec, self.size_bytes, self.a2a_algo, self.scopes)
 
     @property
     def cache_key(self) -> tuple:
         return ("a2a", self.size_bytes, self.a2a_algo, self.scopes)
+
+
+@lru_cache(maxsize=1024)
+def _a2a_program(spec: ClusterSpec, size: float, algo: Algo, groups: tuple):
+    """The lowered all-to-all over ``groups`` (cached: every layer repeats it)."""
+    return lower_alltoall(spec, Scope.GLOBAL, size, algo, groups=[list(g) for g in groups])
+
+
+@lru_cache(maxsize=256)
+def expert_scopes(cluster: ClusterSpec, experts: int, ep: int):
+    """(layout, EDP group scopes, EP groups) of EP on ``cluster``, built once per layout:
+    the lowered group collectives are cached by the scopes' identity."""
+    lay = ExpertLayout(cluster, experts, ep=ep)
+    return lay, group_scopes(lay.edp_groups(0), lay.m_edp, "edp"), lay.ep_groups(0)
 
 
 @dataclass(frozen=True)
@@ -169,7 +183,7 @@ def build_moe_plan(model: ModelSpec, strategy: Strategy | str,
     if a2a_algo not in A2A_ALGOS:
         raise InputError(f"--a2a-algo {a2a_algo.value!r} is not an all-to-all algorithm; "
                          "expected p2p or hierarchical-a2a")
-    lay = ExpertLayout(cluster, model.moe.experts, ep=ep)
+    lay, edp, ep_groups = expert_scopes(cluster, model.moe.experts, ep)
     d = dispatch_bytes(model, training, lay)
     n, m = cluster.gpus, cluster.group_size
     r = training.trainable_ratio
@@ -177,8 +191,6 @@ def build_moe_plan(model: ModelSpec, strategy: Strategy | str,
     fl = flops(model, training)
     e_unit = up["experts"] / ep
     rows0 = float(d["rows"])
-    edp = group_scopes(lay.edp_groups(0), lay.m_edp, "edp")
-    ep_groups = lay.ep_groups(0)
     b = Builder(n, m)
 
     def sec(f: float) -> float:

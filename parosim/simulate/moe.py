@@ -47,16 +47,19 @@ def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo, repeat: int = 1
         if not isinstance(op, CollectiveOp):
             continue
         if isinstance(op, A2AOp):
-            pairs = lower_p2p(spec, Scope.GLOBAL, op.size_bytes,
-                              groups=[list(g) for g in op.scopes]).phases[0].ringset
             k = len(op.scopes[0])
-            f = cross_node_fraction(pairs, gpn)
+            f = progs.get(op.scopes)
+            if f is None:
+                pairs = lower_p2p(spec, Scope.GLOBAL, op.size_bytes,
+                                  groups=[list(g) for g in op.scopes]).phases[0].ringset
+                f = progs[op.scopes] = cross_node_fraction(pairs, gpn)
             sent = op.size_bytes * (k - 1) / k * (1 if op.micro_step is None else repeat)
             inter += sent * f
             intra += sent * (1 - f)
             continue
         own = getattr(op, "lower", None)
-        key = (op.cache_key, algo) if own is not None else (op.op, op.scope, op.size_bytes)
+        key = ((op.cache_key, getattr(op.scopes, "glob", None), getattr(op.scopes, "m", 0),
+                algo) if own is not None else (op.op, op.scope, op.size_bytes, algo))
         prog = progs.get(key)
         if prog is None:
             prog = progs[key] = (own(spec, algo) if own is not None
