@@ -20,7 +20,8 @@ from parosim.spec.model import preset
 from parosim.spec.training import TrainingSpec
 
 MIX = preset("mixtral-8x7b")
-T1 = TrainingSpec(micro_batch=1, seq_len=1024, accum_steps=1)
+# the flat compute model pinned: MoE steps refuse the kernel one
+T1 = TrainingSpec(micro_batch=1, seq_len=1024, accum_steps=1, compute_model="flat")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def two_nodes():
 
 
 def test_plan_all_to_alls_and_expert_collectives(two_nodes):
-    t = TrainingSpec(micro_batch=1, seq_len=4096, accum_steps=2)
+    t = TrainingSpec(micro_batch=1, seq_len=4096, accum_steps=2, compute_model="flat")
     plan = build_moe_plan(MIX, "NIG", "IGG", two_nodes, t, 8)
     a2a = [o for o in plan.ops if isinstance(o, A2AOp)]
     # dispatch, combine and their gradients: 4 per MoE layer per micro-step
@@ -72,7 +73,8 @@ def test_closed_form_by_hand_one_node():
     dense = 2 * 1024 * (MIX.param_counts.active_matmul
                         - 32 * 2 * 3 * 4096 * 14336) + 32 * 2 * 2 * 4096 * 1024 * 1024
     expert = 32 * 1024 * 2 * 2 * 3 * 4096 * 14336
-    assert comp * c.gpu.peak_flops * 0.5 == pytest.approx(3 * (dense + expert), rel=1e-9)
+    rate = c.gpu.peak_flops * T1.compute_efficiency
+    assert comp * rate == pytest.approx(3 * (dense + expert), rel=1e-9)
 
 
 @pytest.mark.parametrize("strategy,expert", [("NNG", "NNG"), ("NIG", "IIG"), ("NNG", "GGG")])
@@ -85,7 +87,7 @@ def test_engine_equals_closed_form(two_nodes, strategy, expert):
 
 def test_engine_hierarchical_a2a_across_nodes(two_nodes):
     """EP 16 spans both nodes: the all-to-alls cross the NICs."""
-    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=1)
+    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=1, compute_model="flat")
     q = preset("qwen3-30b-a3b")
     for algo in ("p2p", "hierarchical-a2a"):
         e = simulate_moe_step(q, two_nodes, "NNG", "NNG", t, 16, mode="engine", a2a_algo=algo)
@@ -135,7 +137,8 @@ def test_skew_costs_as_the_busiest_rank(two_nodes):
 def test_cli_moe_step_and_refusals(capsys):
     argv = ["simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
             "--ep", "8", "--strategy", "NIG", "--expert-strategy", "NNG", "--seq-len", "512",
-            "--micro-batch", "1", "--accum", "1", "--mode", "analytic"]
+            "--micro-batch", "1", "--accum", "1", "--mode", "analytic",
+            "--compute-model", "flat"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "EP 8" in out and "PaRO-NNG" in out
@@ -207,7 +210,7 @@ def test_memory_command_moe(capsys):
 
 
 def test_closed_form_bytes_equal_the_engine(two_nodes):
-    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=1)
+    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=1, compute_model="flat")
     q = preset("qwen3-30b-a3b")
     for model, ep in ((MIX, 8), (q, 16)):
         a = simulate_moe_step(model, two_nodes, "NIG", "IGG", t, ep, mode="analytic")
@@ -221,7 +224,8 @@ def test_compare_lists_dense_x_expert_pairs(capsys):
     import json
 
     base = ["compare", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
-            "--ep", "8", "--seq-len", "512", "--micro-batch", "1", "--accum", "1", "--json"]
+            "--ep", "8", "--seq-len", "512", "--micro-batch", "1", "--accum", "1", "--json",
+            "--compute-model", "flat"]
     assert main(base) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["mode"] == "analytic" and len(d["results"]) == 14 * 14
@@ -248,7 +252,7 @@ def test_compare_lists_dense_x_expert_pairs(capsys):
 def test_closed_form_one_micro_step_counted_s_times(two_nodes):
     """The deterministic closed form folds identical micro-steps; a routed run builds every
     micro-step: with forced balance the two agree (to rounding) at --accum 3."""
-    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=3)
+    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=3, compute_model="flat")
     fold = simulate_moe_step(MIX, two_nodes, "NIG", "IGG", t, 8, mode="analytic")
     full = simulate_moe_step(MIX, two_nodes, "NIG", "IGG", t, 8, mode="analytic",
                              routing=Routing("balanced"), repeats=1)
@@ -271,7 +275,7 @@ def test_advise_moe_searches_ep_and_expert_levels(capsys):
     argv = ["advise", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
             "--global-batch", "32", "--seq-len", "512", "--strategies", "NNG,NIG,GGG",
             "--expert-strategies", "NNG,IIG,GGG", "--engine-top", "1", "--top", "4",
-            "--json"]
+            "--json", "--compute-model", "flat"]
     assert main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["moe"] and d["searched"]["ep"] == [1, 2, 4, 8]
@@ -286,7 +290,7 @@ def test_advise_moe_searches_ep_and_expert_levels(capsys):
     # the best point is the closed-form MoE step of its settings
     t = TrainingSpec(micro_batch=best[0]["micro_batch"], seq_len=512,
                      accum_steps=best[0]["accum_steps"], attention=best[0]["attention"],
-                     recompute=False)
+                     recompute=False, compute_model="flat")
     r = simulate_moe_step(MIX, load_cluster("dgx-h100-ib", nodes=2), best[0]["strategy"],
                           best[0]["expert_strategy"], t, best[0]["ep"], mode="analytic")
     assert r.step_time_s == best[0]["closed_form_step_s"]

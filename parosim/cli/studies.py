@@ -253,12 +253,11 @@ def _advise_moe(a: argparse.Namespace, model) -> dict:
     for flag, value in (("--precision", a.precision), ("--runtime", a.runtime),
                         ("--recompute", a.recompute), ("--tp", a.tp), ("--pp", a.pp),
                         ("--cp", a.cp), ("--group-nodes", a.group_nodes), ("--algo", a.algo),
-                        ("--compute-model", a.compute_model), ("--tokens", a.tokens),
+                        ("--tokens", a.tokens),
                         ("--gpu-hour-price", a.gpu_hour_price), ("--plot", a.plot)):
         if value is not None:
             raise InputError(f"{flag} {value} is not searched for MoE models yet; expected it "
-                             "unset (EP beside DP, bf16, the ideal runtime, the flat compute "
-                             "model; docs/moe.md)")
+                             "unset (EP beside DP, bf16, the ideal runtime; docs/moe.md)")
     if a.tp_comm_overlap or a.dp_comm_overlap:
         raise InputError("--tp-comm-overlap / --dp-comm-overlap are not modelled for MoE "
                          "models; expected them unset")
@@ -284,7 +283,7 @@ def _advise_moe(a: argparse.Namespace, model) -> dict:
                                                         "--expert-strategies"))
     res = advise_moe(model, cluster, batch, a.seq_len, a.top,
                      3 if a.engine_top is None else a.engine_top, a.max_micro_batch,
-                     a.efficiency, space)
+                     a.efficiency, space, a.compute_model)
     res["settings"] = {"global_batch": a.global_batch, "seq_len": a.seq_len, "top": a.top,
                        "engine_top": res["engine_top"], "max_micro_batch": a.max_micro_batch,
                        "gpu_memory_bytes": cluster.gpu.memory_bytes}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..plan.experts import ExpertLayout
 from ..plan.moe_memory import moe_memory
+from ..plan.moe_step import check_moe_step
 from ..simulate.moe import simulate_moe_step
 from ..spec.model import ModelSpec
 from ..spec.strategy import ALL_STRATEGIES, Strategy, parse_strategy
@@ -53,9 +54,13 @@ def _ep_choices(model: ModelSpec, cluster: ClusterSpec, wanted) -> list[int]:
 
 def advise_moe(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: int,
                top: int = 5, engine_top: int = 3, max_micro_batch: int = 16,
-               efficiency: float | None = None, space: MoESpace = MoESpace()) -> dict:
-    """The search of the module docstring; a dict (docs/moe.md lists its keys)."""
+               efficiency: float | None = None, space: MoESpace = MoESpace(),
+               compute_model: str | None = None) -> dict:
+    """The search of the module docstring; a dict (docs/moe.md lists its keys).
+    ``compute_model``: the training setting (None: the cluster's; MoE steps refuse the
+    kernel model)."""
     t0 = time.perf_counter()
+    check_moe_step(model, cluster, TrainingSpec(compute_model=compute_model, recompute=False))
     if not (isinstance(engine_top, int) and 0 <= engine_top <= MAX_ENGINE_TOP):
         raise InputError(f"--engine-top {engine_top!r} must be an integer in "
                          f"0..{MAX_ENGINE_TOP} for a MoE model")
@@ -85,7 +90,7 @@ def advise_moe(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_le
             for b in bs:
                 tr = TrainingSpec(micro_batch=b, accum_steps=global_batch // (b * n),
                                   seq_len=seq_len, compute_efficiency=eff, attention=att,
-                                  recompute=False)
+                                  recompute=False, compute_model=compute_model)
                 for s in dense:
                     for e in experts:
                         points += 1
