@@ -10,6 +10,18 @@ import argparse
 from ..errors import InputError
 
 
+def moe_settings(a: argparse.Namespace, cluster, training) -> dict:
+    """The settings echo of a MoE command: recomputation is off in MoE steps (``auto``
+    resolves to off; on is refused), and the expert flags."""
+    from .setup import settings_of  # deferred: start-up
+
+    out = settings_of(a, cluster, training, None)
+    if out.get("recompute") == "auto":
+        out["recompute"] = "off"
+    out["ep"] = a.ep or 1
+    return out
+
+
 def _refuse_layout_flags(a: argparse.Namespace) -> None:
     for flag, value, default in (("--tp", a.tp, 1), ("--pp", a.pp, 1), ("--cp", a.cp, 1),
                                  ("--runtime", a.runtime, None),
@@ -35,8 +47,6 @@ def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     from ..plan.moe_step import check_moe_step  # deferred: loaded when the command runs
     from ..simulate.step import memory_dict  # deferred: loaded when the command runs
     from ..spec.strategy import ALL_STRATEGIES, parse_strategy  # deferred: start-up
-    from .setup import settings_of  # deferred: start-up
-
     _refuse_layout_flags(a)
     check_moe_step(model, cluster, training, timing=False)
     lay = ExpertLayout(cluster, model.moe.experts, ep=a.ep or 1)
@@ -54,7 +64,7 @@ def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
             rows.append(d)
     res = dict(rows[0]) if len(rows) == 1 else {"results": rows}
     res.update(model=model.name, cluster=cluster.name,
-               settings=settings_of(a, cluster, training, None),
+               settings=moe_settings(a, cluster, training),
                activation_terms=moe_activation_terms(model, training))
     return res
 
@@ -63,7 +73,7 @@ def cmd_compare_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     """``parosim compare`` of a MoE model: dense x expert strategy pairs, best first."""
     from ..simulate.moe import compare_moe  # deferred: loaded when the command runs
     from ..spec.strategy import parse_strategy  # deferred: start-up
-    from .setup import algos_of, check_workers, dp_keys, settings_of  # deferred: start-up
+    from .setup import algos_of, check_workers, dp_keys  # deferred: start-up
 
     check_workers(a.workers)
     _refuse_layout_flags(a)
@@ -76,13 +86,13 @@ def cmd_compare_moe(a: argparse.Namespace, model, cluster, training) -> dict:
                                  None, experts, a.a2a_algo or "p2p", a.workers)]
     return {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
             "mode": mode, "runtime": "ideal",
-            "settings": settings_of(a, cluster, training, None), "results": rows}
+            "settings": moe_settings(a, cluster, training), "results": rows}
 
 
 def cmd_simulate_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     from ..evaluate.moe_layer import Routing  # deferred: loaded when the command runs
     from ..simulate.moe import simulate_moe_step  # deferred: loaded when the command runs
-    from .setup import algos_of, dp_keys, settings_of  # deferred: start-up
+    from .setup import algos_of, dp_keys  # deferred: start-up
 
     _refuse_layout_flags(a)
     if a.trace and a.mode != "engine":
@@ -105,7 +115,7 @@ def cmd_simulate_moe(a: argparse.Namespace, model, cluster, training) -> dict:
                           trace=bool(a.trace))
     out = dp_keys(r.to_dict())
     out.update(model=model.name, cluster=cluster.name,
-               settings=settings_of(a, cluster, training, None))
+               settings=moe_settings(a, cluster, training))
     if a.trace and r.fits:
         from ..io.trace import write_chrome_trace  # deferred: loaded when the command runs
 
