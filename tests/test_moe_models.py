@@ -135,11 +135,6 @@ def test_hf_mixtral_and_qwen3_moe_configs():
 
 
 @pytest.mark.parametrize("argv", [
-    ["simulate", "--model", "mixtral-8x7b", "--mode", "analytic"],
-    ["compare", "--model", "qwen3-30b-a3b", "--mode", "analytic"],
-    ["memory", "--model", "deepseek-v3"],
-    ["memory", "--model", "gpt-oss-120b", "--tp", "2"],
-    ["advise", "--model", "qwen3-30b-a3b", "--global-batch", "64"],
     ["run", "--model", "mixtral-8x22b"],
 ])
 def test_every_command_that_cannot_honour_moe_refuses_it_in_one_line(argv, capsys):

@@ -23,6 +23,10 @@ def cmd_memory(a: argparse.Namespace) -> dict:
     )
 
     model, cluster, training = specs_of(a)
+    if model.is_moe:
+        from .moe_step import cmd_memory_moe  # deferred: MoE models only
+
+        return cmd_memory_moe(a, model, cluster, training)
     rt, training, ds_strategy, info = runtime_of(a, cluster, training)
     if ds_strategy and a.strategy not in ("all", None) and \
             parse_strategy(a.strategy).short != ds_strategy:
@@ -81,15 +85,20 @@ def show_memory(res: dict) -> None:
         print(f"{res['model']} on {res['cluster']} ({rows[0]['gpus']} GPUs), memory per GPU")
     if "settings" in res:
         print(settings_text(res["settings"]))
-    w = label_width(rows)
+    moe = "expert_strategy" in rows[0]
+    w = max(len("strategy"), *(len(r["label"]) for r in rows)) + 2 if moe else label_width(rows)
     print(f"{'strategy':<{w}}{'states':>11}{'activ.':>11}{'buffers':>11}{'margin':>11}"
           f"{'total':>11}{'capacity':>11}  fits  recomp  max micro-batch")
     for r in rows:
-        print(f"{strategy_label(r):<{w}}{fmt_bytes(r['model_states_bytes']):>11}"
+        lab = r["label"] if moe else strategy_label(r)
+        print(f"{lab:<{w}}{fmt_bytes(r['model_states_bytes']):>11}"
               f"{fmt_bytes(r['activations_bytes']):>11}{fmt_bytes(r['buffers_bytes']):>11}"
               f"{fmt_bytes(r['margin_bytes']):>11}{fmt_bytes(r['total_bytes']):>11}"
               f"{fmt_bytes(r['capacity_bytes']):>11}  {'yes ' if r['fits'] else 'NO  '}"
               f"  {'yes' if r.get('recompute') else 'no':<6}  {r['max_micro_batch']}"
               + ("" if r["fits"] else f"   (lacks {fmt_bytes(r['shortfall_bytes'])})"))
+    if moe:
+        print(f"MoE: EP {rows[0]['ep']}, EDP {rows[0]['edp']}; rows: dense x expert strategy; "
+              "activations with top-k routing (docs/moe.md)")
     for note in res.get("warnings") or []:
         print(f"caution: {note}")

@@ -123,6 +123,24 @@ NOT_MEMORY = {"efficiency": None, "overlap_slowdown": None, "compute_model": Non
               "dp_comm_overlap": False}
 
 
+def moe_step_args(p: argparse.ArgumentParser) -> None:
+    """The flags of a mixture-of-experts step (docs/moe.md, "A MoE training step")."""
+    g = p.add_argument_group("mixture of experts (MoE models only)")
+    g.add_argument("--ep", type=int, default=None,
+                   help="expert parallelism: the routed experts split over EP ranks (default 1)")
+    g.add_argument("--expert-strategy", default=None,
+                   help="PaRO strategy of the routed experts over the expert-data-parallel "
+                   "group (default: --strategy's)")
+    g.add_argument("--a2a-algo", default=None,
+                   help="dispatch / combine all-to-all: p2p (default) | hierarchical-a2a")
+    g.add_argument("--routing", default=None,
+                   help="token routing drawn per step (--repeats steps): balanced | uniform | "
+                   "skew | zipf (default: every expert its mean load)")
+    g.add_argument("--max-over-mean", type=float, default=1.5,
+                   help="skew routing: the hot rank's load over the mean")
+    g.add_argument("--zipf", type=float, default=1.0, help="zipf routing: the exponent")
+
+
 def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
     """The training, override and layout flags; ``memory``: without the flags that cannot
     change memory (:data:`NOT_MEMORY`, set to their defaults)."""
@@ -308,6 +326,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="write per-link utilisation over time (CSV) of the hottest links")
     s.add_argument("--jobs", default=None, help="a YAML of several jobs on one cluster: each "
                    "job's step alone and shared (see docs/runs-and-jobs.md)")
+    moe_step_args(s)
     training_args(s)
     cluster_args(s)
 
@@ -316,10 +335,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     cmp_.add_argument("--algo", "--collective", dest="algo", default=None,
                       help="ring | hierarchical | ho-ring | nccl | all (default nccl, with "
                       "--fidelity paper ho-ring; set by --runtime deepspeed / fsdp / paro)")
-    cmp_.add_argument("--mode", default="engine", choices=["engine", "analytic"],
-                      help=MODE_HELP)
+    cmp_.add_argument("--mode", default=None, choices=["engine", "analytic"],
+                      help=MODE_HELP + " (default: engine; analytic for a MoE model, whose "
+                      "196 dense x expert pairs the engine runs on request)")
     cmp_.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                       help="processes to simulate in (default: up to 2)")
+    g = cmp_.add_argument_group("mixture of experts (MoE models only)")
+    g.add_argument("--ep", type=int, default=None,
+                   help="expert parallelism: the routed experts split over EP ranks (default 1)")
+    g.add_argument("--expert-strategy", default=None,
+                   help="PaRO strategies of the routed experts to pair with every dense one: "
+                   "one, a comma list, or 'all' (the default)")
+    g.add_argument("--a2a-algo", default=None,
+                   help="dispatch / combine all-to-all: p2p (default) | hierarchical-a2a")
     training_args(cmp_)
     cluster_args(cmp_)
 
@@ -436,6 +464,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     "--max-micro-batch)")
     s_.add_argument("--algo", default=None, help="ring | hierarchical | ho-ring (default: "
                     "those that differ for the layout)")
+    g = ad.add_argument_group("mixture of experts (MoE models only; docs/moe.md)")
+    g.add_argument("--ep", default=None, help="expert-parallel degrees to search, e.g. 8 or "
+                   "8,16 (default: every one dividing the GPUs and the experts)")
+    g.add_argument("--expert-strategies", default="all",
+                   help="PaRO strategies of the routed experts (default: all 14)")
     ad.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
                     help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
                     "(default: the cluster YAML's compute.model)")
@@ -473,6 +506,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     m = sub.add_parser("memory", epilog=EXAMPLES["memory"],
                        help="memory breakdown per GPU, fits or not")
     m.add_argument("--strategy", default="all", help="a strategy or 'all'")
+    g = m.add_argument_group("mixture of experts (MoE models only)")
+    g.add_argument("--ep", type=int, default=None,
+                   help="expert parallelism: the routed experts split over EP ranks (default 1)")
+    g.add_argument("--expert-strategy", default=None,
+                   help="PaRO strategy of the routed experts over the expert-data-parallel "
+                   "group, or 'all' (default: each row's --strategy)")
     training_args(m, memory=True)
     cluster_args(m)
     from .model import (  # deferred: loaded when the command runs (start-up)

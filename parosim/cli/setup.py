@@ -28,8 +28,14 @@ def specs_of(a: argparse.Namespace):
     )
 
     model = load_model(a.model)
-    if model.is_extended:
+    if model.is_extended and not (model.is_moe and a.command in ("simulate", "memory", "compare")
+                                  and not getattr(a, "jobs", None)):
         raise InputError(model.refusal(f"parosim {a.command}"))
+    if not model.is_moe:
+        for flag in ("ep", "expert_strategy", "a2a_algo", "routing"):
+            if getattr(a, flag, None) is not None:
+                raise InputError(f"--{flag.replace('_', '-')} is for mixture-of-experts "
+                                 f"models; model {model.name!r} is dense")
     cluster = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
     cluster = with_overrides(
         cluster,

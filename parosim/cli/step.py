@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
+from .moe_step import moe_text
 from .parser import build_parser
 from .plausible import plausibility_notes
 from .setup import (
@@ -92,6 +93,10 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
         return cmd_jobs(a)
     model, cluster, training = specs_of(a)
     cluster = seeded(cluster, a.seed)
+    if model.is_moe:
+        from .moe_step import cmd_simulate_moe  # deferred: MoE steps only
+
+        return cmd_simulate_moe(a, model, cluster, training)
     if a.jitter_cv is not None:
         from ..spec.system import check_jitter_cv  # deferred: start-up
 
@@ -186,6 +191,8 @@ def show_simulate(r: dict) -> None:
               f"{r['recompute_mode']}{', sequence parallel' if r['sequence_parallel'] else ''}"
               f"{', TP comm overlap' if r.get('tp_comm_overlap') else ''}"
               f"{', DP comm overlap' if r.get('dp_comm_overlap') else ''}")
+    if r.get("expert_strategy") and r.get("fits"):   # a MoE step
+        print(moe_text(r))
     if r.get("critical_rank") is not None:
         print(f"over {r['repeats']} step(s) (seed {r['seed']}, jitter cv {r['jitter_cv']}): "
               f"mean {r['step_time_s']:.4f} s, p50 {r['step_time_p50_s']:.4f} s, "
@@ -210,6 +217,11 @@ def cmd_compare(a: argparse.Namespace) -> dict:
 
     check_workers(a.workers)
     model, cluster, training = specs_of(a)
+    if model.is_moe:
+        from .moe_step import cmd_compare_moe  # deferred: MoE models only
+
+        return cmd_compare_moe(a, model, cluster, training)
+    a.mode = a.mode or "engine"
     rt, training, _, info = runtime_of(a, cluster, training)
     par = parallel_of(a)
     rows = [dp_keys(r.to_dict())

@@ -43,6 +43,8 @@ def strategy_label(r: dict) -> str:
     runtime's stage, else the strategy's usual framework name)."""
     from ..spec.strategy import FRAMEWORK_NAMES  # deferred: loaded when the command runs (start-up)
 
+    if r.get("expert_strategy"):   # a MoE step: dense x expert strategy
+        return f"{r['strategy'].replace('PaRO-', '')} x {r['expert_strategy'].replace('PaRO-', '')}"
     st = r.get("framework_stage")
     short = r["strategy"].replace("PaRO-", "")
     st = st or FRAMEWORK_NAMES.get(short)

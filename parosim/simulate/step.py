@@ -305,12 +305,12 @@ def _step(model, cluster, strategy, training, algo, mode, trace, runtime, repeat
         res.extra = {"step_time_p50_s": step, "step_time_p90_s": step,
                      "step_time_p99_s": step, "repeats": repeats, "seed": seed,
                      "jitter_cv": 0.0, "critical_rank": None}
-    return _metrics(res, cluster, training, step, exposed, compute, b_intra, b_inter,
+    return step_metrics(res, cluster, training, step, exposed, compute, b_intra, b_inter,
                     plan.tokens_per_step * repeat, hardware_flops(plan, repeat),
                     plan.model_flops_per_step * repeat)
 
 
-def _metrics(res: StepResult, cluster: ClusterSpec, training: TrainingSpec, step: float,
+def step_metrics(res: StepResult, cluster: ClusterSpec, training: TrainingSpec, step: float,
              exposed: float, compute: float, b_intra: float, b_inter: float, tokens: float,
              hw_flops: float, model_flops: float) -> StepResult:
     """The per-step metrics of every layout from its step time, exposed communication,
@@ -365,7 +365,7 @@ def setup_3d(model, cluster, strategy, training, par, algo):
 def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt, slow,
             per_rank, repeats, seed, cv, record_links) -> StepResult:
     """The evaluation of a TP x PP x DP step: closed form, engine replay or per-rank
-    timelines; then the shared metrics (:func:`_metrics`).
+    timelines; then the shared metrics (:func:`step_metrics`).
 
     ``bubble_fraction`` and ``exposed_comm_s`` mean the same in every mode
     (docs/parallelism.md, "Bubble and exposed communication"): bubble_s = (p - 1)/v x T,
@@ -396,7 +396,7 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
         extra["bubble_fraction"] = an.bubble_fraction
         scale = m / m_small
         b_intra, b_inter = _bytes_3d(plan, cluster, algo, scale)
-        return _metrics(res, cluster, training, step, exposed, compute, b_intra, b_inter,
+        return step_metrics(res, cluster, training, step, exposed, compute, b_intra, b_inter,
                         plan.tokens_per_step * scale, plan.hardware_flops_per_gpu * scale,
                         plan.model_flops_per_step * scale)
     plan = build_plan_3d(model, strategy, cluster, training, par, rt)
@@ -424,7 +424,7 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
     if plan.tp_comm_overlap:   # the exposed chunks stand for time, not extra bytes
         c_intra, c_inter = _bytes_3d(plan, cluster, algo, 1.0, chunks=True)
         b_intra, b_inter = b_intra - c_intra, b_inter - c_inter
-    return _metrics(res, cluster, training, step, max(0.0, step - ph.compute_s - ph.bubble_s),
+    return step_metrics(res, cluster, training, step, max(0.0, step - ph.compute_s - ph.bubble_s),
                     ph.compute_s, b_intra, b_inter, plan.tokens_per_step,
                     plan.hardware_flops_per_gpu, plan.model_flops_per_step)
 

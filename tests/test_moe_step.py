@@ -1,0 +1,301 @@
+"""A whole MoE training step (docs/moe.md, "A MoE training step"): the plan's all-to-alls and
+expert collectives, engine against closed form, bit-identical reruns, token imbalance."""
+
+from __future__ import annotations
+
+import pytest
+
+from parosim.cli import main
+from parosim.collectives.alltoall import lower_alltoall
+from parosim.collectives.cost import program_time
+from parosim.collectives.types import Algo, Scope
+from parosim.evaluate.moe_layer import Routing
+from parosim.evaluate.moe_step import evaluate_moe
+from parosim.io import load_cluster
+from parosim.plan.builder import ComputeOp
+from parosim.plan.experts import ExpertLayout
+from parosim.plan.moe_step import A2AOp, build_moe_plan
+from parosim.simulate.moe import simulate_moe_step
+from parosim.spec.model import preset
+from parosim.spec.training import TrainingSpec
+
+MIX = preset("mixtral-8x7b")
+# the flat compute model pinned: MoE steps refuse the kernel one
+T1 = TrainingSpec(micro_batch=1, seq_len=1024, accum_steps=1, compute_model="flat")
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    return load_cluster("dgx-h100-ib", nodes=2)
+
+
+def test_plan_all_to_alls_and_expert_collectives(two_nodes):
+    t = TrainingSpec(micro_batch=1, seq_len=4096, accum_steps=2, compute_model="flat")
+    plan = build_moe_plan(MIX, "NIG", "IGG", two_nodes, t, 8)
+    a2a = [o for o in plan.ops if isinstance(o, A2AOp)]
+    # dispatch, combine and their gradients: 4 per MoE layer per micro-step
+    assert len(a2a) == 4 * 32 * 2
+    # Mixtral-8x7B at EP 8, b = 1, s = 4096: 4096 tokens x top-2 x 4096 x 2 B = 64 MiB
+    assert {o.size_bytes for o in a2a} == {64 * 2**20}
+    assert all(o.scopes == ExpertLayout(two_nodes, 8, ep=8).ep_groups(0) for o in a2a)
+    # expert p = I over EDP 2 with one EDP rank per node: I shards nothing, no gather;
+    # expert g = G: a reduce-scatter of each MoE layer's expert shard per micro-step
+    eg = [o for o in plan.ops if o.name.startswith("ag-expert")]
+    er = [o for o in plan.ops if o.name.startswith("rs-expert")]
+    shard = MIX.param_counts.routed_experts / 32 / 8
+    assert eg == [] and len(er) == 32 * 2
+    assert {o.size_bytes for o in er} == {2 * shard}
+    # the dense side: p = N (no gather), g = I: a reduce-scatter per unit per micro-step
+    assert not [o for o in plan.ops if o.name.startswith("ag-param")]
+    assert len([o for o in plan.ops if o.name.startswith("rs-grad")]) == 34 * 2
+    # every expert compute waits for its all-to-all
+    for o in plan.ops:
+        if isinstance(o, ComputeOp) and o.name.startswith("expert-"):
+            assert any(isinstance(plan.ops[d], A2AOp) for d in o.deps)
+
+
+def test_closed_form_by_hand_one_node():
+    """One node, EP 8: EDP 1 (no expert collectives), dense NNN: a global all-reduce at the
+    boundary. T = compute + 4 x 32 all-to-alls + all-reduce + optimizer."""
+    c = load_cluster("dgx-h100-ib", nodes=1)
+    plan = build_moe_plan(MIX, "NNN", "NNN", c, T1, 8)
+    an = evaluate_moe(plan, c, Algo.RING)
+    size = 1024 * 2 * 4096 * 2
+    a2a = program_time(c, lower_alltoall(c, Scope.GLOBAL, size, Algo.P2P,
+                                         groups=[list(range(8))]))
+    comp = sum(o.duration_s for o in plan.ops if isinstance(o, ComputeOp)
+               and o.micro_step is not None)
+    assert an.t_a2a_s == pytest.approx(4 * 32 * a2a, rel=1e-12)
+    assert an.t_comm_s == 0.0
+    assert an.step_time_s == pytest.approx(comp + 4 * 32 * a2a + an.t_sync_g_s
+                                           + an.t_optimizer_s, rel=1e-12)
+    # the compute: forward of the active matmuls and attention scores, backward 2 x
+    dense = 2 * 1024 * (MIX.param_counts.active_matmul
+                        - 32 * 2 * 3 * 4096 * 14336) + 32 * 2 * 2 * 4096 * 1024 * 1024
+    expert = 32 * 1024 * 2 * 2 * 3 * 4096 * 14336
+    rate = c.gpu.peak_flops * T1.compute_efficiency
+    assert comp * rate == pytest.approx(3 * (dense + expert), rel=1e-9)
+
+
+@pytest.mark.parametrize("strategy,expert", [("NNG", "NNG"), ("NIG", "IIG"), ("NNG", "GGG")])
+def test_engine_equals_closed_form(two_nodes, strategy, expert):
+    e = simulate_moe_step(MIX, two_nodes, strategy, expert, T1, 8, mode="engine")
+    a = simulate_moe_step(MIX, two_nodes, strategy, expert, T1, 8, mode="analytic")
+    assert e.fits and a.fits
+    assert e.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
+
+
+def test_engine_hierarchical_a2a_across_nodes(two_nodes):
+    """EP 16 spans both nodes: the all-to-alls cross the NICs."""
+    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=1, compute_model="flat")
+    q = preset("qwen3-30b-a3b")
+    for algo in ("p2p", "hierarchical-a2a"):
+        e = simulate_moe_step(q, two_nodes, "NNG", "NNG", t, 16, mode="engine", a2a_algo=algo)
+        a = simulate_moe_step(q, two_nodes, "NNG", "NNG", t, 16, mode="analytic",
+                              a2a_algo=algo)
+        assert e.extra["ep_nodes"] == 2
+        assert e.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
+        assert e.bytes_inter > 0
+
+
+def test_reruns_bit_identical(two_nodes):
+    kw = dict(mode="engine", routing=Routing("uniform", seed=3), repeats=2)
+    a = simulate_moe_step(MIX, two_nodes, "NIG", "IIG", T1, 8, **kw).to_dict()
+    b = simulate_moe_step(MIX, two_nodes, "NIG", "IIG", T1, 8, **kw).to_dict()
+    assert a == b
+
+
+@pytest.mark.parametrize("mode", ["engine", "analytic"])
+def test_forced_balance_equals_deterministic(two_nodes, mode):
+    det = simulate_moe_step(MIX, two_nodes, "NNG", "NNG", T1, 8, mode=mode)
+    bal = simulate_moe_step(MIX, two_nodes, "NNG", "NNG", T1, 8, mode=mode,
+                            routing=Routing("balanced"), repeats=2)
+    assert bal.extra["step_times_s"] == [det.step_time_s] * 2
+    assert bal.step_time_s == det.step_time_s
+    assert bal.extra["imbalance_cost"] == 0.0
+
+
+def test_skew_costs_as_the_busiest_rank(two_nodes):
+    """Skew 1.5 in closed form: every MoE layer's expert compute and all-to-alls take the
+    hot rank's 1.5 x: the step grows by 0.5 x (expert compute + all-to-alls)."""
+    c1 = two_nodes
+    det = build_moe_plan(MIX, "NNG", "NNG", c1, T1, 8)
+    d = evaluate_moe(det, c1, Algo.HO_RING)
+    r = simulate_moe_step(MIX, c1, "NNG", "NNG", T1, 8, mode="analytic",
+                          routing=Routing("skew", 1.5), repeats=1)
+    assert r.extra["load_max_over_mean"] == [1.5]
+    expert = sum(o.duration_s for o in det.ops if o.name.startswith("expert-"))
+    # the all-to-all of 1.5 x the bytes: its bandwidth part 1.5 x, latency the same
+    rows = 1024 * 2
+    big = program_time(c1, lower_alltoall(c1, Scope.GLOBAL, 1.5 * rows * 4096 * 2, Algo.P2P,
+                                          groups=[list(range(8)), list(range(8, 16))]))
+    want = d.step_time_s + 0.5 * expert + 4 * 32 * big - d.t_a2a_s
+    assert r.step_time_s == pytest.approx(want, rel=1e-9)
+    assert r.extra["imbalance_cost"] > 0.1
+
+
+def test_cli_moe_step_and_refusals(capsys):
+    argv = ["simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
+            "--ep", "8", "--strategy", "NIG", "--expert-strategy", "NNG", "--seq-len", "512",
+            "--micro-batch", "1", "--accum", "1", "--mode", "analytic",
+            "--compute-model", "flat"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "EP 8" in out and "PaRO-NNG" in out
+    for extra, word in ((["--tp", "2"], "--tp"), (["--routing", "bogus"], "--routing"),
+                        (["--a2a-algo", "ring"], "--a2a-algo"), (["--ep", "3"], "--ep"),
+                        (["--recompute", "on"], "--recompute")):
+        assert main(argv + extra) == 2
+        assert word in capsys.readouterr().err
+    assert main(["simulate", "--model", "llama-7b", "--ep", "2"]) == 2
+    assert "--ep is for mixture-of-experts" in capsys.readouterr().err
+
+
+def test_moe_memory_by_hand(two_nodes):
+    """Mixtral-8x7B, b = 1, s = 1024, FlashAttention, EP 8 on 2 x 8 GPUs (docs/moe.md,
+    "Memory of a MoE step")."""
+    from dataclasses import replace
+
+    from parosim.plan.experts import dense_states_bytes, expert_states_bytes
+    from parosim.plan.moe_memory import moe_activation_terms, moe_memory
+    from parosim.spec.strategy import parse_strategy
+
+    t = TrainingSpec(micro_batch=1, seq_len=1024, attention="flash")
+    terms = moe_activation_terms(MIX, t)
+    h, T, L = 4096, 1024, 32
+    # norms 4h, projection input 2h, q k v 2·(4096 + 1024 + 1024), output 2·4096, MLP in 2h
+    per_tok = 4 * h + 2 * h + 2 * (4096 + 1024 + 1024) + 2 * 4096 + 2 * h
+    assert terms["attention"] == L * T * (per_tok + 4 * 32)
+    assert terms["router"] == L * T * (8 * 8 + 12 * 2)
+    rows = T * 2
+    assert terms["experts"] == L * rows * (2 * h + 8 * 14336 + 2 * h + 8)
+    assert terms["output"] == T * (4 * h + 4 * 32000)
+    assert terms["dense_mlp"] == terms["shared_experts"] == 0
+    # a capacity factor pads every expert's buffer to ceil(c·T·k / E) rows
+    cf = replace(MIX, moe=replace(MIX.moe, capacity_factor=1.25))
+    padded = 8 * -(-1.25 * T * 2 // 8)
+    assert padded == 2560
+    assert moe_activation_terms(cf, t)["experts"] == L * padded * (2 * h + 8 * 14336
+                                                                    + 2 * h + 8)
+    lay = ExpertLayout(two_nodes, 8, ep=8)
+    s, e = parse_strategy("NIG"), parse_strategy("IGG")
+    mem = moe_memory(MIX, s, e, two_nodes, t, lay)
+    states = dense_states_bytes(MIX, s, lay) + expert_states_bytes(MIX, e, lay)
+    assert mem.model_states_bytes == states
+    assert mem.activations_bytes == terms["total"]
+    # buffers: dense p = N, g = I: two units of gradients (the biggest dense unit: the
+    # head, 32000 x 4096 + the final norm 4096); experts p = I with one EDP rank per node
+    # (I shards and gathers nothing: no buffer), g = G over EDP 2: two expert gradient shards
+    expert_unit = MIX.param_counts.routed_experts / 32 / 8
+    assert mem.buffers_bytes == pytest.approx(2 * 2 * (32000 * 4096 + 4096)
+                                              + 2 * 2 * expert_unit, rel=1e-12)
+    assert mem.margin_bytes == pytest.approx(0.10 * (states + terms["total"]
+                                                     + mem.buffers_bytes) + 2**30)
+
+
+def test_memory_command_moe(capsys):
+    import json
+
+    base = ["memory", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
+            "--ep", "8", "--seq-len", "1024", "--micro-batch", "1", "--json"]
+    assert main(base + ["--strategy", "NIG", "--expert-strategy", "all"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["results"]) == 14
+    by = {r["expert_strategy"]: r for r in d["results"]}
+    assert not by["PaRO-NNN"]["fits"] and by["PaRO-GGG"]["fits"]
+    assert by["PaRO-GGG"]["total_bytes"] < by["PaRO-NNG"]["total_bytes"]
+    assert by["PaRO-GGG"]["max_micro_batch"] >= 1 and by["PaRO-NNN"]["max_micro_batch"] == 0
+    assert main(base + ["--tp", "2"]) == 2
+    assert "--tp" in capsys.readouterr().err
+
+
+def test_closed_form_bytes_equal_the_engine(two_nodes):
+    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=1, compute_model="flat")
+    q = preset("qwen3-30b-a3b")
+    for model, ep in ((MIX, 8), (q, 16)):
+        a = simulate_moe_step(model, two_nodes, "NIG", "IGG", t, ep, mode="analytic")
+        e = simulate_moe_step(model, two_nodes, "NIG", "IGG", t, ep, mode="engine")
+        assert a.bytes_intra == pytest.approx(e.bytes_intra, rel=1e-6)
+        assert a.bytes_inter == pytest.approx(e.bytes_inter, rel=1e-6)
+    assert e.bytes_inter > 0   # EP 16 crosses the NICs
+
+
+def test_compare_lists_dense_x_expert_pairs(capsys):
+    import json
+
+    base = ["compare", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
+            "--ep", "8", "--seq-len", "512", "--micro-batch", "1", "--accum", "1", "--json",
+            "--compute-model", "flat"]
+    assert main(base) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["mode"] == "analytic" and len(d["results"]) == 14 * 14
+    pairs = {(r["strategy"], r["expert_strategy"]) for r in d["results"]}
+    assert len(pairs) == 196
+    fit = [r for r in d["results"] if r["fits"]]
+    assert fit and fit == d["results"][:len(fit)]
+    times = [r["step_time_s"] for r in fit]
+    assert times == sorted(times)
+    # the engine on request, for the pairs asked
+    assert main(base + ["--mode", "engine", "--expert-strategy", "NNG,GGG",
+                        "--workers", "1"]) == 0
+    e = json.loads(capsys.readouterr().out)
+    assert e["mode"] == "engine" and len(e["results"]) == 28
+    assert {r["expert_strategy"] for r in e["results"]} == {"PaRO-NNG", "PaRO-GGG"}
+    ana = {(r["strategy"], r["expert_strategy"]): r for r in d["results"]}
+    for r in e["results"]:
+        if r["fits"] and r["strategy"] in ("PaRO-NNG", "PaRO-NIG") and (
+                r["expert_strategy"] == "PaRO-NNG"):   # boundary-only expert syncs
+            want = ana[(r["strategy"], r["expert_strategy"])]["step_time_s"]
+            assert r["step_time_s"] == pytest.approx(want, rel=0.01)
+
+
+def test_closed_form_one_micro_step_counted_s_times(two_nodes):
+    """The deterministic closed form folds identical micro-steps; a routed run builds every
+    micro-step: with forced balance the two agree (to rounding) at --accum 3."""
+    t = TrainingSpec(micro_batch=1, seq_len=512, accum_steps=3, compute_model="flat")
+    fold = simulate_moe_step(MIX, two_nodes, "NIG", "IGG", t, 8, mode="analytic")
+    full = simulate_moe_step(MIX, two_nodes, "NIG", "IGG", t, 8, mode="analytic",
+                             routing=Routing("balanced"), repeats=1)
+    assert fold.step_time_s == pytest.approx(full.step_time_s, rel=1e-12)
+    assert fold.extra["a2a_per_step"] == full.extra["a2a_per_step"] == 4 * 32 * 3
+    assert fold.bytes_inter == pytest.approx(full.bytes_inter, rel=1e-12)
+    assert fold.tokens_per_s == pytest.approx(full.tokens_per_s, rel=1e-12)
+    assert fold.tflops_per_gpu == pytest.approx(full.tflops_per_gpu, rel=1e-12)
+    eng = simulate_moe_step(MIX, two_nodes, "NIG", "NNG", t, 8, mode="engine")
+    ana = simulate_moe_step(MIX, two_nodes, "NIG", "NNG", t, 8, mode="analytic")
+    assert eng.step_time_s == pytest.approx(ana.step_time_s, rel=0.01)
+    assert eng.mfu == pytest.approx(ana.mfu, rel=0.01)
+
+
+def test_advise_moe_searches_ep_and_expert_levels(capsys):
+    """A small search (2 x 8 H100, Mixtral-8x7B): every point's memory screened, the fitting
+    ones costed in closed form, the best replayed on the engine."""
+    import json
+
+    argv = ["advise", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib", "--nodes", "2",
+            "--global-batch", "32", "--seq-len", "512", "--strategies", "NNG,NIG,GGG",
+            "--expert-strategies", "NNG,IIG,GGG", "--engine-top", "1", "--top", "4",
+            "--json", "--compute-model", "flat"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["moe"] and d["searched"]["ep"] == [1, 2, 4, 8]
+    assert d["searched"]["micro_batch"] == [1, 2]          # 32 / (b x 16) whole
+    assert d["points"] == 4 * 2 * 2 * 3 * 3               # EP x attention x b x pairs
+    assert 0 < d["fitting"] < d["points"]
+    best = d["best"]
+    assert len(best) == 4 and "engine_step_s" in best[0] and "engine_step_s" not in best[1]
+    steps = [b["closed_form_step_s"] for b in best]
+    assert steps == sorted(steps)
+    assert best[0]["engine_step_s"] == pytest.approx(steps[0], rel=0.05)
+    # the best point is the closed-form MoE step of its settings
+    t = TrainingSpec(micro_batch=best[0]["micro_batch"], seq_len=512,
+                     accum_steps=best[0]["accum_steps"], attention=best[0]["attention"],
+                     recompute=False, compute_model="flat")
+    r = simulate_moe_step(MIX, load_cluster("dgx-h100-ib", nodes=2), best[0]["strategy"],
+                          best[0]["expert_strategy"], t, best[0]["ep"], mode="analytic")
+    assert r.step_time_s == best[0]["closed_form_step_s"]
+    for extra in (["--tp", "2"], ["--ep", "3"], ["--runtime", "fsdp"]):
+        assert main(argv + extra) == 2
+        assert extra[0] in capsys.readouterr().err
+    assert main(["advise", "--model", "llama-7b", "--global-batch", "64", "--ep", "2"]) == 2
+    assert "--ep" in capsys.readouterr().err
