@@ -101,14 +101,7 @@ def ring_profile(spec: ClusterSpec, ringset: RingSet) -> tuple[float, float, flo
     if worst_nic:
         bw = min(bw, spec.nic.bandwidth_Bps / worst_nic)
     worst_up = max([*up_out.values(), *up_in.values()], default=0)
-    if worst_up:
-        if net.fabric is NetworkFabric.LEAF_SPINE:
-            cap = net.nodes_per_leaf * spec.nic.per_node * spec.nic.bandwidth_Bps
-        else:
-            cap = spec.nodes * spec.nic.bandwidth_Bps
-        bw = min(bw, cap / net.oversubscription / worst_up)
-    frac = n_inter / n_hops if n_hops else 0.0
-    return alpha + spec.collective.step_latency_s, bw, frac
+    return _profile_end(spec, net, alpha, bw, worst_up, n_hops, n_inter)
 
 
 def _most(keys: np.ndarray) -> int:
@@ -154,14 +147,7 @@ def _profile_arrays(spec: ClusterSpec, src: np.ndarray, dst: np.ndarray
         worst_nic = max(_most(na[inter] * per + ka[inter]), _most(nb[inter] * per + kb[inter]))
         bw = min(bw, spec.nic.bandwidth_Bps / worst_nic)
     worst_up = max(_most(ua[cross]), _most(ub[cross])) if ua is not None else 0
-    if worst_up:
-        if net.fabric is NetworkFabric.LEAF_SPINE:
-            cap = net.nodes_per_leaf * spec.nic.per_node * spec.nic.bandwidth_Bps
-        else:
-            cap = spec.nodes * spec.nic.bandwidth_Bps
-        bw = min(bw, cap / net.oversubscription / worst_up)
-    frac = n_inter / n_hops if n_hops else 0.0
-    return alpha + spec.collective.step_latency_s, bw, frac
+    return _profile_end(spec, net, alpha, bw, worst_up, n_hops, n_inter)
 
 
 def _intra_flows(spec: ClusterSpec, ringset: RingSet) -> int:
@@ -253,3 +239,18 @@ def _per_phase(spec: ClusterSpec, phases, fn) -> list[float]:
             v = memo[key] = fn(spec, ph)
         out.append(v)
     return out
+
+
+def _profile_end(spec: ClusterSpec, net, alpha: float, bw: float, worst_up: int, n_hops: int,
+                 n_inter: int) -> tuple[float, float, float]:
+    """The end of a ring profile (both paths): the uplink bound (the switch tier's capacity
+    over its oversubscription, shared by the most flows on one uplink), then (alpha, bw,
+    inter-node fraction of the hops)."""
+    if worst_up:
+        if net.fabric is NetworkFabric.LEAF_SPINE:
+            cap = net.nodes_per_leaf * spec.nic.per_node * spec.nic.bandwidth_Bps
+        else:
+            cap = spec.nodes * spec.nic.bandwidth_Bps
+        bw = min(bw, cap / net.oversubscription / worst_up)
+    frac = n_inter / n_hops if n_hops else 0.0
+    return alpha + spec.collective.step_latency_s, bw, frac
