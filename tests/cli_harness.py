@@ -48,3 +48,30 @@ def check_err(rc: int, out: str, err: str, needle: str) -> None:
     assert len(lines) == 1, err
     assert lines[0].startswith("parosim: error:"), err
     assert needle in lines[0], f"{needle!r} not in {err!r}"
+
+
+def OK() -> tuple:
+    """A table case that must succeed."""
+    return ("ok", "")
+
+
+def ERR(needle: str) -> tuple:
+    """A table case that must be refused with ``needle`` in its one line."""
+    return ("err", needle)
+
+
+def cluster_yaml(nodes: int) -> str:
+    """A small single-switch A100 cluster YAML of ``nodes`` nodes for the table cases."""
+    return f"""name: t
+gpus_per_node: 8
+nodes: {nodes}
+gpu: {{model: A100-SXM4-80GB}}
+intra_node: {{fabric: nvswitch, bandwidth: 2000Gbps, latency: 2us}}
+nic: {{per_node: 1, bandwidth: 100Gbps, latency: 5us}}
+network: {{fabric: single-switch}}
+"""
+
+
+def with_overrides(cl: str, *entries: str) -> str:
+    """``cl`` with an ``overrides:`` list of the given entries."""
+    return cl + "overrides:\n" + "".join(f"  - {e}\n" for e in entries)

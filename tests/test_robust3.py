@@ -14,7 +14,15 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_harness import CASE_TIMEOUT_S, check_err, run_case  # noqa: F401
+from cli_harness import (  # noqa: F401
+    CASE_TIMEOUT_S,
+    ERR,
+    OK,
+    check_err,
+    cluster_yaml,
+    run_case,
+    with_overrides,
+)
 
 from parosim.errors import InputError
 from parosim.io.nccltests import parse_nccl_tests, read_nccl_tests
@@ -225,26 +233,11 @@ def test_calibrate_on_a_300_size_log_is_bounded(tmp_path, capsys):
 
 # --- CLI table --------------------------------------------------------------------------------
 
-def OK() -> tuple:
-    return ("ok", "")
-
-
-def ERR(needle: str) -> tuple:
-    return ("err", needle)
-
-
-CL = """name: t
-gpus_per_node: 8
-nodes: 4
-gpu: {model: A100-SXM4-80GB}
-intra_node: {fabric: nvswitch, bandwidth: 2000Gbps, latency: 2us}
-nic: {per_node: 1, bandwidth: 100Gbps, latency: 5us}
-network: {fabric: single-switch}
-"""
+CL = cluster_yaml(4)
 
 
 def _ov(*entries: str) -> str:
-    return CL + "overrides:\n" + "".join(f"  - {e}\n" for e in entries)
+    return with_overrides(CL, *entries)
 
 
 def _ds(d: dict) -> str:

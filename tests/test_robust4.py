@@ -17,7 +17,15 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
-from cli_harness import CASE_TIMEOUT_S, check_err, run_case  # noqa: F401
+from cli_harness import (  # noqa: F401
+    CASE_TIMEOUT_S,
+    ERR,
+    OK,
+    check_err,
+    cluster_yaml,
+    run_case,
+    with_overrides,
+)
 
 from parosim.cli.parser import EXAMPLES, build_parser
 
@@ -32,28 +40,13 @@ def run_json(argv: list[str], capsys) -> dict:
     return json.loads(out)
 
 
-def OK() -> tuple:
-    return ("ok", "")
-
-
-def ERR(needle: str) -> tuple:
-    return ("err", needle)
-
-
 # --- input files -----------------------------------------------------------------------------
 
-CL = """name: t
-gpus_per_node: 8
-nodes: 2
-gpu: {model: A100-SXM4-80GB}
-intra_node: {fabric: nvswitch, bandwidth: 2000Gbps, latency: 2us}
-nic: {per_node: 1, bandwidth: 100Gbps, latency: 5us}
-network: {fabric: single-switch}
-"""
+CL = cluster_yaml(2)
 
 
 def _ov(*entries: str) -> str:
-    return CL + "overrides:\n" + "".join(f"  - {e}\n" for e in entries)
+    return with_overrides(CL, *entries)
 
 
 def _jobs(*jobs: str, top: str = "") -> str:
