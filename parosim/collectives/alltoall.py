@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from ..errors import InputError
 from ..spec.system import ClusterSpec, IntraFabric
 from .cost import program_time, ring_profile
-from .types import Algo, Op, Phase, Program, Scope
+from .types import Algo, HopSet, Op, Phase, Program, Scope
 
 #: NCCL's NCCL_P2P_LL_THRESHOLD default: peer messages up to this many bytes use LL
 P2P_LL_THRESHOLD = 16384
@@ -46,18 +46,11 @@ MAX_A2A_FLOWS = 2**18
 
 
 @dataclass(frozen=True)
-class PairSet:
-    """Point-to-point flows (src, dst) that start together and move equal bytes.
-
-    Duck-types :class:`~parosim.collectives.types.RingSet` for the network and the closed
-    form: each flow is its own "ring" of one hop, so the phase's step latency is the slowest
-    flow's path latency. ``size`` is k, the ranks of one all-to-all group."""
-
-    hop_list: tuple[tuple[int, int], ...]
-    label: str
-    size: int
-    rings_per_rank: int = 1
-    rings: tuple = ()
+class PairSet(HopSet):
+    """Point-to-point flows (src, dst) that start together and move equal bytes: a
+    :class:`~parosim.collectives.types.HopSet` whose every flow is its own "ring" of one hop,
+    so the phase's step latency is the slowest flow's path latency. ``size`` is k, the ranks
+    of one all-to-all group."""
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
@@ -65,9 +58,6 @@ class PairSet:
             h = hash((self.hop_list, self.label, "pairs"))
             self.__dict__["_hash"] = h
         return h
-
-    def hops(self):
-        return iter(self.hop_list)
 
     def ring_hops(self):
         for hop in self.hop_list:
