@@ -174,12 +174,14 @@ def predict(spec: ClusterSpec, row: DeepEPRow) -> float:
     return ep_call_time(spec, row.call)
 
 
+#: the fit's starting point (efficiencies, latency in s) and bounds (log space)
+START = EPKernelCost(0.8, 0.8, 10e-6)
 _LO = np.log([0.01, 0.01, 1e-8])
 _HI = np.log([1.0, 1.0, 1e-3])
 
 
 def fit_family(spec: ClusterSpec, rows: list[DeepEPRow], key: str,
-               start: EPKernelCost = EPKernelCost(0.8, 0.8, 10e-6)) -> EPKernelCost:
+               start: EPKernelCost = START) -> EPKernelCost:
     """The :class:`EPKernelCost` of ``collective.<key>`` minimising the squared log ratios
     of the model to ``rows``' times (module docstring). Deterministic."""
     if not rows:
