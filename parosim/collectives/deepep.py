@@ -20,8 +20,9 @@ of point-to-point :class:`~parosim.collectives.alltoall.PairSet` phases, so the 
 * **low-latency kernels** (decoding): every (token, expert) pick is its own message, no
   deduplication per rank or node (T·k/EP per flow). The first release sends all of them
   over RDMA, to peers of the same node too (``nvlink=False``: modelled as a cluster of
-  one-GPU nodes with the same NIC); since 2025-06 (DeepEP PR #173) peers of the same node
-  are reached over NVLink (``nvlink=True``: an NVLink phase and an RDMA phase at once).
+  one-GPU nodes with the same NIC); since 2025-06 peers of the same node
+  are reached over NVLink (github.com/deepseek-ai/DeepEP/pull/173; ``nvlink=True``: an
+  NVLink phase and an RDMA phase at once).
 
 Costs: each phase moves its bytes at ``collective.ep_normal`` / ``ep_ll``'s
 ``nvlink_efficiency`` or ``rdma_efficiency`` times the wire rate of its most loaded link, plus
