@@ -167,3 +167,13 @@ def test_bad_calls_are_refused():
     with pytest.raises(InputError, match="multiple of 8"):
         ep_call_time(load_cluster(H800), EPCall("normal", "dispatch", 1, 1.0,
                                                 deepep_routing(12, 8, grouped=False)))
+
+
+def test_inputs_the_model_cannot_honour_are_refused():
+    r = deepep_routing(16, 8)
+    with pytest.raises(InputError, match="nvlink=False is for the low-latency"):
+        EPCall("normal", "dispatch", 4096, 1.0, r, nvlink=False)
+    spec = cluster_from_dict({**yaml.safe_load(cluster_to_yaml(load_cluster(H800))),
+                              "overrides": [{"nodes": [1], "nic": {"bandwidth": "100Gbps"}}]})
+    with pytest.raises(InputError, match="overrides"):
+        ep_call_time(spec, EPCall("normal", "dispatch", 4096, 1.0, r))

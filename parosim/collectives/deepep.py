@@ -146,6 +146,9 @@ class EPCall:
         if self.direction not in DIRECTIONS:
             raise InputError(f"EP call direction {self.direction!r} is not known; expected "
                              f"one of {', '.join(DIRECTIONS)}")
+        if self.kernel == "normal" and not self.nvlink:
+            raise InputError("EP call: the normal kernels forward over NVLink; nvlink=False "
+                             "is for the low-latency kernels")
         if not (self.tokens >= 1 and self.token_bytes > 0):
             raise InputError(f"EP call: {self.tokens} tokens of {self.token_bytes} B: expected "
                              "at least one token of a positive size")
@@ -156,6 +159,9 @@ def ep_cluster(spec: ClusterSpec, call: EPCall) -> ClusterSpec:
     (one node when the group fits in one); the pure-RDMA low-latency kernels see every GPU
     as a node of its own with its NIC."""
     ep, gpn = call.routing.ep, spec.gpus_per_node
+    if not spec.closed_form_exact:
+        raise InputError(f"cluster {spec.name!r} has link overrides or ECMP hashing: the EP "
+                         "kernel costs take a cluster of equal links; expected one without")
     if call.routing.gpus_per_node != gpn:
         raise InputError(f"EP routing for {call.routing.gpus_per_node} GPUs per node on a "
                          f"cluster of {gpn}; expected the same")
