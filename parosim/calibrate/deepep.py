@@ -15,6 +15,10 @@ EPCall` on the hardware it ran on:
   test_internode.py). The time is that count over the printed bandwidth, with p_rank and
   p_node from the same router (:func:`~parosim.collectives.deepep.deepep_routing`).
 
+* HybridEP kernel-only rows (H100) print an IB bandwidth, the same (token, node) count as the
+  internode normal kernels, over 8 local experts per rank and a uniform top-k router
+  (tests/test_hybrid_ep.py).
+
 A row of an older README that a later one re-measured ("Fix the performance data",
 2025-04-22) is ``superseded``: kept, reported, neither fitted nor scored. Rows parosim cannot
 express are kept aside with the reason (:data:`ASIDE`).
@@ -50,20 +54,30 @@ from ..spec.system import ClusterSpec, EPKernelCost
 
 #: largest EP size of the fit rows; larger ones are held out
 FIT_MAX_EP = 32
-#: rows kept aside: (text in the source, reason)
+#: rows kept aside: (text in the source, in the software, in the hardware, reason); the
+#: first match wins
 ASIDE = (
-    ("V2 release", "DeepEP V2 rows: the GPU SKU (SM90 / SM100) and the NIC speed are not "
-                   "stated, so there is no cluster to express them on"),
-    ("README_Hybrid-EP", "HybridEP / DeepEP at a fixed number of SMs (4 to 48): the rate "
-                         "these kernels reach is bound by the SMs they are given, which "
-                         "parosim's EP kernel costs do not take as an input"),
-    ("README_PCIe", "H20 with NVLink disabled, NIC speed not stated: no cluster to express "
-                    "it on"),
+    ("V2 release", "", "", "DeepEP V2 rows: the GPU SKU (SM90 / SM100) and the NIC speed "
+                           "are not stated, so there is no cluster to express them on"),
+    ("README_Hybrid-EP", "Torch API", "H100",
+     "HybridEP through its torch API: the time includes host-side work (allocation, "
+     "synchronisation) that the EP kernel costs do not model; the kernel-only rows of the "
+     "same runs are used"),
+    ("README_Hybrid-EP", ", 4 SMs", "H100",
+     "HybridEP on 4 SMs: the kernel is bound by its SMs (its FP8 dispatch moves fewer bytes/s "
+     "than its BF16 one), which the EP kernel costs do not take as an input; the rows at 8 "
+     "and 16 SMs are used"),
+    ("README_Hybrid-EP", "", "GB200", "GB200 NVL72 rows: no preset for a 72-GPU NVLink "
+                                      "domain yet, each at its own SM count"),
+    ("README_Hybrid-EP", "", "B200", "B200 rows: one node (8 ranks) only, no EP sizes to "
+                                     "fit and hold out, each at its own SM count"),
+    ("README_PCIe", "", "", "H20 with NVLink disabled, NIC speed not stated: no cluster to "
+                            "express it on"),
 )
 #: a row's kernel family: the EP kernel costs it fits, and whether low-latency peers of a node
 #: use NVLink
 FAMILIES = {"normal": ("ep_normal", True), "low-latency": ("ep_ll", False),
-            "low-latency-nvlink": ("ep_ll", True)}
+            "low-latency-nvlink": ("ep_ll", True), "hybrid-ep": ("ep_hybrid", True)}
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,8 @@ class DeepEPRow:
     time_s: float
     logical_bytes: float
     superseded: bool = False
+    config: str = ""          # the row's own setting beyond EP (HybridEP: its SM count)
+    precision: str = ""       # the tokens' format: FP8 or BF16
 
     @property
     def role(self) -> str:
@@ -114,7 +130,8 @@ def load_rows(path: str | Path) -> tuple[list[DeepEPRow], list[tuple[int, str]]]
     for i, r in enumerate(raw, start=2):
         if r["kind"] != "collective":
             continue
-        reason = next((why for key, why in ASIDE if key in r["source"]), None)
+        reason = next((why for src, soft, hw, why in ASIDE if src in r["source"]
+                       and soft in r["software"] and hw in r["hardware"]), None)
         if reason is None and r["metric"] == "RDMA_bandwidth":
             reason = "check"
         if reason is not None:
@@ -130,7 +147,33 @@ def load_rows(path: str | Path) -> tuple[list[DeepEPRow], list[tuple[int, str]]]
     return rows, aside
 
 
+def _hybrid_row(line: int, r: dict) -> DeepEPRow:
+    """A HybridEP kernel-only row (H100, several nodes): its IB bandwidth counts every
+    (token, node) pair, the local node's too (tests/test_hybrid_ep.py,
+    ``count_rdma_send_from_routing_map``), over 8 local experts per rank, uniform top-k."""
+    op, work = r["strategy_or_op"], r["workload"]
+    ep = _int(r"(\d+) ranks", r["size_or_config"], "rank count", line)
+    tokens = _int(r"Tokens (\d+)", work, "token count", line)
+    hidden = _int(r"hidden (\d+)", work, "hidden size", line)
+    topk = _int(r"TopK (\d+)", work, "top-k", line)
+    local = _int(r"(\d+) local experts", work, "local experts", line)
+    direction = "dispatch" if "dispatch" in op else "combine"
+    b = fp8_token_bytes(hidden) if "FP8" in op else bf16_token_bytes(hidden)  # combine: BF16
+    routing = deepep_routing(ep, 8, experts=local * ep, topk=topk, grouped=False)
+    logical = tokens * (ep // 8) * routing.p_node * b
+    value = float(r["value"])
+    if r["unit"] != "GB/s":
+        raise InputError(f"DeepEP row {line}: unit {r['unit']!r}; expected GB/s")
+    call = EPCall("hybrid", direction, tokens, b, routing)
+    sms = _int(r"(\d+) SMs", r["size_or_config"], "SM count", line)
+    return DeepEPRow(line, r["source"], r["hardware"], "hybrid-ep", call, ep, r["metric"],
+                     value, r["unit"], logical / (value * 1e9), logical,
+                     config=f"{sms} SMs", precision="FP8" if "FP8" in op else "BF16")
+
+
 def _row(line: int, r: dict) -> DeepEPRow:
+    if "README_Hybrid-EP" in r["source"]:
+        return _hybrid_row(line, r)
     op, work = r["strategy_or_op"], r["workload"]
     ep = _int(r"EP (\d+)", r["size_or_config"], "EP size", line)
     tokens = _int(r"(\d+) tokens per batch", work, "token count", line)
@@ -149,7 +192,8 @@ def _row(line: int, r: dict) -> DeepEPRow:
                              "expected latency in us")
         logical = tokens * topk * b
         return DeepEPRow(line, r["source"], r["hardware"], family, call, ep, r["metric"],
-                         value, r["unit"], value * 1e-6, logical)
+                         value, r["unit"], value * 1e-6, logical,
+                         precision="FP8" if direction == "dispatch" else "BF16")
     b = fp8_token_bytes(hidden) if "FP8" in op else bf16_token_bytes(hidden)
     internode = "RDMA" in r["metric"]
     routing = deepep_routing(ep, 8, topk=topk, grouped=internode)
@@ -161,7 +205,8 @@ def _row(line: int, r: dict) -> DeepEPRow:
         raise InputError(f"DeepEP row {line}: unit {r['unit']!r}; expected GB/s")
     call = EPCall("normal", direction, tokens, b, routing)
     return DeepEPRow(line, r["source"], r["hardware"], "normal", call, ep, r["metric"], value,
-                     r["unit"], logical / (value * 1e9), logical)
+                     r["unit"], logical / (value * 1e9), logical,
+                     precision="FP8" if "FP8" in op else "BF16")
 
 
 def with_cost(spec: ClusterSpec, key: str, cost: EPKernelCost) -> ClusterSpec:
@@ -202,9 +247,14 @@ def fit_family(spec: ClusterSpec, rows: list[DeepEPRow], key: str,
 
 
 def calibrate(spec: ClusterSpec, rows: list[DeepEPRow]) -> ClusterSpec:
-    """``spec`` with ``ep_normal`` and ``ep_ll`` fitted on the fit rows (EP <= 32)."""
+    """``spec`` with the EP kernel costs of ``rows``' families (``ep_normal``, ``ep_ll``,
+    ``ep_hybrid``) fitted on their fit rows (EP <= 32); the rows must share one hardware."""
+    hardware = {r.hardware for r in rows}
+    if len(hardware) != 1:
+        raise InputError(f"DeepEP rows of {len(hardware)} kinds of hardware "
+                         f"({', '.join(sorted(hardware))}); expected those of one cluster")
     out = spec
-    for key in ("ep_normal", "ep_ll"):
+    for key in sorted({FAMILIES[r.family][0] for r in rows}):
         fit_rows = [r for r in rows if FAMILIES[r.family][0] == key and r.role == "fit"]
         out = with_cost(out, key, fit_family(spec, fit_rows, key))
     return out
@@ -212,13 +262,15 @@ def calibrate(spec: ClusterSpec, rows: list[DeepEPRow]) -> ClusterSpec:
 
 def scored(spec: ClusterSpec, rows: list[DeepEPRow]) -> list[dict]:
     """Every row with the model's time and its error: ``line``, ``source``, ``hardware``,
-    ``family``, ``direction``, ``ep``, ``role`` (fit / held-out / superseded), ``measured_us``,
+    ``family``, ``direction``, ``precision`` (FP8 / BF16), ``config``, ``ep``, ``role`` (fit /
+    held-out / superseded), ``measured_us``,
     ``model_us``, ``error_pct`` (model / measured - 1, in %), ``metric``, ``value``, ``unit``."""
     out = []
     for r in rows:
         t = predict(spec, r)
         out.append({"line": r.line, "source": r.source, "hardware": r.hardware,
-                    "family": r.family, "direction": r.call.direction, "ep": r.ep,
+                    "family": r.family, "direction": r.call.direction,
+                    "precision": r.precision, "config": r.config, "ep": r.ep,
                     "role": r.role, "measured_us": r.time_s * 1e6, "model_us": t * 1e6,
                     "error_pct": (t / r.time_s - 1) * 100, "metric": r.metric,
                     "value": r.value, "unit": r.unit})

@@ -23,8 +23,11 @@ of point-to-point :class:`~parosim.collectives.alltoall.PairSet` phases, so the 
   one-GPU nodes with the same NIC); since 2025-06 peers of the same node
   are reached over NVLink (github.com/deepseek-ai/DeepEP/pull/173; ``nvlink=True``: an
   NVLink phase and an RDMA phase at once).
+* **HybridEP** (``hybrid``; DeepEP's hybrid-ep branch, docs/README_Hybrid-EP.md): the
+  normal kernels' shape (RDMA to the rail-matched GPU of each node, NVLink forwarding) with
+  its own costs, ``collective.ep_hybrid``.
 
-Costs: each phase moves its bytes at ``collective.ep_normal`` / ``ep_ll``'s
+Costs: each phase moves its bytes at ``collective.ep_normal`` / ``ep_ll`` / ``ep_hybrid``'s
 ``nvlink_efficiency`` or ``rdma_efficiency`` times the wire rate of its most loaded link, plus
 the path latency of its slowest pair; the kernel's ``latency`` is paid once, before the first
 phase. p_rank and p_node come from :func:`deepep_routing`, which replays the router of
@@ -45,7 +48,9 @@ from .alltoall import PairSet, check_flows
 from .cost import program_time
 from .types import Algo, Op, Phase, Program, Scope
 
-KERNELS = ("normal", "low-latency")
+KERNELS = ("normal", "low-latency", "hybrid")
+#: the ``collective`` section of each kernel family
+COST_KEYS = {"normal": "ep_normal", "low-latency": "ep_ll", "hybrid": "ep_hybrid"}
 DIRECTIONS = ("dispatch", "combine")
 #: tokens :func:`deepep_routing` draws to estimate the routing shares of the grouped router
 #: (their sampling error, below 0.5 %, is checked in tests/test_deepep.py)
@@ -146,9 +151,9 @@ class EPCall:
         if self.direction not in DIRECTIONS:
             raise InputError(f"EP call direction {self.direction!r} is not known; expected "
                              f"one of {', '.join(DIRECTIONS)}")
-        if self.kernel == "normal" and not self.nvlink:
-            raise InputError("EP call: the normal kernels forward over NVLink; nvlink=False "
-                             "is for the low-latency kernels")
+        if self.kernel != "low-latency" and not self.nvlink:
+            raise InputError(f"EP call: the {self.kernel} kernels forward over NVLink; "
+                             "nvlink=False is for the low-latency kernels")
         if not (self.tokens >= 1 and self.token_bytes > 0):
             raise InputError(f"EP call: {self.tokens} tokens of {self.token_bytes} B: expected "
                              "at least one token of a positive size")
@@ -176,7 +181,7 @@ def ep_cluster(spec: ClusterSpec, call: EPCall) -> ClusterSpec:
 
 
 def _cost(spec: ClusterSpec, call: EPCall) -> EPKernelCost:
-    return spec.collective.ep_normal if call.kernel == "normal" else spec.collective.ep_ll
+    return getattr(spec.collective, COST_KEYS[call.kernel])
 
 
 def _ph(name: str, hops: list[tuple[int, int]], k: int, per_flow: float, lane: str,

@@ -235,7 +235,7 @@ COLLECTIVE_MODELS = ("ideal", "nccl")
 @dataclass(frozen=True)
 class EPKernelCost:
     """Cost of one family of expert-parallel dispatch / combine kernels (DeepEP's normal or
-    low-latency kernels; :mod:`parosim.collectives.deepep`).
+    low-latency kernels, HybridEP's; :mod:`parosim.collectives.deepep`).
 
     ``nvlink_efficiency`` / ``rdma_efficiency``: the fraction of the GPU's NVLink and of its
     NIC's line rate the kernel's data moves at (its copy engines are SMs, a few of them, not
@@ -258,7 +258,7 @@ class EPKernelCost:
 
 
 #: the EP kernel families of ``collective`` (cluster YAML keys)
-EP_KERNELS = ("ep_normal", "ep_ll")
+EP_KERNELS = ("ep_normal", "ep_ll", "ep_hybrid")
 
 
 @dataclass(frozen=True)
@@ -306,6 +306,7 @@ class CollectiveTuning:
     # expert-parallel dispatch / combine kernels (collectives.deepep): normal, low-latency
     ep_normal: EPKernelCost = EPKernelCost()
     ep_ll: EPKernelCost = EPKernelCost()
+    ep_hybrid: EPKernelCost = EPKernelCost()   # HybridEP's kernels (the normal kernels' shape)
 
     def protocol(self, algorithm: str, proto: str) -> ProtocolCost:
         """The :class:`ProtocolCost` of ("ring" | "tree", "ll" | "ll128" | "simple")."""
