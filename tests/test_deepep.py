@@ -35,6 +35,8 @@ from parosim.io.cluster import cluster_from_dict, cluster_to_yaml
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "deepep" / "deepep_rows.csv"
 H800 = "dgx-h800-ib"
+H100 = str(ROOT / "experiments" / "16_moe_alltoall" / "dgx-h100-hybridep.yaml")
+CLUSTERS = {"NVIDIA H800": H800, "NVIDIA H100": H100}
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +49,15 @@ def test_rows_expressed_and_kept_aside(rows):
     assert len(expressed) + len(aside) == 237
     fams = {(r.family, r.role) for r in expressed}
     assert ("normal", "held-out") in fams and ("low-latency", "held-out") in fams
-    assert ("low-latency-nvlink", "held-out") in fams
+    assert ("low-latency-nvlink", "held-out") in fams and ("hybrid-ep", "held-out") in fams
     assert sum(r.role == "superseded" for r in expressed) == 4   # 2025-02 normal EP 32 / 64
     assert sum(why == "check" for _, why in aside) == 20          # LL bandwidth twins
     assert all(why for _, why in aside)
-    assert {r.hardware for r in expressed} == {"NVIDIA H800"}
+    assert {r.hardware for r in expressed} == set(CLUSTERS)
+    assert sum(r.family == "hybrid-ep" for r in expressed) == 18  # kernel-only, 8 / 16 SMs
+    reasons = " ".join(why for _, why in aside)
+    for what in ("torch API", "4 SMs", "B200 rows", "GB200 NVL72", "DeepEP V2", "H20"):
+        assert what in reasons, what
 
 
 def test_low_latency_bandwidth_twins_match_the_byte_count(rows):
@@ -119,26 +125,31 @@ def test_engine_equals_closed_form(kernel, nvlink, ep):
 
 def test_held_out_median_within_15_percent(rows):
     """Acceptance: DeepEP dispatch / combine latency against EP size, fitted on EP <= 32,
-    median |error| <= 15 % on the held-out EP >= 64 rows, per kernel family and overall
-    (the preset carries the fitted values; test_refit_reproduces_the_preset refits)."""
+    median |error| <= 15 % on the held-out EP >= 64 rows, per kernel family and hardware and
+    overall (the cluster files carry the fitted values; test_refit_reproduces_them refits)."""
     expressed, _ = rows
-    res = scored(load_cluster(H800), expressed)
+    res = []
+    for hw, cluster in CLUSTERS.items():
+        res += scored(load_cluster(cluster), [r for r in expressed if r.hardware == hw])
     held = medians(res)
     assert set(held) == {("normal", "NVIDIA H800"), ("low-latency", "NVIDIA H800"),
-                         ("low-latency-nvlink", "NVIDIA H800"), ("all", "all")}
+                         ("low-latency-nvlink", "NVIDIA H800"), ("hybrid-ep", "NVIDIA H100"),
+                         ("all", "all")}
     for key, med in held.items():
         assert med <= 15.0, (key, med)
-    assert held["all", "all"] < 5.0      # measured 2.3 %
+    assert held["all", "all"] < 5.0      # measured 2.6 %
     fit = [abs(r["error_pct"]) for r in res if r["role"] == "fit"]
     assert statistics.median(fit) < 5.0
 
 
 @pytest.mark.slow
-def test_refit_reproduces_the_preset(rows):
+@pytest.mark.parametrize("hardware", sorted(CLUSTERS))
+def test_refit_reproduces_them(rows, hardware):
     expressed, _ = rows
-    spec = load_cluster(H800)
-    fitted = calibrate(spec, expressed)
-    for key in ("ep_normal", "ep_ll"):
+    spec = load_cluster(CLUSTERS[hardware])
+    fitted = calibrate(spec, [r for r in expressed if r.hardware == hardware])
+    keys = {"NVIDIA H800": ("ep_normal", "ep_ll"), "NVIDIA H100": ("ep_hybrid",)}[hardware]
+    for key in keys:
         a, b = getattr(fitted.collective, key), getattr(spec.collective, key)
         assert a.nvlink_efficiency == pytest.approx(b.nvlink_efficiency, rel=0.005)
         assert a.rdma_efficiency == pytest.approx(b.rdma_efficiency, rel=0.005)
