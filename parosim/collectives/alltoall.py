@@ -106,14 +106,14 @@ def lower_p2p(spec: ClusterSpec, scope: Scope, size: float, algo: Algo = Algo.P2
     ``groups``: explicit rank groups of equal size (an EP layout's), else the scope's."""
     groups = groups_of(spec, scope) if groups is None else groups
     k = len(groups[0])
-    _check_flows(sum(len(g) * (len(g) - 1) for g in groups))
+    check_flows(sum(len(g) * (len(g) - 1) for g in groups))
     hops = [(a, b) for grp in groups for a in grp for b in grp if a != b]
     ph = _phase(spec, f"all-to-all {scope.value}", hops, scope.value, k, size / k, "main")
     return Program(Op.ALL_TO_ALL, scope, algo, size, k, (ph,),
                    choice="p2p" if algo is Algo.NCCL else "")
 
 
-def _check_flows(flows: int) -> None:
+def check_flows(flows: int) -> None:
     if flows > MAX_A2A_FLOWS:
         raise InputError(f"an all-to-all of {flows:,} point-to-point flows is more than "
                          f"{MAX_A2A_FLOWS:,}, the simulator's limit (each flow is routed on "
@@ -141,7 +141,7 @@ def _hierarchical(spec: ClusterSpec, size: float, chunks: int, parts: list[list[
                   scope: Scope) -> Program:
     ng, m = len(parts[0]), len(parts[0][0])
     n = ng * m
-    _check_flows(len(parts) * n * (ng - 1 + m - 1))
+    check_flows(len(parts) * n * (ng - 1 + m - 1))
     inter = [(p[g][j], p[h][j]) for p in parts for g in range(ng) for h in range(ng) if g != h
              for j in range(m)]
     intra = [(p[g][j], p[g][q]) for p in parts for g in range(ng) for j in range(m)

@@ -63,8 +63,10 @@ from ..errors import InputError
 from ..spec.compute import ComputeProfile
 from ..spec.gpus import KNOWN_GPUS, known_gpu
 from ..spec.system import (
+    EP_KERNELS,
     ClusterSpec,
     CollectiveTuning,
+    EPKernelCost,
     GPUSpec,
     IntraFabric,
     LinkSpec,
@@ -198,7 +200,7 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
                                   "collective.serial_progress"),
             chain_chunk_bytes=float(parse_size(coll.get("chain_chunk", 0),
                                                "collective.chain_chunk", allow_zero=True)),
-            **_nccl_fields(coll, where)),
+            **_nccl_fields(coll, where), **_ep_fields(coll, where)),
         group_nodes=positive_int(data.get("group_nodes", 1), f"{where}: group_nodes"),
         notes=str(data.get("sources", data.get("notes", ""))),
         overlap_slowdown=(None if comp.get("overlap_slowdown") is None else
@@ -250,7 +252,8 @@ def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
 
 _PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
 _NCCL_KEYS = ("model", "channels", "protocols", "algorithms", "reduction_hbm_factor",
-              "reduction_overlap", "net_overhead", *_PROTO_FIELDS)
+              "reduction_overlap", "net_overhead", *_PROTO_FIELDS, *EP_KERNELS)
+_EP_KEYS = {"nvlink_efficiency", "rdma_efficiency", "latency"}
 _PROTO_KEYS = {"bw_efficiency", "base_latency", "nvlink_latency", "pcie_latency", "net_latency",
                "max_bw_per_channel", "max_bw", "max_bw_per_channel_1node",
                "max_bw_per_channel_2node", "max_bw_1node", "max_bw_2node"}
@@ -319,6 +322,33 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
                for k in ("max_bw_per_channel_1node", "max_bw_per_channel_2node",
                          "max_bw_1node", "max_bw_2node")})
     return out
+
+
+def _ep_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
+    """The expert-parallel kernel sections of ``collective`` (``ep_normal``, ``ep_ll``:
+    :class:`EPKernelCost`); absent keys keep the defaults."""
+    out: dict[str, Any] = {}
+    for key in EP_KERNELS:
+        sub = section(coll, key, _EP_KEYS, f"{where}: collective")
+        if not sub:
+            continue
+        d = getattr(CollectiveTuning(), key)
+        n = f"collective.{key}"
+        eff = {k: number(sub.get(k, getattr(d, k)), f"{n}.{k}")
+               for k in ("nvlink_efficiency", "rdma_efficiency")}
+        for k, v in eff.items():
+            if not 0 < v <= 1:
+                raise InputError(f"{where}: {n}.{k} = {v!r} must be in (0, 1]")
+        out[key] = EPKernelCost(**eff, latency_s=parse_time(sub.get("latency", d.latency_s),
+                                                            f"{n}.latency"))
+    return out
+
+
+def _ep_yaml(c: CollectiveTuning) -> dict[str, Any]:
+    """The EP kernel sections that differ from the defaults (none: nothing written)."""
+    return {key: {"nvlink_efficiency": p.nvlink_efficiency,
+                  "rdma_efficiency": p.rdma_efficiency, "latency": f"{p.latency_s!r}s"}
+            for key in EP_KERNELS if (p := getattr(c, key)) != EPKernelCost()}
 
 
 def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
@@ -492,6 +522,7 @@ def cluster_schema() -> dict[str, Any]:
     coll: dict[str, Any] = leaf(("step_latency", "call_overhead", "phase_overhead",
                                  "ho_ring_max_chunks", "serial_progress", *_NCCL_KEYS))
     coll.update({k: leaf(_PROTO_KEYS) for k in _PROTO_FIELDS})
+    coll.update({k: leaf(_EP_KEYS) for k in EP_KERNELS})
     return {**leaf(_TOP), "gpu": leaf(_GPU_KEYS), "intra_node": leaf(_INTRA_KEYS),
             "pcie": leaf(_PCIE_KEYS), "nic": leaf(_NIC_KEYS), "network": leaf(_NETWORK_KEYS),
             "jitter": leaf(_JITTER_KEYS), "compute": leaf(_COMPUTE_KEYS), "collective": coll}
@@ -611,7 +642,7 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
                        "ho_ring_max_chunks": spec.collective.ho_ring_max_chunks,
                        **({"chain_chunk": f"{int(spec.collective.chain_chunk_bytes)}B"}
                           if spec.collective.chain_chunk_bytes else {}),
-                       **_nccl_yaml(spec.collective)},
+                       **_nccl_yaml(spec.collective), **_ep_yaml(spec.collective)},
         "group_nodes": spec.group_nodes,
         "sources": spec.notes,
     }

@@ -233,6 +233,35 @@ COLLECTIVE_MODELS = ("ideal", "nccl")
 
 
 @dataclass(frozen=True)
+class EPKernelCost:
+    """Cost of one family of expert-parallel dispatch / combine kernels (DeepEP's normal or
+    low-latency kernels, HybridEP's; :mod:`parosim.collectives.deepep`).
+
+    ``nvlink_efficiency`` / ``rdma_efficiency``: the fraction of the GPU's NVLink and of its
+    NIC's line rate the kernel's data moves at (its copy engines are SMs, a few of them, not
+    NCCL's channels). ``latency_s``: fixed cost per kernel call (launch, the layout and
+    notify exchange, the last chunk's round trip), paid once before the data moves.
+    The defaults are the ideal wire (1, 1, 0), an uncalibrated choice; fitted values and their
+    sources are in docs/calibration.md ("Expert all-to-all kernels").
+    """
+
+    nvlink_efficiency: float = 1.0
+    rdma_efficiency: float = 1.0
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("nvlink_efficiency", "rdma_efficiency"):
+            v = getattr(self, name)
+            _require(isinstance(v, (int, float)) and math.isfinite(v) and 0 < v <= 1,
+                     f"{name} = {v!r} must be in (0, 1]")
+        _pos(self.latency_s, "latency", allow_zero=True)
+
+
+#: the EP kernel families of ``collective`` (cluster YAML keys)
+EP_KERNELS = ("ep_normal", "ep_ll", "ep_hybrid")
+
+
+@dataclass(frozen=True)
 class CollectiveTuning:
     """Software costs of the communication library, added to the wire model.
 
@@ -274,6 +303,10 @@ class CollectiveTuning:
     tree_ll: ProtocolCost = NCCL_TREE_LL
     tree_ll128: ProtocolCost = NCCL_TREE_LL128
     tree_simple: ProtocolCost = NCCL_TREE_SIMPLE
+    # expert-parallel dispatch / combine kernels (collectives.deepep): normal, low-latency
+    ep_normal: EPKernelCost = EPKernelCost()
+    ep_ll: EPKernelCost = EPKernelCost()
+    ep_hybrid: EPKernelCost = EPKernelCost()   # HybridEP's kernels (the normal kernels' shape)
 
     def protocol(self, algorithm: str, proto: str) -> ProtocolCost:
         """The :class:`ProtocolCost` of ("ring" | "tree", "ll" | "ll128" | "simple")."""
