@@ -22,7 +22,8 @@ DIRS = [ROOT / "topologies", ROOT / "runtimes"]
 def test_parsed_copy_is_current_and_complete(d):
     """The committed copy is what ``python -m parosim.io.yamlspec`` writes today, with an
     entry for every YAML file (run that command after editing a preset)."""
-    assert (d / PARSED_NAME).read_text(encoding="utf-8") == parsed_text(d)
+    assert (d / PARSED_NAME).read_text(encoding="utf-8") == parsed_text(d), (
+        f"{d.name}/{PARSED_NAME} is stale: run python -m parosim.io.yamlspec")
     files = json.loads((d / PARSED_NAME).read_text(encoding="utf-8"))["files"]
     assert sorted(files) == sorted(f.name for f in d.glob("*.yaml"))
 
