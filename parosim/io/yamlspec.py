@@ -54,7 +54,7 @@ def read_yaml(path: str | Path, what: str, parsed_copy: bool = True) -> dict[str
     """Parse a YAML file that must hold a mapping; every failure is an :class:`InputError`.
 
     The file must be UTF-8, hold a mapping and give each key once. A file with an entry in
-    its directory's parsed copy (:data:`PARSED_NAME`) for exactly these bytes is not parsed
+    its directory's parsed copy (:data:`PARSED_NAME`) for exactly this text is not parsed
     again.
     """
     p = Path(path)
