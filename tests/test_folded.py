@@ -158,3 +158,36 @@ def test_a_folded_run_builds_few_nodes(name, monkeypatch):
     spec = replace(SPECS[name], nodes=32)
     simulate_collective(spec, Op.ALL_REDUCE, Scope.GLOBAL, 2**26, Algo.HO_RING)
     assert len(made) == 1 and made[0].built_nodes <= 3 * symmetry_period(spec) < 32
+
+
+def test_ring_invariance_arrays_agree_with_the_hop_sets():
+    """``ringsets_invariant`` tests rings of equal length with numpy: the same answer as the
+    hop-set test (a RingSet subclass without arrays) on invariant and broken ring sets."""
+    from parosim.collectives.types import RingSet
+    from parosim.fabric.symmetry import ringsets_invariant
+
+    class Plain(RingSet):   # the same rings, tested hop by hop (hop_arrays is None)
+        def hops(self):
+            yield from RingSet.hops(self)
+
+    nodes, gpn = 8, 4
+    n = nodes * gpn
+    cases = [
+        tuple(tuple(range(g * gpn, (g + 1) * gpn)) for g in range(nodes)),        # intra
+        tuple(tuple(g * gpn + j for g in range(nodes)) for j in range(gpn)),      # inter
+        (tuple(range(n)),),                                                       # global
+        (tuple(range(n - 1, -1, -1)),),                                           # reversed
+        tuple(tuple(range(g * gpn, (g + 1) * gpn))[::-1] if g == 3 else           # broken
+              tuple(range(g * gpn, (g + 1) * gpn)) for g in range(nodes)),
+        ((0, 5), (1, 4), (2, 3)) + tuple((a, a + 1) for a in range(6, n, 2)),    # pairs
+    ]
+    seen = set()
+    for rings in cases:
+        for shift in (1, 2, 4):
+            fast = ringsets_invariant([RingSet(rings, "t")], nodes, gpn, shift)
+            slow = ringsets_invariant([Plain(rings, "t")], nodes, gpn, shift)
+            assert RingSet(rings, "t").hop_arrays is not None
+            assert Plain(rings, "t").hop_arrays is None
+            assert fast == slow
+            seen.add(fast)
+    assert seen == {True, False}   # both answers occur

@@ -295,11 +295,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     c.add_argument("--fidelity", default="accurate", choices=["accurate", "paper"],
                    help="accurate: an unset --algo is NCCL's tuner; paper: HO-Ring, the PaRO "
                         "paper's (docs/accuracy.md)")
-    from .nccl import (  # deferred: loaded when the command runs (start-up)
-        add_arguments as _nccl_args,  # deferred: loaded when the command runs (start-up)
-    )
+    if command in (None, "collective"):  # its module is imported only for it (start-up)
+        from .nccl import (  # deferred: loaded when the command runs (start-up)
+            add_arguments as _nccl_args,  # deferred: loaded when the command runs (start-up)
+        )
 
-    _nccl_args(c)
+        _nccl_args(c)
     c.add_argument("--seed", type=int, default=None,
                    help="ECMP hash seed (leaf-spine with ecmp: hash; default the cluster's)")
     cluster_args(c)
@@ -499,9 +500,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     "repeatable")
     ad.add_argument("--json", action="store_true", help="machine-readable result on stdout")
 
-    from .cluster import add_parser as _cluster_parser  # deferred: the command's own module
+    if command in (None, "cluster"):  # its module is imported only for it (start-up)
+        from .cluster import add_parser as _cluster_parser  # deferred: the command's own module
 
-    _cluster_parser(sub, Parser)
+        _cluster_parser(sub, Parser)
 
     m = sub.add_parser("memory", epilog=EXAMPLES["memory"],
                        help="memory breakdown per GPU, fits or not")
@@ -514,16 +516,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    "group, or 'all' (default: each row's --strategy)")
     training_args(m, memory=True)
     cluster_args(m)
-    from .model import (  # deferred: loaded when the command runs (start-up)
-        add_arguments as _model_args,  # deferred: loaded when the command runs (start-up)
-    )
+    if command in (None, "model"):  # its module is imported only for it (start-up)
+        from .model import (  # deferred: loaded when the command runs (start-up)
+            add_arguments as _model_args,  # deferred: loaded when the command runs (start-up)
+        )
 
-    _model_args(sub)
-    from .experts import (  # deferred: loaded when the command runs (start-up)
-        add_arguments as _experts_args,  # deferred: loaded when the command runs (start-up)
-    )
+        _model_args(sub)
+    if command in (None, "experts"):  # its module is imported only for it (start-up)
+        from .experts import (  # deferred: loaded when the command runs (start-up)
+            add_arguments as _experts_args,  # deferred: loaded when the command runs
+        )
 
-    _experts_args(sub)
+        _experts_args(sub)
     return p
 
 

@@ -27,7 +27,6 @@ import numpy as np
 from ..errors import InputError
 from ..spec.collective import A2A_ALGOS
 from ..spec.system import ClusterSpec
-from .alltoall import lower_alltoall
 from .cost import latency_part, phase_time, program_time
 from .nccl import channel_rings, channels, make_phase, ring_phase_costs, tree_parts, tree_phase
 from .types import Algo, Op, Phase, Program, RingSet, Scope
@@ -292,6 +291,8 @@ def lower(spec: ClusterSpec, op: Op, scope: Scope, size_bytes: float, algo: Algo
         if algo not in (*A2A_ALGOS, Algo.NCCL):
             raise InputError(f"--algo {algo.value} does not run an all-to-all; expected one of "
                              f"{', '.join(a.value for a in A2A_ALGOS)} or nccl (= p2p)")
+        from .alltoall import lower_alltoall  # deferred: only an all-to-all needs it (start-up)
+
         return lower_alltoall(spec, scope, float(size_bytes), algo)
     if algo in A2A_ALGOS:
         raise InputError(f"--algo {algo.value} is an all-to-all algorithm; --op {op.value} "

@@ -112,6 +112,17 @@ def ringsets_invariant(ringsets, nodes: int, gpus_per_node: int, shift: int) -> 
     themselves (the transfers' half of the symmetry)."""
     n, d = nodes * gpus_per_node, shift * gpus_per_node
     for rs in ringsets:
+        arrays = getattr(rs, "hop_arrays", None)  # rings of equal length, as arrays
+        if arrays is not None:
+            # the same test in numpy: every moved hop is a hop (sorted keys, binary search)
+            s, t = (x.ravel() for x in arrays)
+            have = s * n + t
+            have.sort()
+            moved = ((s + d) % n) * n + (t + d) % n
+            at = have.searchsorted(moved).clip(max=len(have) - 1)
+            if not (have[at] == moved).all():
+                return False
+            continue
         hops = set(rs.hops())
         if any(((a + d) % n, (b + d) % n) not in hops for a, b in hops):
             return False

@@ -57,8 +57,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import InputError
 from ..spec.compute import ComputeProfile
 from ..spec.gpus import KNOWN_GPUS, known_gpu
@@ -669,6 +667,8 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
         data["jitter"] = {"distribution": "lognormal", "cv": spec.jitter_cv}
     if spec.overrides:
         data["overrides"] = [_override_to_dict(o) for o in spec.overrides]
+    import yaml  # deferred: PyYAML is imported only when a spec is written (start-up)
+
     return yaml.safe_dump(data, sort_keys=False)
 
 

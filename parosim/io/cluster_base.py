@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from ..errors import InputError
 
 MAX_BASE_DEPTH = 8   # files in one chain of bases (a longer chain is a cycle or a mistake)
@@ -78,6 +76,8 @@ def set_item(item: str, schema: Schema, name: str = "--set"
     if not raw:
         raise InputError(f"{name} {text!r} has no value; expected KEY=VALUE, e.g. --set "
                          f"{key}=...")
+    import yaml  # deferred: PyYAML is imported only when a --set value is read (start-up)
+
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as e:

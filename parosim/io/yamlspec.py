@@ -1,44 +1,61 @@
-"""Shared helpers for reading YAML specs strictly: unknown keys and wrong types are errors."""
+"""Shared helpers for reading YAML specs strictly: unknown keys and wrong types are errors.
+
+A directory of presets may hold a *parsed copy* (:data:`PARSED_NAME`, written by
+:func:`write_parsed`): each preset's mapping as JSON, with the YAML text it was parsed from.
+:func:`read_yaml` uses an entry only when the file's text is exactly that text (an edited
+preset is parsed again), and so reads the presets without importing PyYAML (start-up time);
+every other file, and every failure, goes through PyYAML as before.
+"""
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import InputError
 
+#: the parsed copy of a directory's YAML files (see the module docstring)
+PARSED_NAME = "parsed-yaml.json"
 
-class _StrictLoader(yaml.SafeLoader):
+
+@lru_cache(maxsize=1)
+def _strict_loader():
     """A safe loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+    import yaml  # deferred: PyYAML is imported only when a file is parsed (start-up)
 
+    class StrictLoader(yaml.SafeLoader):
+        pass
 
-def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            hash(key)
-        except TypeError:
-            continue  # the base constructor reports unhashable keys
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})",
-                key_node.start_mark)
-        seen[key] = key_node.start_mark.line
-    return loader.construct_mapping(node, deep=deep)
+    def no_duplicates(loader, node, deep: bool = False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # the base constructor reports unhashable keys
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return loader.construct_mapping(node, deep=deep)
 
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, no_duplicates)
+    return StrictLoader
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 MAX_YAML_BYTES = 16 * 2**20  # a spec file larger than this is not a spec
 
 
-def read_yaml(path: str | Path, what: str) -> dict[str, Any]:
+def read_yaml(path: str | Path, what: str, parsed_copy: bool = True) -> dict[str, Any]:
     """Parse a YAML file that must hold a mapping; every failure is an :class:`InputError`.
 
-    The file must be UTF-8, hold a mapping and give each key once.
+    The file must be UTF-8, hold a mapping and give each key once. A file with an entry in
+    its directory's parsed copy (:data:`PARSED_NAME`) for exactly this text is not parsed
+    again.
     """
     p = Path(path)
     try:
@@ -58,8 +75,13 @@ def read_yaml(path: str | Path, what: str) -> dict[str, Any]:
         line = raw[:e.start].count(b"\n") + 1
         raise InputError(f"{what} file {str(p)!r} is not UTF-8 text (byte {raw[e.start]:#04x} "
                          f"at line {line}); expected a UTF-8 YAML file") from None
+    data = _parsed_copy(p, text) if parsed_copy else None
+    if data is not None:
+        return data
+    import yaml  # deferred: PyYAML is imported only when a file is parsed (start-up)
+
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -116,3 +138,76 @@ def name_value(value: Any, where: str) -> str:
     if not text.strip():
         raise InputError(f"{where}: name is empty; expected a non-empty string")
     return text
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` with the same types all the way down (1 is not 1.0, nor True)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return (list(a) == list(b) and all(_same(k, j) for k, j in zip(a, b, strict=True))
+                and all(_same(a[k], b[k]) for k in a))
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b or (a != a and b != b)  # NaN equals NaN here
+
+
+def _parsed_copy(path: Path, text: str) -> dict[str, Any] | None:
+    """The mapping of ``path`` from its directory's parsed copy, if that holds an entry for
+    exactly this text (else None: the caller parses the file)."""
+    copy = path.parent / PARSED_NAME
+    try:
+        stored = copy.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    try:
+        entry = json.loads(stored).get("files", {}).get(path.name)
+    except (ValueError, AttributeError):  # not ours, or damaged: parse the YAML instead
+        return None
+    if not isinstance(entry, dict) or entry.get("yaml") != text:
+        return None
+    data = entry.get("data")
+    return data if isinstance(data, dict) else None
+
+
+def parsed_entries(directory: str | Path) -> dict[str, dict[str, Any]]:
+    """The parsed copy of ``directory``'s ``*.yaml`` files: file name -> its text and
+    mapping, for every file that parses and whose mapping JSON keeps exactly (types
+    included; a file with, e.g., a date or a number as a key is left to PyYAML)."""
+    out = {}
+    for f in sorted(Path(directory).glob("*.yaml")):
+        try:
+            data = read_yaml(f, "preset", parsed_copy=False)
+        except InputError:
+            continue
+        try:
+            kept = json.loads(json.dumps(data))
+        except (TypeError, ValueError):   # e.g. a date: not JSON
+            continue
+        if _same(kept, data):
+            out[f.name] = {"yaml": f.read_bytes().decode("utf-8"), "data": data}
+    return out
+
+
+def parsed_text(directory: str | Path) -> str:
+    """The text of ``directory``'s parsed copy (:func:`write_parsed` writes it)."""
+    return json.dumps({"about": "this directory's YAML files parsed, each entry used only "
+                       "while the file's text is its 'yaml'; written by python -m "
+                       "parosim.io.yamlspec DIR", "files": parsed_entries(directory)},
+                      indent=1) + "\n"
+
+
+def write_parsed(directory: str | Path) -> Path:
+    """Write ``directory``'s parsed copy (:data:`PARSED_NAME`); returns its path."""
+    out = Path(directory) / PARSED_NAME
+    out.write_text(parsed_text(directory), encoding="utf-8")
+    return out
+
+
+if __name__ == "__main__":  # python -m parosim.io.yamlspec [DIR...]: write the parsed copies
+    # (default: the repository's topologies/ and runtimes/)
+    import sys  # deferred: only this script needs it
+
+    root = Path(__file__).resolve().parents[2]
+    for d in sys.argv[1:] or [root / "topologies", root / "runtimes"]:
+        print(write_parsed(d))
