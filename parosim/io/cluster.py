@@ -69,10 +69,12 @@ from ..spec.system import (
     IntraFabric,
     LinkSpec,
     NetworkFabric,
+    NCCL_VERSIONS,
     NetworkSpec,
     NICSpec,
     Override,
     ProtocolCost,
+    nccl_tables,
 )
 from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .cluster_base import MAX_BASE_DEPTH, apply_sets, merge
@@ -250,7 +252,7 @@ def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
 
 _PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
 _NCCL_KEYS = ("model", "channels", "protocols", "algorithms", "reduction_hbm_factor",
-              "reduction_overlap", "net_overhead", *_PROTO_FIELDS)
+              "reduction_overlap", "net_overhead", "nccl_version", "choice", *_PROTO_FIELDS)
 _PROTO_KEYS = {"bw_efficiency", "base_latency", "nvlink_latency", "pcie_latency", "net_latency",
                "max_bw_per_channel", "max_bw", "max_bw_per_channel_1node",
                "max_bw_per_channel_2node", "max_bw_1node", "max_bw_2node"}
@@ -276,6 +278,13 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
     """The NCCL-model fields of ``collective`` (docs/collectives.md); absent ones keep the
     :class:`CollectiveTuning` defaults (NCCL 2.20.3 tuning.cc)."""
     out: dict[str, Any] = {}
+    version = _nccl_version(coll.get("nccl_version", "2.20"))
+    tables = nccl_tables(version)
+    if version != "2.20":
+        out["nccl_version"] = version
+        out.update(tables)  # the profile's tables; the keys below override them
+    if "choice" in coll:
+        out["choice"] = str(coll["choice"]).strip().lower()
     if "model" in coll:
         out["model"] = str(coll["model"]).strip().lower()
     if "channels" in coll:
@@ -298,7 +307,7 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
         sub = section(coll, key, _PROTO_KEYS, f"{where}: collective")
         if not sub:
             continue
-        d = getattr(CollectiveTuning(), key)
+        d = tables[key]
         n = f"collective.{key}"
         out[key] = ProtocolCost(
             bw_efficiency=number(sub.get("bw_efficiency", d.bw_efficiency),
@@ -319,6 +328,21 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
                for k in ("max_bw_per_channel_1node", "max_bw_per_channel_2node",
                          "max_bw_1node", "max_bw_2node")})
     return out
+
+
+def _nccl_version(v: Any) -> str:
+    """``collective.nccl_version``: a release ("2.8", "2.8.4", "2.20.3") -> its tuner profile
+    (:data:`~parosim.spec.system.NCCL_VERSIONS`)."""
+    text = str(v).strip()
+    parts = text.split(".")
+    mm = ".".join(parts[:2]) if len(parts) >= 2 else text
+    if isinstance(v, str) and mm in NCCL_VERSIONS:
+        return mm
+    if not isinstance(v, str) and text in NCCL_VERSIONS:
+        return text  # 2.8 written unquoted (2.20 unquoted is the number 2.2: refused below)
+    raise InputError(f"collective.nccl_version = {v!r} is not a known tuner profile; expected "
+                     f"one of {', '.join(NCCL_VERSIONS)} (a release such as '2.8.4' selects "
+                     "its series; quote it: '2.20')")
 
 
 def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
@@ -458,7 +482,10 @@ def _nccl_yaml(c: CollectiveTuning) -> dict[str, Any]:
                            "protocols": list(c.protocols), "algorithms": list(c.algorithms),
                            "reduction_hbm_factor": c.reduction_hbm_factor,
                            "reduction_overlap": c.reduction_overlap,
-                           "net_overhead": f"{c.net_overhead_s!r}s"}
+                           "net_overhead": f"{c.net_overhead_s!r}s",
+                           **({"nccl_version": c.nccl_version}
+                              if c.nccl_version != "2.20" else {}),
+                           **({"choice": c.choice} if c.choice != "fastest" else {})}
     for key in _PROTO_FIELDS:
         p = c.protocol(*key.split("_"))
         out[key] = {"bw_efficiency": p.bw_efficiency,
