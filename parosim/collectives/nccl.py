@@ -89,14 +89,15 @@ def log2i(x: int) -> int:
     return int(x).bit_length() - 1 if x >= 1 else 0
 
 
-def channels(spec: ClusterSpec) -> int:
+def channels(spec: ClusterSpec, intra_Bps: float | None = None) -> int:
     """NCCL channels C: ``collective.channels`` or, when 0, enough channels for every NIC twice
-    and for the NVLink bandwidth at NCCL's 20 GB/s per channel, in 2..32."""
+    and for the NVLink bandwidth (``intra_Bps``, default the cluster's) at NCCL's 20 GB/s per
+    channel, in 2..32."""
     c = spec.collective.channels
     if c:
         return c
-    want = max(2 * spec.nic.per_node,
-               math.ceil(spec.intra.bandwidth_Bps / NVLINK_BW_PER_CHANNEL_Bps))
+    intra = spec.intra.bandwidth_Bps if intra_Bps is None else intra_Bps
+    want = max(2 * spec.nic.per_node, math.ceil(intra / NVLINK_BW_PER_CHANNEL_Bps))
     return max(2, min(MAX_CHANNELS, want))
 
 
@@ -319,15 +320,24 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
 
 # -- NCCL's own choice ---------------------------------------------------------------------
 
+def tuner_rates(spec: ClusterSpec) -> tuple[float, float]:
+    """(per GPU over the node's link, per node over its NICs) in B/s as NCCL's tuner sees
+    them: ``collective.tuner_intra_bandwidth`` / ``tuner_net_bandwidth``, else the cluster's
+    links."""
+    tun = spec.collective
+    return (tun.tuner_intra_bandwidth_Bps or spec.intra.bandwidth_Bps,
+            tun.tuner_net_bandwidth_Bps or spec.nic.per_node * spec.nic.bandwidth_Bps)
+
+
 def tuner_bus_Bps(spec: ClusterSpec, nodes: int, ppn: int) -> float:
     """The bus bandwidth NCCL's tuner assumes (``nChannels x speed``): the node's link when the
     communicator spans at most 2 nodes (tuning.cc, 2.8.3 and 2.20.3: ``nNodes <= 2 ?
-    speedIntra : speedInter``), else the lesser of it and the NICs its ranks use; at most
-    235 GB/s on an A100 / A800 (compute capability 8.0)."""
-    bus = spec.intra.bandwidth_Bps
+    speedIntra : speedInter``), else the lesser of it and the NICs its ranks use
+    (:func:`tuner_rates`); at most 235 GB/s on an A100 / A800 (compute capability 8.0)."""
+    bus, net = tuner_rates(spec)
     if nodes > 2:
-        nics = max(1.0, spec.nic.per_node * ppn / spec.gpus_per_node)
-        bus = min(bus, nics * spec.nic.bandwidth_Bps)
+        share = max(1.0 / max(1, spec.nic.per_node), ppn / spec.gpus_per_node)
+        bus = min(bus, net * share)
     if spec.gpu.model.upper().startswith(("A100", "A800")):
         bus = min(bus, SM80_MAX_BUS_BW_Bps)
     return bus
@@ -343,7 +353,7 @@ def tuner_time(spec: ClusterSpec, algorithm: str, proto: str, op: Op, size: floa
     tun = spec.collective
     tables = nccl_tables(tun.nccl_version)
     pc = tables[f"{algorithm}_{proto}"]
-    C = channels(spec)
+    C = channels(spec, tuner_rates(spec)[0])
     ppn = max(1, nranks // max(1, nodes))
     eff = pc.bw_efficiency
     if algorithm == "ring" and proto == "ll128" and ppn < 2:

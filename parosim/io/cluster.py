@@ -252,7 +252,8 @@ def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
 
 _PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
 _NCCL_KEYS = ("model", "channels", "protocols", "algorithms", "reduction_hbm_factor",
-              "reduction_overlap", "net_overhead", "nccl_version", "choice", *_PROTO_FIELDS)
+              "reduction_overlap", "net_overhead", "nccl_version", "choice", "tuner_intra_bandwidth",
+              "tuner_net_bandwidth", *_PROTO_FIELDS)
 _PROTO_KEYS = {"bw_efficiency", "base_latency", "nvlink_latency", "pcie_latency", "net_latency",
                "max_bw_per_channel", "max_bw", "max_bw_per_channel_1node",
                "max_bw_per_channel_2node", "max_bw_1node", "max_bw_2node"}
@@ -285,6 +286,9 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
         out.update(tables)  # the profile's tables; the keys below override them
     if "choice" in coll:
         out["choice"] = str(coll["choice"]).strip().lower()
+    for key in ("tuner_intra_bandwidth", "tuner_net_bandwidth"):
+        if key in coll:
+            out[f"{key}_Bps"] = parse_bandwidth(coll[key], f"collective.{key}")
     if "model" in coll:
         out["model"] = str(coll["model"]).strip().lower()
     if "channels" in coll:
@@ -485,7 +489,10 @@ def _nccl_yaml(c: CollectiveTuning) -> dict[str, Any]:
                            "net_overhead": f"{c.net_overhead_s!r}s",
                            **({"nccl_version": c.nccl_version}
                               if c.nccl_version != "2.20" else {}),
-                           **({"choice": c.choice} if c.choice != "fastest" else {})}
+                           **({"choice": c.choice} if c.choice != "fastest" else {}),
+                           **{k: bw(getattr(c, f"{k}_Bps"))
+                              for k in ("tuner_intra_bandwidth", "tuner_net_bandwidth")
+                              if getattr(c, f"{k}_Bps")}}
     for key in _PROTO_FIELDS:
         p = c.protocol(*key.split("_"))
         out[key] = {"bw_efficiency": p.bw_efficiency,

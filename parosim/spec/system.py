@@ -324,6 +324,11 @@ class CollectiveTuning:
     # collective.nccl_version) and how the `nccl` algorithm chooses (docs/collectives.md)
     nccl_version: str = "2.20"
     choice: str = "fastest"
+    # the link rates NCCL's tuner sees (its topology search): per GPU over the node's link,
+    # per node over its NICs; 0 = the cluster's intra_node.bandwidth / nic.per_node x
+    # nic.bandwidth (a fit pins them at its fitted links: calibrate.links.fit)
+    tuner_intra_bandwidth_Bps: float = 0.0
+    tuner_net_bandwidth_Bps: float = 0.0
 
     def protocol(self, algorithm: str, proto: str) -> ProtocolCost:
         """The :class:`ProtocolCost` of ("ring" | "tree", "ll" | "ll128" | "simple")."""
@@ -349,6 +354,9 @@ class CollectiveTuning:
         _require(self.choice in NCCL_CHOICES,
                  f"collective.choice = {self.choice!r} is not known; expected one of "
                  f"{', '.join(NCCL_CHOICES)}")
+        _pos(self.tuner_intra_bandwidth_Bps, "collective.tuner_intra_bandwidth",
+             allow_zero=True)
+        _pos(self.tuner_net_bandwidth_Bps, "collective.tuner_net_bandwidth", allow_zero=True)
         _pos(self.reduction_hbm_factor, "collective.reduction_hbm_factor", allow_zero=True)
         _pos(self.net_overhead_s, "collective.net_overhead", allow_zero=True)
         _pos(self.step_latency_s, "collective.step_latency", allow_zero=True)
