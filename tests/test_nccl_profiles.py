@@ -77,14 +77,20 @@ def test_yaml_round_trip_keeps_profile_choice_and_tuner_rates():
     spec = load_cluster("abci-a100", nodes=2)
     c = spec.collective
     assert (c.nccl_version, c.choice) == ("2.8", "tuner")
-    # the tuner's rates are fixed at the file's links (datasheet): 300 GB/s, 4 x 200 Gbps
-    assert c.tuner_intra_bandwidth_Bps == pytest.approx(300e9)
-    assert c.tuner_net_bandwidth_Bps == pytest.approx(4 * 25e9)
-    back = cluster_from_dict(yaml.safe_load(cluster_to_yaml(spec)))
-    assert back == spec
-    # a fitted link does not move them
-    faster = replace(spec, intra=replace(spec.intra, bandwidth_Bps=100e9))
-    assert tuner_bus_Bps(faster, 2, 8) == tuner_bus_Bps(spec, 2, 8) == 235e9  # A100 cap
+    # unset: NCCL's tuner sees the cluster's links (300 GB/s NVLink, 4 x 200 Gbps), with
+    # NCCL's 235 GB/s bus cap on an A100
+    assert (c.tuner_intra_bandwidth_Bps, c.tuner_net_bandwidth_Bps) == (0.0, 0.0)
+    assert tuner_bus_Bps(spec, 2, 8) == 235e9
+    assert tuner_bus_Bps(spec, 4, 8) == pytest.approx(100e9)     # > 2 nodes: the NICs
+    assert tuner_bus_Bps(spec, 4, 1) == pytest.approx(25e9)      # one GPU a node: its NIC
+    assert cluster_from_dict(yaml.safe_load(cluster_to_yaml(spec))) == spec
+    # pinned (as a fit writes them): the links no longer move NCCL's choice
+    pinned = tuned(spec, tuner_intra_bandwidth_Bps=200e9, tuner_net_bandwidth_Bps=40e9)
+    text = cluster_to_yaml(pinned)
+    assert "tuner_intra_bandwidth: 200000000000.0B/s" in text
+    assert cluster_from_dict(yaml.safe_load(text)) == pinned
+    faster = replace(pinned, nic=replace(pinned.nic, bandwidth_Bps=100e9))
+    assert tuner_bus_Bps(faster, 4, 8) == tuner_bus_Bps(pinned, 4, 8) == pytest.approx(40e9)
 
 
 @pytest.mark.parametrize("field,value,needle", [
