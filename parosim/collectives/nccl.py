@@ -41,6 +41,14 @@ Reduction
     cap: the phase takes max(wire time, HBM time)); ``false`` charges it after the transfer,
     as ASTRA-sim does.
 
+Tuner profiles and NCCL's choice
+    ``collective.nccl_version`` selects the release whose tables and rules apply ("2.20", the
+    default, or "2.8": NCCL 2.8.3 tuning.cc, :func:`~parosim.spec.system.nccl_tables`, the
+    plateau and LL-latency rules in :func:`_plateau` / :func:`_hw_intra`, the tree correction
+    rows in :func:`tree_correction`); ``collective.choice: tuner`` lets NCCL's own estimate
+    (:func:`tuner_time`, the profile's constant tables and NCCL's bus bandwidth) pick the
+    algorithm and protocol of the ``nccl`` algorithm instead of the fastest in this model.
+
 Protocol costs are resolved when a collective is lowered (stored in each
 :class:`~parosim.collectives.types.Phase`): lower again after changing ``collective.*``.
 NCCL's ``netOverhead`` (``collective.net_overhead``, 1 us on Intel x86, x 3 for Simple) floors

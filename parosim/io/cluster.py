@@ -63,13 +63,13 @@ from ..errors import InputError
 from ..spec.compute import ComputeProfile
 from ..spec.gpus import KNOWN_GPUS, known_gpu
 from ..spec.system import (
+    NCCL_VERSIONS,
     ClusterSpec,
     CollectiveTuning,
     GPUSpec,
     IntraFabric,
     LinkSpec,
     NetworkFabric,
-    NCCL_VERSIONS,
     NetworkSpec,
     NICSpec,
     Override,
@@ -252,8 +252,8 @@ def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
 
 _PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
 _NCCL_KEYS = ("model", "channels", "protocols", "algorithms", "reduction_hbm_factor",
-              "reduction_overlap", "net_overhead", "nccl_version", "choice", "tuner_intra_bandwidth",
-              "tuner_net_bandwidth", *_PROTO_FIELDS)
+              "reduction_overlap", "net_overhead", "nccl_version", "choice",
+              "tuner_intra_bandwidth", "tuner_net_bandwidth", *_PROTO_FIELDS)
 _PROTO_KEYS = {"bw_efficiency", "base_latency", "nvlink_latency", "pcie_latency", "net_latency",
                "max_bw_per_channel", "max_bw", "max_bw_per_channel_1node",
                "max_bw_per_channel_2node", "max_bw_1node", "max_bw_2node"}
