@@ -69,6 +69,10 @@ def test_2_8_tables_from_nccl_2_8_3():
                    ring_simple={"base_latency": "20us"})
     c = cluster_from_dict(d).collective
     assert c.nccl_version == "2.8" and c.net_overhead_s == pytest.approx(2e-6)
+    # unquoted in YAML (or --set): 2.8 and 2.20 arrive as the numbers 2.8 and 2.2
+    for number, profile in ((2.8, "2.8"), (2.2, "2.20")):
+        d = _yaml_with("abci-a100", nccl_version=number)
+        assert cluster_from_dict(d).collective.nccl_version == profile
     assert c.ring_simple.base_latency_s == pytest.approx(20e-6)
     assert c.ring_simple.net_latency_s == pytest.approx(9.6e-6)
 
@@ -95,7 +99,8 @@ def test_yaml_round_trip_keeps_profile_choice_and_tuner_rates():
 
 @pytest.mark.parametrize("field,value,needle", [
     ("nccl_version", "2.5", "collective.nccl_version"),
-    ("nccl_version", 2.2, "quote it"),
+    ("nccl_version", 2.5, "collective.nccl_version"),
+    ("nccl_version", "2.2", "collective.nccl_version"),
     ("choice", "best", "collective.choice"),
     ("tuner_net_bandwidth", "-1GB/s", "tuner_net_bandwidth"),
 ])

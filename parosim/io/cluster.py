@@ -342,11 +342,14 @@ def _nccl_version(v: Any) -> str:
     mm = ".".join(parts[:2]) if len(parts) >= 2 else text
     if isinstance(v, str) and mm in NCCL_VERSIONS:
         return mm
-    if not isinstance(v, str) and text in NCCL_VERSIONS:
-        return text  # 2.8 written unquoted (2.20 unquoted is the number 2.2: refused below)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        # unquoted, YAML reads 2.8 as the number 2.8 and 2.20 as 2.2 (no NCCL 2.2 profile)
+        text = {"2.2": "2.20"}.get(text, text)
+        if text in NCCL_VERSIONS:
+            return text
     raise InputError(f"collective.nccl_version = {v!r} is not a known tuner profile; expected "
                      f"one of {', '.join(NCCL_VERSIONS)} (a release such as '2.8.4' selects "
-                     "its series; quote it: '2.20')")
+                     "its series)")
 
 
 def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
