@@ -36,6 +36,9 @@ def _clusters():
             replace(base, collective=replace(tun, reduction_hbm_factor=0.0)),
             replace(base, collective=replace(tun, serial_progress=True)),
             replace(base, collective=replace(tun, protocols=("simple", "ll")))]
+    # the NCCL 2.8 tuner profile (its plateau and LL hop rules) on the ABCI preset
+    out += [load_cluster("abci-a100", nodes=nodes).with_group_nodes(gn)
+            for nodes, gn in ((4, 1), (8, 2))]
     return out
 
 

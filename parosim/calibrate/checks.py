@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from ..spec.system import ClusterSpec
+from ..spec.system import NCCL_VERSIONS, ClusterSpec
 
 #: worst |error| (%) above which a fit is called poor
 POOR_FIT_PCT = 25.0
@@ -42,9 +42,9 @@ _FAMILY = re.compile(r"(?<![A-Z0-9])(GH200|GB200|[ABHLV]\d{2,3}S?|MI\d{3}X?)(?![
 
 @dataclass(frozen=True)
 class Warning:   # noqa: A001  (a calibration warning, not Python's builtin)
-    """One finding: ``kind`` (gpu, ranks_per_node, nic_count, poor_fit, not_identified, one_node,
-    far_from_base, above_line_rate), ``message`` (what was found) and ``meaning`` (what it
-    implies for the calibrated cluster)."""
+    """One finding: ``kind`` (gpu, ranks_per_node, nic_count, nccl_version, poor_fit,
+    not_identified, one_node, far_from_base, above_line_rate), ``message`` (what was found)
+    and ``meaning`` (what it implies for the calibrated cluster)."""
 
     kind: str
     message: str
@@ -76,6 +76,17 @@ def nics_stated(hardware: str | None) -> tuple[int | None, float | None, float |
     if m and per is None:
         total = float(m.group(1)) * 1e9
     return count, per, total
+
+
+def tuner_profile(release: str) -> str:
+    """The tuner profile (``collective.nccl_version``) of an NCCL release: its own series
+    where parosim has one, else the default 2.20 (the nearest tables parosim has).
+
+    >>> tuner_profile("2.8.4"), tuner_profile("2.18.5")
+    ('2.8', '2.20')
+    """
+    series = ".".join(release.split(".")[:2])
+    return series if series in NCCL_VERSIONS else "2.20"
 
 
 def gpus_per_node_stated(hardware: str | None) -> int | None:
@@ -113,6 +124,15 @@ def check_hardware(base: ClusterSpec, log, nodes: int | None = None) -> list[War
             f"({log.nranks} ranks = {log.nranks // base.gpus_per_node} nodes)",
             "if the run had another layout, intra- and inter-node traffic are split wrongly; "
             "give --nodes"))
+    if log.nccl_release and base.collective.model == "nccl":
+        profile = tuner_profile(log.nccl_release)
+        if profile != base.collective.nccl_version:
+            out.append(Warning(
+                "nccl_version", f"{name} ran NCCL {log.nccl_release} (tuner profile "
+                f"{profile}); the base cluster {base.name!r} has collective.nccl_version "
+                f"{base.collective.nccl_version}",
+                "the protocol costs and the algorithm / protocol switch points are another "
+                f"release's; set collective.nccl_version: '{profile}' in the base"))
     count, per, total = nics_stated(hw)
     base_total = base.nic.per_node * base.nic.bandwidth_Bps * 8
     # 32 EFA interfaces at 3200 Gbps are a base's 8 x 400 Gbps: another count at the same

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..collectives import Algo, Op, Scope, closed_form_time, parse_enum
 from ..collectives.bench import cluster_for_log
+from ..collectives.nccl import log2i, tuner_rates
 from ..errors import InputError
 from ..spec.system import ClusterSpec
 from ..units import parse_size
@@ -150,8 +151,14 @@ def default_params(meas: list[Measurement]) -> list[str]:
     (``nvlink_latency``, or ``pcie_latency`` on a PCIe-switch node) and, on several nodes,
     over the network (``net_latency``), and the bandwidth efficiency of LL and LL128; for
     ring and (on several nodes, for all-reduce) tree; on several nodes also NCCL's
-    ``net_overhead`` (the floor of an inter-node ring's intra-node steps). Caps stay at NCCL's
-    values."""
+    ``net_overhead`` (the floor of an inter-node ring's intra-node steps; not in the 2.8
+    profile, which has none). Caps stay at NCCL's values.
+
+    A tree's latency is ``base + 2 ((ppn - 1) hop + log2(nodes) net)``: with one value of
+    log2(nodes) among the tree measurements (all on 2 nodes, say) its ``net_latency`` cannot
+    be told from its ``base_latency``, and with one ranks-per-node its hop latency cannot
+    either; such a latency keeps NCCL's value instead of a fitted one that would carry an
+    arbitrary share to other node counts."""
     names = ["intra_node.bandwidth", "intra_node.latency", "collective.call_overhead"]
     multi = any(m.spec.nodes > 1 for m in meas)
     if multi:
@@ -161,16 +168,19 @@ def default_params(meas: list[Measurement]) -> list[str]:
         algs = [a for a in tun.algorithms
                 if a == "ring" or (multi and any(m.op is Op.ALL_REDUCE for m in meas))]
         spec0 = meas[0].spec
-        if multi and hasattr(tun, "net_overhead_s"):
+        if multi and getattr(tun, "nccl_version", "2.20") == "2.20":
             names.append("collective.net_overhead")  # NCCL netOverhead (inter-node rings)
         hop = ("pcie_latency" if getattr(spec0.intra_fabric, "value", "") == "pcie-switch"
                else "nvlink_latency")
+        trees = [(log2i(m.spec.nodes), m.spec.gpus_per_node) for m in meas
+                 if m.op is Op.ALL_REDUCE and m.spec.nodes > 1]
         for a in algs:
+            tree = a == "tree"
             for p in tun.protocols:
                 names.append(f"collective.{a}_{p}.base_latency")
-                if spec0.gpus_per_node > 1:
+                if spec0.gpus_per_node > 1 and (not tree or len({t[1] for t in trees}) > 1):
                     names.append(f"collective.{a}_{p}.{hop}")
-                if multi:
+                if multi and (not tree or len({t[0] for t in trees}) > 1):
                     names.append(f"collective.{a}_{p}.net_latency")
             for p in tun.protocols:
                 if p != "simple":
@@ -237,6 +247,15 @@ def apply(base: ClusterSpec, params: list[Param], values) -> ClusterSpec:
     return s
 
 
+#: rounds of a fit under ``collective.choice: tuner`` (see :func:`fit`)
+TUNER_ROUNDS = 3
+
+
+def _pinned(spec: ClusterSpec, rates: tuple[float, float]) -> ClusterSpec:
+    return replace(spec, collective=replace(spec.collective, tuner_intra_bandwidth_Bps=rates[0],
+                                            tuner_net_bandwidth_Bps=rates[1]))
+
+
 def fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
         params: list[str] | None = None, held: list[Measurement] | None = None,
         holdout: str = "none", starts: tuple[float, ...] = (0.0,),
@@ -247,7 +266,36 @@ def fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
     per run); the fitted values are set on it. ``starts``: shifts of ln(parameters) from the
     base values to start the search from (the best end wins: the cost is piecewise smooth);
     ``max_nfev``: cost evaluations per start. Deterministic: same inputs, same result.
+
+    Under ``collective.choice: tuner`` with the tuner's link rates left to the cluster's links
+    (``tuner_intra_bandwidth`` / ``tuner_net_bandwidth`` 0), NCCL's choice would move with
+    the fitted links and make the cost jump inside the search. The fit therefore pins the
+    tuner's rates at the base's links, fits, pins them at the fitted links and fits again
+    from there, until they move by less than 1 % (at most :data:`TUNER_ROUNDS` rounds); the
+    result keeps the last pinned rates (written to the YAML).
     """
+    tun = base.collective
+    if getattr(tun, "choice", "") != "tuner" or (tun.tuner_intra_bandwidth_Bps
+                                                 and tun.tuner_net_bandwidth_Bps):
+        return _fit(base, meas, algo, params, held, holdout, starts, max_nfev)
+    rates = tuner_rates(base)
+    for _ in range(TUNER_ROUNDS):
+        f = _fit(_pinned(base, rates), [replace(m, spec=_pinned(m.spec, rates)) for m in meas],
+                 algo, params, [replace(m, spec=_pinned(m.spec, rates)) for m in held or []],
+                 holdout, starts, max_nfev)
+        links = (f.spec.intra.bandwidth_Bps, f.spec.nic.per_node * f.spec.nic.bandwidth_Bps)
+        if all(abs(a / b - 1) < 0.01 for a, b in zip(links, rates, strict=True)):
+            break
+        rates = links
+        base = apply(base, [make_param(n) for n in f.params],
+                     [f.values[n] for n in f.params])  # the next round starts from here
+    return f
+
+
+def _fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
+         params: list[str] | None, held: list[Measurement] | None, holdout: str,
+         starts: tuple[float, ...], max_nfev: int) -> Fit:
+    """One least-squares fit (:func:`fit`)."""
     from scipy.optimize import least_squares  # deferred: scipy loads only when this runs
 
     if not meas:

@@ -28,7 +28,16 @@ from ..errors import InputError
 from ..spec.collective import A2A_ALGOS
 from ..spec.system import ClusterSpec
 from .cost import latency_part, phase_time, program_time
-from .nccl import channel_rings, channels, make_phase, ring_phase_costs, tree_parts, tree_phase
+from .nccl import (
+    channel_rings,
+    channels,
+    instance_shape,
+    make_phase,
+    ring_phase_costs,
+    tree_parts,
+    tree_phase,
+    tuner_time,
+)
 from .types import Algo, Op, Phase, Program, RingSet, Scope
 
 
@@ -267,9 +276,24 @@ class NCCL:
         return out
 
     def lower(self, spec: ClusterSpec, op: Op, scope: Scope, size: float) -> Program:
+        """The fastest candidate in parosim's cost, or with ``collective.choice: tuner`` the
+        one NCCL's own estimate picks (:func:`parosim.collectives.nccl.tuner_time`)."""
+        tun = spec.collective
+        cands = self.candidates(spec, op, scope, size)
+        tuner = tun.model == "nccl" and tun.choice == "tuner"
+        parts = tree_parts(spec, scope) if tuner else None
         best, best_t = None, float("inf")
-        for prog in self.candidates(spec, op, scope, size):
-            t = program_time(spec, prog)
+        for prog in cands:
+            if tuner:
+                alg, proto = prog.choice.split("/")
+                if alg == "tree":
+                    nodes, nranks = len(parts[0][0]), len(parts[0][0]) * len(parts[0][1])
+                else:
+                    rs = prog.phases[0].ringset
+                    nodes, nranks = instance_shape(spec, rs)[0], rs.size
+                t = tuner_time(spec, alg, proto, op, size, nranks, nodes)
+            else:
+                t = program_time(spec, prog)
             if t < best_t * (1 - 1e-12):
                 best, best_t = prog, t
         return best

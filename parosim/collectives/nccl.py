@@ -41,6 +41,14 @@ Reduction
     cap: the phase takes max(wire time, HBM time)); ``false`` charges it after the transfer,
     as ASTRA-sim does.
 
+Tuner profiles and NCCL's choice
+    ``collective.nccl_version`` selects the release whose tables and rules apply ("2.20", the
+    default, or "2.8": NCCL 2.8.3 tuning.cc, :func:`~parosim.spec.system.nccl_tables`, the
+    plateau and LL-latency rules in :func:`_plateau` / :func:`_hw_intra`, the tree correction
+    rows in :func:`tree_correction`); ``collective.choice: tuner`` lets NCCL's own estimate
+    (:func:`tuner_time`, the profile's constant tables and NCCL's bus bandwidth) pick the
+    algorithm and protocol of the ``nccl`` algorithm instead of the fastest in this model.
+
 Protocol costs are resolved when a collective is lowered (stored in each
 :class:`~parosim.collectives.types.Phase`): lower again after changing ``collective.*``.
 NCCL's ``netOverhead`` (``collective.net_overhead``, 1 us on Intel x86, x 3 for Simple) floors
@@ -55,7 +63,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..spec.system import ClusterSpec, IntraFabric
+from ..spec.system import ClusterSpec, IntraFabric, nccl_tables
 from .cost import phase_time, ring_alpha_beta, ring_profile
 from .types import HopSet, Op, Phase, RingSet, Scope
 
@@ -69,7 +77,16 @@ TREE_CORRECTION = {
     "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
                .8, .9, .9),
 }
+# NCCL 2.8.3 (tuning.cc @920dbe5b): the LL128 row differs from 64 KiB on (the others are equal)
+TREE_CORRECTION_28 = {
+    **TREE_CORRECTION,
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8,
+              .9, .9, .92, .92),
+}
 RING_SIMPLE_PLATEAU = 1.4   # tuning.cc ncclTopoGetAlgoTime, minCompCap >= 80 (1.9 before)
+RING_SIMPLE_PLATEAU_28 = 1.9  # 2.8.3: x 1.9 once bytes >= nRanks / 16 x 64 KiB
+LL_INTRA_MULTINODE_28 = 1.8   # 2.8.3: LL intra-node hop latency x 1.8 on several nodes
+SM80_MAX_BUS_BW_Bps = 235e9   # tuning.cc (2.8.3 and 2.20.3): busBw <= 235 GB/s on compCap 8.0
 LL128_ONE_PPN = 0.7 / 0.92  # tuning.cc: LL128 busBw x 0.7 instead of 0.92 when ppn < 2
 NVLINK_BW_PER_CHANNEL_Bps = 20e9  # NCCL src/graph/topo.h SM80_NVLINK_BW (GB/s per NVLink)
 MAX_CHANNELS = 32           # NCCL MAXCHANNELS
@@ -80,14 +97,15 @@ def log2i(x: int) -> int:
     return int(x).bit_length() - 1 if x >= 1 else 0
 
 
-def channels(spec: ClusterSpec) -> int:
+def channels(spec: ClusterSpec, intra_Bps: float | None = None) -> int:
     """NCCL channels C: ``collective.channels`` or, when 0, enough channels for every NIC twice
-    and for the NVLink bandwidth at NCCL's 20 GB/s per channel, in 2..32."""
+    and for the NVLink bandwidth (``intra_Bps``, default the cluster's) at NCCL's 20 GB/s per
+    channel, in 2..32."""
     c = spec.collective.channels
     if c:
         return c
-    want = max(2 * spec.nic.per_node,
-               math.ceil(spec.intra.bandwidth_Bps / NVLINK_BW_PER_CHANNEL_Bps))
+    intra = spec.intra.bandwidth_Bps if intra_Bps is None else intra_Bps
+    want = max(2 * spec.nic.per_node, math.ceil(intra / NVLINK_BW_PER_CHANNEL_Bps))
     return max(2, min(MAX_CHANNELS, want))
 
 
@@ -201,7 +219,7 @@ def tree_phase(spec: ClusterSpec, scope_label: str, size: float, proto: str | No
 
 # -- protocol costs -----------------------------------------------------------------------
 
-def _instance_shape(spec: ClusterSpec, rs: RingSet) -> tuple[int, int]:
+def instance_shape(spec: ClusterSpec, rs: RingSet) -> tuple[int, int]:
     """(nodes, ranks per node) of one instance of a ring set."""
     gpn = spec.gpus_per_node
     if not rs.rings:
@@ -230,7 +248,7 @@ def make_phase(spec: ClusterSpec, name: str, op: Op, ringset, total_bytes_or_buf
     if tun.model == "ideal" or base.steps == 0:
         return base
     if not tree:
-        nodes, ppn = _instance_shape(spec, ringset)
+        nodes, ppn = instance_shape(spec, ringset)
         total_bytes = total_bytes_or_buffer
     protos = [proto] if proto else list(tun.protocols)
     best, best_t = base, math.inf
@@ -242,6 +260,30 @@ def make_phase(spec: ClusterSpec, name: str, op: Op, ringset, total_bytes_or_buf
     return best
 
 
+def _hw_intra(spec: ClusterSpec, pc, proto: str, nodes: int) -> float:
+    """NCCL's ``hwLat`` of the node's link type for one protocol (2.8: LL x 1.8 when the
+    communicator spans several nodes)."""
+    hw = pc.nvlink_latency_s if spec.intra_fabric is IntraFabric.NVSWITCH else pc.pcie_latency_s
+    if spec.collective.nccl_version == "2.8" and nodes > 1 and proto == "ll":
+        hw *= LL_INTRA_MULTINODE_28
+    return hw
+
+
+def _plateau(spec: ClusterSpec, total, C: int, K: int):
+    """Whether NCCL's ring Simple all-reduce "plateau" applies at ``total`` bytes (an array
+    or a number) on K ranks and C channels, and its latency factor, by tuner profile."""
+    if spec.collective.nccl_version == "2.8":
+        return total >= K / 16.0 * 65536, RING_SIMPLE_PLATEAU_28
+    return total / (C * K) >= 64, RING_SIMPLE_PLATEAU
+
+
+def tree_correction(spec: ClusterSpec, proto: str, total: float) -> float:
+    """NCCL's tree correction factor of ``proto`` at ``total`` bytes (1 beyond the table)."""
+    rows = TREE_CORRECTION_28 if spec.collective.nccl_version == "2.8" else TREE_CORRECTION
+    ls = log2i(int(total) >> 6)
+    return rows[proto][ls] if ls < len(rows[proto]) else 1.0
+
+
 def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: float,
             nodes: int, ppn: int) -> Phase:
     tun = spec.collective
@@ -250,26 +292,24 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
     _, _, frac = ring_profile(spec, ph.ringset)
     # NCCL's hwLat is a measured per-hop latency, wire included: a hop costs
     # max(wire, hwLat), i.e. the wire (paid in steps x alpha) plus what hwLat exceeds it by
-    hw_intra = pc.nvlink_latency_s if spec.intra_fabric is IntraFabric.NVSWITCH else (
-        pc.pcie_latency_s)
-    intra = max(0.0, hw_intra - spec.intra.latency_s)
+    intra = max(0.0, _hw_intra(spec, pc, proto, nodes) - spec.intra.latency_s)
     net = max(0.0, pc.net_latency_s - (2 * spec.pcie.latency_s + spec.nic.latency_s))
     eff = pc.bw_efficiency
     if algorithm == "ring":
-        if nodes > 1:  # NCCL: "inter-node rings still have to launch nsteps * net overhead"
+        if nodes > 1 and tun.nccl_version == "2.20":
+            # NCCL: "inter-node rings still have to launch nsteps * net overhead"
             floor = tun.net_overhead_s * (3 if proto == "simple" else 1)
             intra = max(intra, floor - spec.intra.latency_s)
         if proto == "ll128" and ppn < 2:
             eff *= LL128_ONE_PPN
         lat = pc.base_latency_s + ph.steps * ((1 - frac) * intra + frac * net)
-        if (proto == "simple" and nodes > 1 and ph.op is Op.ALL_REDUCE
-                and total / (C * ph.ringset.size) >= 64):
-            lat *= RING_SIMPLE_PLATEAU
+        if proto == "simple" and nodes > 1 and ph.op is Op.ALL_REDUCE:
+            hit, factor = _plateau(spec, total, C, ph.ringset.size)
+            if hit:
+                lat *= factor
         reduced = (ph.ringset.size - 1) / ph.ringset.size * total
     else:
-        ls = log2i(int(total) >> 6)
-        if ls < len(TREE_CORRECTION[proto]):
-            eff *= TREE_CORRECTION[proto][ls]
+        eff *= tree_correction(spec, proto, total)
         lat = pc.base_latency_s + 2 * ((ppn - 1) * intra + log2i(nodes) * net)
         reduced = total
     per_channel, whole = pc.caps(nodes)
@@ -284,6 +324,66 @@ def _costed(spec: ClusterSpec, ph: Phase, algorithm: str, proto: str, total: flo
             red = hbm_s
     return Phase(ph.name, ph.op, ph.ringset, ph.buffer_bytes, ph.lane, ph.deps, proto,
                  eff, cap, lat + red, ph.tree_steps)
+
+
+# -- NCCL's own choice ---------------------------------------------------------------------
+
+def tuner_rates(spec: ClusterSpec) -> tuple[float, float]:
+    """(per GPU over the node's link, per node over its NICs) in B/s as NCCL's tuner sees
+    them: ``collective.tuner_intra_bandwidth`` / ``tuner_net_bandwidth``, else the cluster's
+    links."""
+    tun = spec.collective
+    return (tun.tuner_intra_bandwidth_Bps or spec.intra.bandwidth_Bps,
+            tun.tuner_net_bandwidth_Bps or spec.nic.per_node * spec.nic.bandwidth_Bps)
+
+
+def tuner_bus_Bps(spec: ClusterSpec, nodes: int, ppn: int) -> float:
+    """The bus bandwidth NCCL's tuner assumes (``nChannels x speed``): the node's link when the
+    communicator spans at most 2 nodes (tuning.cc, 2.8.3 and 2.20.3: ``nNodes <= 2 ?
+    speedIntra : speedInter``), else the lesser of it and the NICs its ranks use
+    (:func:`tuner_rates`); at most 235 GB/s on an A100 / A800 (compute capability 8.0)."""
+    bus, net = tuner_rates(spec)
+    if nodes > 2:
+        share = max(1.0 / max(1, spec.nic.per_node), ppn / spec.gpus_per_node)
+        bus = min(bus, net * share)
+    if spec.gpu.model.upper().startswith(("A100", "A800")):
+        bus = min(bus, SM80_MAX_BUS_BW_Bps)
+    return bus
+
+
+def tuner_time(spec: ClusterSpec, algorithm: str, proto: str, op: Op, size: float,
+               nranks: int, nodes: int) -> float:
+    """NCCL's estimate of a collective (``ncclTopoGetAlgoTime``: latency + bytes / algBw)
+    with the constant tables of the cluster's tuner profile (``collective.nccl_version``:
+    :func:`~parosim.spec.system.nccl_tables`, never the cluster's possibly fitted protocol
+    fields: NCCL chooses with its own constants) and :func:`tuner_bus_Bps`. What
+    ``collective.choice: tuner`` minimises; parosim then costs the chosen one as usual."""
+    tun = spec.collective
+    tables = nccl_tables(tun.nccl_version)
+    pc = tables[f"{algorithm}_{proto}"]
+    C = channels(spec, tuner_rates(spec)[0])
+    ppn = max(1, nranks // max(1, nodes))
+    eff = pc.bw_efficiency
+    if algorithm == "ring" and proto == "ll128" and ppn < 2:
+        eff *= LL128_ONE_PPN
+    per_channel, whole = pc.caps(nodes)
+    bus = min(tuner_bus_Bps(spec, nodes, ppn) * eff, C * per_channel, whole)
+    intra = _hw_intra(spec, pc, proto, nodes)
+    net = pc.net_latency_s
+    if algorithm == "tree":
+        algbw = bus * 0.5 * tree_correction(spec, proto, size)
+        lat = pc.base_latency_s + 2 * ((ppn - 1) * intra + log2i(nodes) * net)
+        return lat + size / algbw
+    nsteps, inter = op.ring_factor * (nranks - 1), op.ring_factor * (nodes - 1)
+    if nodes > 1 and tun.nccl_version == "2.20":
+        intra = max(intra, float(tables["net_overhead_s"]) * (3 if proto == "simple" else 1))
+    lat = pc.base_latency_s + ((nsteps - inter) * intra + inter * net if nodes > 1
+                               else nsteps * intra)
+    if proto == "simple" and nodes > 1 and op is Op.ALL_REDUCE:
+        hit, f = _plateau(spec, size, C, nranks)
+        if hit:
+            lat *= f
+    return lat + size / (bus * nranks / max(1, nsteps))
 
 
 def ring_phase_costs(spec: ClusterSpec, op: Op, ringset: RingSet, totals: np.ndarray
@@ -309,19 +409,17 @@ def ring_phase_costs(spec: ClusterSpec, op: Op, ringset: RingSet, totals: np.nda
     if tun.model == "ideal":                             # Phase defaults: no protocol
         t = steps * alpha + bpr / min(bw * 1.0, math.inf) + over + 0.0
         return t, np.full(len(totals), steps * alpha + over + 0.0)
-    nodes, ppn = _instance_shape(spec, ringset)
+    nodes, ppn = instance_shape(spec, ringset)
     C = channels(spec)
     _, _, frac = ring_profile(spec, ringset)
     best_t = np.full(len(totals), math.inf)
     best_l = np.zeros(len(totals))
     for proto in tun.protocols:
         pc = tun.protocol("ring", proto)
-        hw_intra = pc.nvlink_latency_s if spec.intra_fabric is IntraFabric.NVSWITCH else (
-            pc.pcie_latency_s)
-        intra = max(0.0, hw_intra - spec.intra.latency_s)
+        intra = max(0.0, _hw_intra(spec, pc, proto, nodes) - spec.intra.latency_s)
         net = max(0.0, pc.net_latency_s - (2 * spec.pcie.latency_s + spec.nic.latency_s))
         eff = pc.bw_efficiency
-        if nodes > 1:
+        if nodes > 1 and tun.nccl_version == "2.20":
             floor = tun.net_overhead_s * (3 if proto == "simple" else 1)
             intra = max(intra, floor - spec.intra.latency_s)
         if proto == "ll128" and ppn < 2:
@@ -329,7 +427,8 @@ def ring_phase_costs(spec: ClusterSpec, op: Op, ringset: RingSet, totals: np.nda
         lat0 = pc.base_latency_s + steps * ((1 - frac) * intra + frac * net)
         lat = np.full(len(totals), lat0)
         if proto == "simple" and nodes > 1 and op is Op.ALL_REDUCE:
-            lat = np.where(totals / (C * K) >= 64, lat0 * RING_SIMPLE_PLATEAU, lat)
+            hit, factor = _plateau(spec, totals, C, K)
+            lat = np.where(hit, lat0 * factor, lat)
         reduced = (K - 1) / K * totals
         per_channel, whole = pc.caps(nodes)
         cap = np.full(len(totals), min(whole, C * per_channel) / rpr)

@@ -62,6 +62,7 @@ from ..spec.compute import ComputeProfile
 from ..spec.gpus import KNOWN_GPUS, known_gpu
 from ..spec.system import (
     EP_KERNELS,
+    NCCL_VERSIONS,
     ClusterSpec,
     CollectiveTuning,
     EPKernelCost,
@@ -73,6 +74,7 @@ from ..spec.system import (
     NICSpec,
     Override,
     ProtocolCost,
+    nccl_tables,
 )
 from ..units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .cluster_base import MAX_BASE_DEPTH, apply_sets, merge
@@ -250,7 +252,8 @@ def _gpu(gpu: dict[str, Any], where: str) -> GPUSpec:
 
 _PROTO_FIELDS = ("ring_ll", "ring_ll128", "ring_simple", "tree_ll", "tree_ll128", "tree_simple")
 _NCCL_KEYS = ("model", "channels", "protocols", "algorithms", "reduction_hbm_factor",
-              "reduction_overlap", "net_overhead", *_PROTO_FIELDS, *EP_KERNELS)
+              "reduction_overlap", "net_overhead", "nccl_version", "choice",
+              "tuner_intra_bandwidth", "tuner_net_bandwidth", *_PROTO_FIELDS, *EP_KERNELS)
 _EP_KEYS = {"nvlink_efficiency", "rdma_efficiency", "latency"}
 _PROTO_KEYS = {"bw_efficiency", "base_latency", "nvlink_latency", "pcie_latency", "net_latency",
                "max_bw_per_channel", "max_bw", "max_bw_per_channel_1node",
@@ -277,6 +280,16 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
     """The NCCL-model fields of ``collective`` (docs/collectives.md); absent ones keep the
     :class:`CollectiveTuning` defaults (NCCL 2.20.3 tuning.cc)."""
     out: dict[str, Any] = {}
+    version = _nccl_version(coll.get("nccl_version", "2.20"))
+    tables = nccl_tables(version)
+    if version != "2.20":
+        out["nccl_version"] = version
+        out.update(tables)  # the profile's tables; the keys below override them
+    if "choice" in coll:
+        out["choice"] = str(coll["choice"]).strip().lower()
+    for key in ("tuner_intra_bandwidth", "tuner_net_bandwidth"):
+        if key in coll:
+            out[f"{key}_Bps"] = parse_bandwidth(coll[key], f"collective.{key}")
     if "model" in coll:
         out["model"] = str(coll["model"]).strip().lower()
     if "channels" in coll:
@@ -299,7 +312,7 @@ def _nccl_fields(coll: dict[str, Any], where: str) -> dict[str, Any]:
         sub = section(coll, key, _PROTO_KEYS, f"{where}: collective")
         if not sub:
             continue
-        d = getattr(CollectiveTuning(), key)
+        d = tables[key]
         n = f"collective.{key}"
         out[key] = ProtocolCost(
             bw_efficiency=number(sub.get("bw_efficiency", d.bw_efficiency),
@@ -347,6 +360,22 @@ def _ep_yaml(c: CollectiveTuning) -> dict[str, Any]:
     return {key: {"nvlink_efficiency": p.nvlink_efficiency,
                   "rdma_efficiency": p.rdma_efficiency, "latency": f"{p.latency_s!r}s"}
             for key in EP_KERNELS if (p := getattr(c, key)) != EPKernelCost()}
+def _nccl_version(v: Any) -> str:
+    """``collective.nccl_version``: a release ("2.8", "2.8.4", "2.20.3") -> its tuner profile
+    (:data:`~parosim.spec.system.NCCL_VERSIONS`)."""
+    text = str(v).strip()
+    parts = text.split(".")
+    mm = ".".join(parts[:2]) if len(parts) >= 2 else text
+    if isinstance(v, str) and mm in NCCL_VERSIONS:
+        return mm
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        # unquoted, YAML reads 2.8 as the number 2.8 and 2.20 as 2.2 (no NCCL 2.2 profile)
+        text = {"2.2": "2.20"}.get(text, text)
+        if text in NCCL_VERSIONS:
+            return text
+    raise InputError(f"collective.nccl_version = {v!r} is not a known tuner profile; expected "
+                     f"one of {', '.join(NCCL_VERSIONS)} (a release such as '2.8.4' selects "
+                     "its series)")
 
 
 def _compute_profile(comp: dict[str, Any], where: str) -> ComputeProfile:
@@ -486,7 +515,13 @@ def _nccl_yaml(c: CollectiveTuning) -> dict[str, Any]:
                            "protocols": list(c.protocols), "algorithms": list(c.algorithms),
                            "reduction_hbm_factor": c.reduction_hbm_factor,
                            "reduction_overlap": c.reduction_overlap,
-                           "net_overhead": f"{c.net_overhead_s!r}s"}
+                           "net_overhead": f"{c.net_overhead_s!r}s",
+                           **({"nccl_version": c.nccl_version}
+                              if c.nccl_version != "2.20" else {}),
+                           **({"choice": c.choice} if c.choice != "fastest" else {}),
+                           **{k: bw(getattr(c, f"{k}_Bps"))
+                              for k in ("tuner_intra_bandwidth", "tuner_net_bandwidth")
+                              if getattr(c, f"{k}_Bps")}}
     for key in _PROTO_FIELDS:
         p = c.protocol(*key.split("_"))
         out[key] = {"bw_efficiency": p.bw_efficiency,

@@ -68,6 +68,9 @@ _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S
 _META = re.compile(r"^#\s*parosim:\s*([A-Za-z_]+)\s*=\s*(.*?)\s*$")
 _OPNAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|"
                      r"gather|scatter|sendrecv|hypercube)_perf\b")
+#: an NCCL release named in the header: "NCCL version 2.8.4+cuda11.2" (NCCL_DEBUG=INFO),
+#: "NCCL 2.8.4-1", "nccl-library=2.18.5" style mentions; the first one wins
+_NCCL_RELEASE = re.compile(r"\bNCCL(?:\s+version|[-_ ]library\s*=?)?\s*v?(\d+\.\d+\.\d+)", re.I)
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _COLS = {"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "error",
          "wrong"}
@@ -108,6 +111,7 @@ class NcclTestsLog:
     rows: tuple[NcclTestsRow, ...]
     avg_busbw_GBps: float | None = None
     meta: dict = field(default_factory=dict)
+    nccl_release: str | None = None  # "2.8.4" when the header names one (_NCCL_RELEASE)
 
     @property
     def source(self) -> str:
@@ -154,11 +158,16 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
     rows: list[NcclTestsRow] = []
     op_named: str | None = None
     avg = None
+    release: str | None = None
     for lineno, raw in enumerate(text.splitlines(), 1):
         where = f"nccl-tests log {path!r} line {lineno}"
         line = _PREFIX.sub("", raw, count=1).strip()
         if not line:
             continue
+        if release is None and (columns is None or line.startswith("#") or " NCCL INFO " in
+                                f" {line} "):
+            m = _NCCL_RELEASE.search(line)
+            release = m.group(1) if m else None
         m = _META.match(line)
         if m:
             meta[m.group(1).lower()] = m.group(2)
@@ -222,7 +231,8 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
         raise InputError(f"nccl-tests log {path!r}: {nranks} ranks do not split evenly over "
                          f"{nodes} nodes")
     devices = tuple(dict.fromkeys(d for _, d in ranks.values()))
-    return NcclTestsLog(path, op, nranks, nranks_from, nodes, devices, tuple(rows), avg, meta)
+    return NcclTestsLog(path, op, nranks, nranks_from, nodes, devices, tuple(rows), avg, meta,
+                        release)
 
 
 def _row(columns: list[str], toks: list[str], which: str, where: str) -> NcclTestsRow:

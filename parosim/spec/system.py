@@ -228,8 +228,54 @@ NCCL_TREE_LL128 = ProtocolCost(0.92 * 120 / 128, 14.0 * _US, 1.25 * _US, 1.9 * _
                                min(23.6 * 120 / 128, 20.0) * _GB)
 NCCL_TREE_SIMPLE = ProtocolCost(0.92, 0.0, 28.0 * _US, 28.0 * _US, 28.0 * _US, 17.8 * _GB, _INF,
                                 24.0 * _GB, 23.6 * _GB)
+# NCCL 2.8.3-1, src/graph/tuning.cc (NVIDIA/nccl commit 920dbe5b359fe5817b8ba874476ca4ba2dc5f1ef,
+# makefiles/version.mk 2.8.3): the same fields from that release's tables, Ampere rows and the
+# Intel-CPU llMaxBws rows for several nodes. Differences from 2.20.3: baseLat (tree 4.4 / 4.4 /
+# 0 us, ring 3.6 / 10 / 8.4 us), hwLat (NVLink LL 0.52 tree / 0.47 ring, network ring Simple
+# 9.6 us), one LL128 cap per channel for every row (ll128MaxBwPerCh, all-reduce 16.9 GB/s),
+# perChMaxTreeBws 24.0 / 22.5 / 16.0 GB/s, tree LL128 x 0.915 (so its per-channel cap is
+# min(0.915 x perChMaxTree, 16.9)); no netOverhead (the LL intra-node hop latency x 1.8 on
+# several nodes instead, collectives.nccl), the ring Simple plateau x 1.9 from
+# nRanks / 16 x 64 KiB bytes on (collectives.nccl), the tree LL128 correction row of 2.8.3.
+NCCL28_RING_LL = ProtocolCost(0.25, 3.6 * _US, 0.47 * _US, 1.0 * _US, 2.7 * _US,
+                              _INF, 20.4 * _GB, _INF, _INF, 87.7 * _GB, 39.0 * _GB)
+NCCL28_RING_LL128 = ProtocolCost(0.92, 10.0 * _US, 1.9 * _US, 2.5 * _US, 4.0 * _US,
+                                 16.9 * _GB, _INF, 16.9 * _GB, 16.9 * _GB)
+NCCL28_RING_SIMPLE = ProtocolCost(1.0, 8.4 * _US, 3.4 * _US, 5.7 * _US, 9.6 * _US)
+NCCL28_TREE_LL = ProtocolCost(0.92 / 3.8, 4.4 * _US, 0.52 * _US, 1.0 * _US, 5.0 * _US,
+                              16.0 * _GB / 3.8, 20.4 * _GB, 24.0 * _GB / 3.8, 22.5 * _GB / 3.8,
+                              87.7 * _GB, 39.0 * _GB)
+NCCL28_TREE_LL128 = ProtocolCost(0.92 * 0.915, 4.4 * _US, 1.25 * _US, 1.9 * _US, 8.5 * _US,
+                                 min(16.0 * 0.915, 16.9) * _GB, _INF,
+                                 min(24.0 * 7 / 9, 16.9) * _GB, min(22.5 * 0.915, 16.9) * _GB)
+NCCL28_TREE_SIMPLE = ProtocolCost(0.92, 0.0, 28.0 * _US, 28.0 * _US, 28.0 * _US, 16.0 * _GB, _INF,
+                                  24.0 * _GB, 22.5 * _GB)
 PROTOCOLS = ("ll", "ll128", "simple")
 COLLECTIVE_MODELS = ("ideal", "nccl")
+#: NCCL tuner profiles: the release whose tuning tables (protocol costs, plateau rule, tree
+#: correction factors) the ``nccl`` model applies; "2.20" is the default (2.20.3).
+NCCL_VERSIONS = ("2.20", "2.8")
+#: how the ``nccl`` algorithm picks its (algorithm, protocol): "fastest" in parosim's cost,
+#: or "tuner": what NCCL's own estimate picks (collectives.nccl.tuner_time)
+NCCL_CHOICES = ("fastest", "tuner")
+
+
+def nccl_tables(version: str) -> dict[str, object]:
+    """The default NCCL-model fields of a tuner profile (``collective.nccl_version``): the six
+    :class:`ProtocolCost` tables and ``net_overhead_s`` (2.8 has no netOverhead: 0).
+
+    >>> nccl_tables("2.8")["ring_simple"].net_latency_s
+    9.6e-06
+    """
+    if version == "2.8":
+        return {"ring_ll": NCCL28_RING_LL, "ring_ll128": NCCL28_RING_LL128,
+                "ring_simple": NCCL28_RING_SIMPLE, "tree_ll": NCCL28_TREE_LL,
+                "tree_ll128": NCCL28_TREE_LL128, "tree_simple": NCCL28_TREE_SIMPLE,
+                "net_overhead_s": 0.0}
+    return {"ring_ll": NCCL_RING_LL, "ring_ll128": NCCL_RING_LL128,
+            "ring_simple": NCCL_RING_SIMPLE, "tree_ll": NCCL_TREE_LL,
+            "tree_ll128": NCCL_TREE_LL128, "tree_simple": NCCL_TREE_SIMPLE,
+            "net_overhead_s": 1e-6}
 
 
 @dataclass(frozen=True)
@@ -307,6 +353,15 @@ class CollectiveTuning:
     ep_normal: EPKernelCost = EPKernelCost()
     ep_ll: EPKernelCost = EPKernelCost()
     ep_hybrid: EPKernelCost = EPKernelCost()   # HybridEP's kernels (the normal kernels' shape)
+    # the tuner profile (NCCL release of the tables above: the cluster YAML fills them from
+    # collective.nccl_version) and how the `nccl` algorithm chooses (docs/collectives.md)
+    nccl_version: str = "2.20"
+    choice: str = "fastest"
+    # the link rates NCCL's tuner sees (its topology search): per GPU over the node's link,
+    # per node over its NICs; 0 = the cluster's intra_node.bandwidth / nic.per_node x
+    # nic.bandwidth (a fit pins them at its fitted links: calibrate.links.fit)
+    tuner_intra_bandwidth_Bps: float = 0.0
+    tuner_net_bandwidth_Bps: float = 0.0
 
     def protocol(self, algorithm: str, proto: str) -> ProtocolCost:
         """The :class:`ProtocolCost` of ("ring" | "tree", "ll" | "ll128" | "simple")."""
@@ -326,6 +381,15 @@ class CollectiveTuning:
         _require(bool(self.algorithms) and all(a in ("ring", "tree") for a in self.algorithms),
                  f"collective.algorithms = {list(self.algorithms)!r}: expected a non-empty "
                  "list of ring, tree")
+        _require(self.nccl_version in NCCL_VERSIONS,
+                 f"collective.nccl_version = {self.nccl_version!r} is not a known tuner "
+                 f"profile; expected one of {', '.join(NCCL_VERSIONS)}")
+        _require(self.choice in NCCL_CHOICES,
+                 f"collective.choice = {self.choice!r} is not known; expected one of "
+                 f"{', '.join(NCCL_CHOICES)}")
+        _pos(self.tuner_intra_bandwidth_Bps, "collective.tuner_intra_bandwidth",
+             allow_zero=True)
+        _pos(self.tuner_net_bandwidth_Bps, "collective.tuner_net_bandwidth", allow_zero=True)
         _pos(self.reduction_hbm_factor, "collective.reduction_hbm_factor", allow_zero=True)
         _pos(self.net_overhead_s, "collective.net_overhead", allow_zero=True)
         _pos(self.step_latency_s, "collective.step_latency", allow_zero=True)
