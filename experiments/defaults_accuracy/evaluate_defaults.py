@@ -63,7 +63,7 @@ def foundry_table() -> list[dict]:
         out.append(all_tables._row(
             FOUNDRY, r.key, mpt(r.model, r.seq_len), "llm-foundry-a100-roce", r.gpus // 8,
             1, 1, r.gpus, r.micro_batch, r.accum, r.seq_len, r.recompute, "tokens/s per GPU",
-            r.tokens_per_s_per_gpu, strategy="GGG"))
+            r.tokens_per_s_per_gpu, strategy="GGG", attention="flash"))
     return out
 
 
