@@ -183,7 +183,8 @@ def torchtitan_calibration_rows() -> list[dict]:
     overlapped with the GEMMs, ``--tp-comm-overlap``). Used only to calibrate that cluster's
     compute scale (on ``dgx-h100-ib``, the preset's k: experiments/defaults_accuracy/
     fit_fleet.py; here on the fleet preset, a further k that stays ~1), never as a check.
-    Sequence length 8192: torchtitan's ``train_configs/llama3_70b.toml`` (the rows do not state it). torch.compile fuses the
+    Sequence length 8192: torchtitan's ``train_configs/llama3_70b.toml`` (the rows do not
+    state it). torch.compile fuses the
     memory-bound kernels we cost one by one: the fitted scale absorbs it. Not used: the
     float8 *rowwise* rows (per-row scaling runs other, slower GEMM kernels — 599.6 tokens/s
     against tensorwise's 809.8 — which ``--precision fp8``, per-tensor scaling, does not
