@@ -2,12 +2,15 @@
 published table of training runs parosim can express, per source table.
 
 Each published configuration is given to the simulator exactly as a user types it: the model,
-cluster preset and node count, the published layout (strategy, TP / PP / CP / sequence
-parallelism, interleaving, TP / DP communication overlap), micro-batch, accumulation,
-sequence length, recomputation and precision — and **no modelling setting** (no compute
-model, attention kernel, memory model, logit bytes, efficiency, algorithm, runtime): those
-come from ``--fidelity accurate``, the default (``parosim.spec.training.for_fidelity``; the
-ideal runtime, NCCL's tuner for the collectives). Analytic mode.
+the cluster preset of the cluster it ran on and the node count, the published layout
+(strategy, TP / PP / CP / sequence parallelism, interleaving, TP / DP communication overlap),
+micro-batch, accumulation, sequence length, recomputation, precision and the attention
+kernel the run used (FlashAttention, or eager attention for the 2021-22 Megatron tables,
+BLOOM's Megatron-DeepSpeed and HuggingFace GPT-2: ``all_tables`` states it per row) — and
+**no modelling setting** (no compute model, memory model, logit bytes, efficiency,
+algorithm, runtime): those come from ``--fidelity accurate``, the default
+(``parosim.spec.training.for_fidelity``; the ideal runtime, NCCL's tuner for the
+collectives). Analytic mode.
 
 Two numbers per table:
 
@@ -22,9 +25,11 @@ Two numbers per table:
 What the defaults were fitted on (every fit's held-out error is in docs/accuracy.md): the
 kernel model's ``gemm_k_half``, ``attention_efficiency`` and ``hbm_efficiency`` on the even
 half of llm-foundry's MPT table (odd half held out), ``eager_attention_efficiency`` on the
-even rows of the two Megatron-LM tables (odd rows held out; unused by the defaults, which
-run FlashAttention), the runtime memory model's allocator margin on the even half of
-llm-foundry (odd half held out). Nothing else is fitted; the other tables are never seen.
+even rows of the two Megatron-LM tables (odd rows held out; used by the runs that ran
+eager attention), the runtime memory model's allocator margin on the even half of
+llm-foundry (odd half held out), ``fp8_gemm_efficiency`` on the even NeMo rows (fit_fp8.py),
+and the compute scale of torchtitan's fleet preset ``h100-hbm2e-500w`` on that fleet's own
+Llama 3 70B benchmark (fit_fleet.py; the 405B table is held out). Nothing else is fitted.
 
 Run: ``PYTHONPATH=$PWD python experiments/defaults_accuracy/evaluate_defaults.py [--rows]
 [--calibrated]`` (writes ``out/defaults.md``); ``tests/test_defaults_accuracy.py`` asserts
