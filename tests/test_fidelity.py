@@ -201,3 +201,27 @@ def test_jobs_fidelity_key(tmp_path):
     assert "compute_efficiency" not in a and b["compute_efficiency"] == 0.5
     path.write_text(path.read_text().replace("fidelity: accurate", "fidelity: best"))
     assert main(["simulate", "--jobs", str(path)]) == 2
+
+
+def test_point_id_says_which_fidelity_an_unkeyed_point_runs():
+    """A step point without ``fidelity`` runs accurate (it ran paper before): its id covers
+    that, so a results.csv of the former default never resumes as the new one; a point that
+    names its fidelity (and a collective point) keeps the id of the documented formula."""
+    import hashlib
+
+    from parosim import __version__
+    from parosim.io.sweep import point_id, point_inputs
+
+    def documented(point):
+        key = {"point": point, "inputs": {k: sha for k, (_, sha) in point_inputs(point).items()},
+               "parosim_version": __version__}
+        text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    bare = {"strategy": "NIG", "mode": "analytic"}
+    assert point_id(bare) != documented(bare)
+    for point in ({**bare, "fidelity": "paper"}, {**bare, "fidelity": "accurate"},
+                  {"kind": "collective", "op": "all-gather", "size": "1GB"}):
+        assert point_id(point) == documented(point)
+    assert len({point_id(bare), point_id({**bare, "fidelity": "paper"}),
+                point_id({**bare, "fidelity": "accurate"})}) == 3
