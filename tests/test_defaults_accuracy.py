@@ -79,3 +79,20 @@ def test_each_run_keeps_its_published_attention_kernel():
     row = ed.tables()[ed.FOUNDRY][0]
     assert ed.training_of(row).attention == "flash"
     assert ed.training_of({**row, "attention": "eager"}).attention == "eager"
+
+
+def test_fleet_preset_carries_the_fitted_scale():
+    # topologies/h100-hbm2e-500w.yaml: dgx-h100-ib's kernel efficiencies x k, k fitted on
+    # the fleet's four Llama 3 70B rows (fit_fleet.py), never on the 405B table
+    import fit_fleet
+
+    from parosim.io import load_cluster
+
+    k = fit_fleet.fit()
+    assert k == pytest.approx(0.717, abs=0.0015)
+    base, fleet = load_cluster("dgx-h100-ib").compute, load_cluster("h100-hbm2e-500w").compute
+    for f in fit_fleet.FIELDS:
+        assert getattr(fleet, f) == pytest.approx(min(1.0, getattr(base, f) * 0.717),
+                                                  abs=1e-4), f
+    assert not {r["config"] for r in fit_fleet.fit_rows()} & {
+        r["config"] for r in fit_fleet.ed.all_tables.torchtitan_rows()}

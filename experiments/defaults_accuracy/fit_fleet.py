@@ -35,24 +35,37 @@ import evaluate_defaults as ed  # noqa: E402
 BASE = "dgx-h100-ib"
 
 
-def main() -> int:
+FIELDS = ("gemm_ceiling", "attention_efficiency", "hbm_efficiency",
+          "eager_attention_efficiency")
+
+
+def fit_rows() -> list[dict]:
+    """The fleet's four Llama 3 70B rows, on the base preset."""
+    return [{**r, "cluster": BASE} for r in ed.all_tables.torchtitan_calibration_rows()]
+
+
+def fit() -> float:
+    """k, least squares on log(predicted / published) of :func:`fit_rows`, 3 decimals."""
     from scipy.optimize import least_squares
 
-    from parosim.io import load_cluster
-
-    fit = [{**r, "cluster": BASE} for r in ed.all_tables.torchtitan_calibration_rows()]
+    rows = fit_rows()
 
     def resid(x):
-        return [math.log1p(ed.predict(r, float(x[0]))["error_pct"] / 100) for r in fit]
+        return [math.log1p(ed.predict(r, float(x[0]))["error_pct"] / 100) for r in rows]
 
-    k = round(float(least_squares(resid, [0.8], bounds=([0.05], [1.0]),
-                                  diff_step=1e-3).x[0]), 3)
+    return round(float(least_squares(resid, [0.8], bounds=([0.05], [1.0]),
+                                     diff_step=1e-3).x[0]), 3)
+
+
+def main() -> int:
+    from parosim.io import load_cluster
+
+    k, rows = fit(), fit_rows()
     c = load_cluster(BASE).compute
-    print(f"k = {k:.3f} (fit on {len(fit)} rows of the fleet's 70B benchmark, base {BASE})")
-    for f in ("gemm_ceiling", "attention_efficiency", "hbm_efficiency",
-              "eager_attention_efficiency"):
+    print(f"k = {k:.3f} (fit on {len(rows)} rows of the fleet's 70B benchmark, base {BASE})")
+    for f in FIELDS:
         print(f"  {f}: {min(1.0, getattr(c, f) * k):.4f}")
-    fe = [ed.predict(r, k)["error_pct"] for r in fit]
+    fe = [ed.predict(r, k)["error_pct"] for r in rows]
     print(f"fit rows: median |error| {statistics.median(map(abs, fe)):.1f} % "
           f"({', '.join(f'{e:+.1f}' for e in fe)} %)")
     held = ed.all_tables.torchtitan_rows()
