@@ -26,10 +26,14 @@ def summary():
 # tables whose runs are not all predicted to fit: NeMo's GPT3-20B TP2 and Nemotron-340B
 # (docs/accuracy.md, "Memory")
 FIT_MISSES = {"NVIDIA/NeMo"}
-# tables whose median error is above 12 % uncalibrated: BigScience's Megatron-DeepSpeed runs
-# on Jean Zay carry a per-micro-batch cost the model lacks, SuperBench's eager GPT-2 steps are
-# host-bound (docs/accuracy.md, "Defaults" and "Compute")
-ERROR_MISSES = {"BigScience", "microsoft/superbench-results"}
+# expressible tables whose median error is above 12 % uncalibrated: BigScience's
+# Megatron-DeepSpeed runs on Jean Zay carry a per-micro-batch cost the model lacks
+# (docs/accuracy.md, "Defaults")
+ERROR_MISSES = {"BigScience"}
+# evaluated and reported, but not a step parosim's model spec can state (a 100-class head,
+# pure fp16 AdamW: evaluate_defaults.NOT_EXPRESSIBLE); its miss (host-bound eager steps)
+# stays in the output and the docs
+NOT_EXPRESSIBLE = {"microsoft/superbench-results"}
 # measured (analytic, deterministic): share predicted to fit, median |error| in %
 MEASURED = {"mosaicml/llm-foundry": (1.0, 4.3), "Narayanan": (1.0, 5.5),
             "Korthikanti": (1.0, 3.2), "BigScience": (1.0, 24.4),
@@ -42,6 +46,7 @@ def test_every_expressible_table_is_evaluated(summary):
                             "pytorch/torchtitan", "NVIDIA/NeMo",
                             "microsoft/superbench-results"}
     assert summary["mosaicml/llm-foundry"]["rows"] == 61
+    assert {n for n, s in summary.items() if not s["expressible"]} == NOT_EXPRESSIBLE
 
 
 def test_published_runs_fit(summary):
@@ -53,7 +58,17 @@ def test_published_runs_fit(summary):
 def test_throughput_median_error(summary):
     for name, s in summary.items():
         ok = s["median_abs_error_pct"] <= 12.0
-        assert ok == (name not in ERROR_MISSES), (name, s["median_abs_error_pct"])
+        assert ok == (name not in ERROR_MISSES | NOT_EXPRESSIBLE), (
+            name, s["median_abs_error_pct"])
+
+
+def test_not_expressible_tables_say_why():
+    import evaluate_defaults as ed
+
+    (why,) = ed.NOT_EXPRESSIBLE.values()
+    assert "100-class" in why and "float16" in why and "pytorch_gpt2.py" in why
+    text = (ROOT / "experiments" / "defaults_accuracy" / "out" / "defaults.md").read_text()
+    assert "(not expressible, see below)" in text and why in text
 
 
 def test_measured_numbers_are_the_documented_ones(summary):
