@@ -13,9 +13,9 @@ What each table is checked on (docs/accuracy.md, "Every published MFU table"):
 * NeMo 24.07 / Megatron-Bridge 25.11 FP8 runs on DGX-H100: ``fp8_gemm_efficiency`` is fitted
   on the even rows (experiments/defaults_accuracy/fit_fp8.py); the odd rows are held out and within
   10 % median, uncalibrated and after a one-factor calibration on the even rows.
-* torchtitan Llama 3.1 405B (bf16, Float8, Float8 + async TP): a miss uncalibrated; within
-  10 % median after a one-factor calibration on a separate benchmark of the same GPU fleet
-  (its four Llama 3 70B rows parosim can express).
+* torchtitan Llama 3.1 405B (bf16, Float8, Float8 + async TP): on its fleet's own preset
+  (500 W HBM2e H100s, compute scale fitted on a separate benchmark of the same fleet: its
+  four Llama 3 70B rows parosim can express), within 10 % median.
 """
 
 import statistics
@@ -75,14 +75,18 @@ def test_nemo_fp8_table_meets_after_cluster_calibration(calibrated):
     assert c["held_out_calibrated_median_pct"] <= 10.0
 
 
-def test_torchtitan_meets_after_calibration_on_its_fleet(calibrated):
-    # k fitted on the four expressible Llama 3 70B rows of a later benchmark on the same
-    # 500 W H100 fleet; checked on the three Llama 3.1 405B rows of docs/accuracy.md
+def test_torchtitan_meets_on_its_fleet_preset(calibrated):
+    # The 405B rows run on their fleet's preset (topologies/h100-hbm2e-500w.yaml), whose
+    # compute scale was fitted on the four expressible Llama 3 70B rows of a later benchmark
+    # on the same 500 W H100 fleet (experiments/defaults_accuracy/fit_fleet.py); checked on
+    # the three Llama 3.1 405B rows of docs/accuracy.md. A further k fitted on the 70B rows
+    # over the preset stays ~1 (it is the same fit).
     c = calibrated[all_tables.TORCHTITAN]
     assert c["fit_rows"] == 4 and c["held_out_rows"] == 3
     print(f"torchtitan 405B: {c['held_out_zero_shot_median_pct']:.1f} % uncalibrated, "
           f"{c['held_out_calibrated_median_pct']:.1f} % calibrated (k = {c['scale']:.3f})")
-    assert c["held_out_zero_shot_median_pct"] > 30.0       # the fleet is not an SXM H100
+    assert c["held_out_zero_shot_median_pct"] <= 10.0
+    assert 0.97 < c["scale"] < 1.03
     assert c["held_out_calibrated_median_pct"] <= 10.0
 
 

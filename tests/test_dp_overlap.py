@@ -278,7 +278,8 @@ def test_sweep_key(tmp_path, capsys):
                     "grid:\n  dp_comm_overlap: [false, true]\n"
                     "fixed:\n  model: llama-13b\n  cluster: dgx-a100-ib\n  nodes: 2\n"
                     "  strategy: NNG\n  algo: ring\n  micro_batch: 1\n  accum: 2\n"
-                    "  seq_len: 2048\n  tp: 8\n")
+                    "  seq_len: 2048\n  tp: 8\n"
+                    "  fidelity: paper\n")   # the reference below: the closed forms
     assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
     assert [r["dp_comm_overlap"] for r in rows] == ["False", "True"]

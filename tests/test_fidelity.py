@@ -101,15 +101,16 @@ def test_bad_fidelity_is_one_line_exit_2(capsys):
 
 
 def test_sweep_key_matches_the_command_line():
+    # a point without the key runs the command line's default (accurate), as simulate does
     cli = _json(["simulate", "--strategy", "NIG", *SMALL])
-    row = run_point({"strategy": "NIG", "mode": "analytic", "nodes": 2,
-                     "fidelity": "accurate"})
-    assert row["step_time_s"] == cli["step_time_s"]
-    assert row["total_bytes"] == cli["memory"]["total_bytes"]
-    paper = _json(["simulate", "--strategy", "NIG", *SMALL, "--fidelity", "paper"])
     for point in ({"strategy": "NIG", "mode": "analytic", "nodes": 2},
-                  {"strategy": "NIG", "mode": "analytic", "nodes": 2, "fidelity": "paper"}):
-        assert run_point(point)["step_time_s"] == paper["step_time_s"]
+                  {"strategy": "NIG", "mode": "analytic", "nodes": 2, "fidelity": "accurate"}):
+        row = run_point(point)
+        assert row["step_time_s"] == cli["step_time_s"]
+        assert row["total_bytes"] == cli["memory"]["total_bytes"]
+    paper = _json(["simulate", "--strategy", "NIG", *SMALL, "--fidelity", "paper"])
+    row = run_point({"strategy": "NIG", "mode": "analytic", "nodes": 2, "fidelity": "paper"})
+    assert row["step_time_s"] == paper["step_time_s"]
     bad = run_point({"strategy": "NIG", "mode": "analytic", "fidelity": "best"})
     assert bad["status"] == "error" and "fidelity" in bad["reason"]
 
@@ -178,16 +179,21 @@ def test_an_efficiency_selects_the_flat_model(capsys):
 
 
 def test_jobs_fidelity_key(tmp_path):
-    """A job with ``fidelity: accurate`` runs simulate's default models: alone on its two
-    nodes it takes the step ``simulate`` gives by default; without the key, the jobs file's
-    own defaults (as before)."""
+    """A job with ``fidelity: accurate``, or without the key (simulate's default), runs
+    simulate's default models: alone on its two nodes it takes the step ``simulate`` gives
+    by default; with ``fidelity: paper``, the paper's closed forms."""
     path = tmp_path / "jobs.yaml"
-    path.write_text("cluster: paper-a100-roce\nnodes: 4\njobs:\n"
+    path.write_text("cluster: paper-a100-roce\nnodes: 6\njobs:\n"
                     "  - {name: a, strategy: NIG, nodes: [0, 1], fidelity: accurate}\n"
-                    "  - {name: b, strategy: NIG, nodes: [2, 3]}\n")
+                    "  - {name: b, strategy: NIG, nodes: [2, 3], fidelity: paper}\n"
+                    "  - {name: c, strategy: NIG, nodes: [4, 5]}\n")
     jobs = {j["name"]: j for j in _json(["simulate", "--jobs", str(path)])["jobs"]}
     step = _json(["simulate", "--strategy", "NIG", "--nodes", "2"])["step_time_s"]
     assert jobs["a"]["step_time_alone_s"] == pytest.approx(step, rel=1e-9)
+    assert jobs["c"]["step_time_alone_s"] == jobs["a"]["step_time_alone_s"]
+    assert jobs["c"]["settings"] == jobs["a"]["settings"]
+    paper = _json(["simulate", "--strategy", "NIG", "--nodes", "2", "--fidelity", "paper"])
+    assert jobs["b"]["step_time_alone_s"] == pytest.approx(paper["step_time_s"], rel=1e-9)
     assert jobs["a"]["algo"] == "nccl" and jobs["b"]["algo"] == "ho-ring"
     a, b = jobs["a"]["settings"], jobs["b"]["settings"]
     assert (a["compute_model"], a["memory_model"], a["logit_bytes"]) == ("kernel", "runtime", 6)
@@ -195,3 +201,27 @@ def test_jobs_fidelity_key(tmp_path):
     assert "compute_efficiency" not in a and b["compute_efficiency"] == 0.5
     path.write_text(path.read_text().replace("fidelity: accurate", "fidelity: best"))
     assert main(["simulate", "--jobs", str(path)]) == 2
+
+
+def test_point_id_says_which_fidelity_an_unkeyed_point_runs():
+    """A step point without ``fidelity`` runs accurate (it ran paper before): its id covers
+    that, so a results.csv of the former default never resumes as the new one; a point that
+    names its fidelity (and a collective point) keeps the id of the documented formula."""
+    import hashlib
+
+    from parosim import __version__
+    from parosim.io.sweep import point_id, point_inputs
+
+    def documented(point):
+        key = {"point": point, "inputs": {k: sha for k, (_, sha) in point_inputs(point).items()},
+               "parosim_version": __version__}
+        text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    bare = {"strategy": "NIG", "mode": "analytic"}
+    assert point_id(bare) != documented(bare)
+    for point in ({**bare, "fidelity": "paper"}, {**bare, "fidelity": "accurate"},
+                  {"kind": "collective", "op": "all-gather", "size": "1GB"}):
+        assert point_id(point) == documented(point)
+    assert len({point_id(bare), point_id({**bare, "fidelity": "paper"}),
+                point_id({**bare, "fidelity": "accurate"})}) == 3

@@ -213,6 +213,16 @@ def test_a_job_with_a_runtime_profile(jobs_file, capsys):
     assert main(["simulate", "--jobs", jobs_file(text), "--json"]) == 0
     a, b = json.loads(capsys.readouterr().out)["jobs"]
     assert a["runtime"] == "deepspeed" and b["runtime"] == "ideal"
+    # the job's default fidelity is simulate's (accurate): the same step as the command
+    assert main(["simulate", "--cluster", "paper-a100-roce", "--nodes", "2", "--strategy",
+                 "GGG", "--runtime", "deepspeed", "--accum", "1", "--json"]) == 0
+    ref = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert a["step_time_alone_s"] == pytest.approx(ref, rel=1e-6)
+    # and at the paper fidelity, the paper's closed forms as simulate_step's defaults
+    assert main(["simulate", "--jobs", jobs_file(text.replace("nodes: [0, 1]}",
+                                                                "fidelity: paper, nodes: [0, 1]}")),
+                 "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)["jobs"][0]
     ref = simulate_step(preset("llama-7b"), load_cluster("paper-a100-roce", nodes=2), "GGG",
                         TrainingSpec(accum_steps=1), runtime="deepspeed").step_time_s
     assert a["step_time_alone_s"] == pytest.approx(ref, rel=1e-6)

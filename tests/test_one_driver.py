@@ -132,8 +132,7 @@ def test_tp_pp_job_alone_is_the_simulated_step(f, tmp_path, capsys):
     jobs = {j["name"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
     assert main(["simulate", "--model", "llama-7b", "--cluster", "dgx-a100-ib", "--nodes", "2",
                  "--strategy", "NNG", "--tp", "2", "--pp", "2", "--micro-batch", "1",
-                 "--accum", "4", "--overlap-slowdown", str(f), "--fidelity", "paper",
-                 "--json"]) == 0
+                 "--accum", "4", "--overlap-slowdown", str(f), "--json"]) == 0
     step = json.loads(capsys.readouterr().out)["step_time_s"]
     a = jobs["a"]
     assert a["step_time_alone_s"] == pytest.approx(step, rel=1e-9)

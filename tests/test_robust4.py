@@ -111,6 +111,8 @@ FILES: dict[str, str] = {
     "jobs_ok.yaml": _jobs("{" + J + "}"),
     "jobs_alias.yaml": _jobs("{name: a, model: mpt-125m, strategy: NIG, accum_steps: 1, "
                              "compute_efficiency: 0.5, nodes: [0, 1]}"),
+    "jobs_canonical.yaml": _jobs("{name: a, model: mpt-125m, strategy: NIG, accum: 1, "
+                                 "efficiency: 0.5, nodes: [0, 1]}"),
     "jobs_both_accum.yaml": _jobs("{" + J + ", accum_steps: 2}"),
     "jobs_both_eff.yaml": _jobs("{" + J + ", efficiency: 0.5, compute_efficiency: 0.4}"),
     "jobs_accum0.yaml": _jobs("{name: a, model: mpt-125m, accum: 0, nodes: [0, 1]}"),
@@ -542,7 +544,7 @@ def jobs_3d(tmp_path_factory) -> Path:
     p = tmp_path_factory.mktemp("jobs3d") / "j.yaml"
     p.write_text("cluster: paper-a100-roce\nnodes: 2\nsteps: 1\njobs:\n"
                  "  - {name: a, model: llama-13b, strategy: NNN, tp: 2, pp: 2, micro_batch: 8,"
-                 " accum: 4, nodes: [0, 1]}\n")
+                 " accum: 4, fidelity: paper, nodes: [0, 1]}\n")
     return p
 
 
@@ -552,11 +554,19 @@ def test_a_job_alone_recomputes_and_takes_what_simulate_takes(jobs_3d, capsys):
     resolve recomputation the same way and take the same time."""
     sim = run_json(["simulate", "--model", "llama-13b", "--strategy", "NNN", "--tp", "2",
                     "--pp", "2", "--micro-batch", "8", "--accum", "4", "--nodes", "2",
-                    "--fidelity", "paper"], capsys)   # a job's default fidelity
+                    "--fidelity", "paper"], capsys)   # the job's fidelity
     assert sim["recompute_mode"] == "full"
     jobs = run_json(["simulate", "--jobs", str(jobs_3d)], capsys)
     a = jobs["jobs"][0]
     assert a["settings"]["recompute"] is True
+    assert a["step_time_alone_s"] == pytest.approx(sim["step_time_s"], rel=1e-9)
+    # without the key the job runs simulate's default fidelity, and again takes its step
+    sim = run_json(["simulate", "--model", "llama-13b", "--strategy", "NNN", "--tp", "2",
+                    "--pp", "2", "--micro-batch", "8", "--accum", "4", "--nodes", "2"], capsys)
+    unpinned = jobs_3d.with_name("j_default.yaml")
+    unpinned.write_text(jobs_3d.read_text().replace("fidelity: paper, ", ""))
+    a = run_json(["simulate", "--jobs", str(unpinned)], capsys)["jobs"][0]
+    assert a["settings"]["recompute"] is (sim["recompute_mode"] == "full")
     assert a["step_time_alone_s"] == pytest.approx(sim["step_time_s"], rel=1e-9)
 
 
@@ -569,7 +579,7 @@ def test_jobs_text_names_settings_as_simulate(jobs_3d, capsys):
 
 
 def test_jobs_alias_keys_give_the_same_jobs(d, capsys):
-    a = run_json(["simulate", "--jobs", str(d / "jobs_ok.yaml")], capsys)
+    a = run_json(["simulate", "--jobs", str(d / "jobs_canonical.yaml")], capsys)
     b = run_json(["simulate", "--jobs", str(d / "jobs_alias.yaml")], capsys)
     assert a["jobs"][0]["step_time_alone_s"] == b["jobs"][0]["step_time_alone_s"]
     assert a["jobs"][0]["settings"] == b["jobs"][0]["settings"]

@@ -216,7 +216,8 @@ def test_sweep_key(tmp_path, capsys):
                     "grid:\n  tp_comm_overlap: [false, true]\n"
                     "fixed:\n  model: llama-13b\n  cluster: dgx-a100-ib\n  nodes: 1\n"
                     "  strategy: NNN\n  algo: ring\n  micro_batch: 1\n  accum: 2\n"
-                    "  seq_len: 2048\n  tp: 8\n  sequence_parallel: true\n")
+                    "  seq_len: 2048\n  tp: 8\n  sequence_parallel: true\n"
+                    "  fidelity: paper\n")   # the reference below: the closed forms
     assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
     assert [r["tp_comm_overlap"] for r in rows] == ["False", "True"]

@@ -142,6 +142,10 @@ def llama31_405b():
                      vocab=128256, kv_heads=8)
 
 
+# torchtitan's GPU fleet (500 W, 96 GB HBM2e H100s): its own cluster preset
+FLEET = "h100-hbm2e-500w"
+
+
 def torchtitan_rows() -> list[dict]:
 
     # Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json): 126 layers, 16384 hidden,
@@ -154,8 +158,10 @@ def torchtitan_rows() -> list[dict]:
     # 185, the same source's sharding rows): their published MFU is against the FP8 peak
     # (23.46 % at 1.62x the bf16 row's WPS), parosim's against the bf16 peak. Async TP is
     # TP communication overlapped with the GEMMs (--tp-comm-overlap).
+    # The fleet's own preset (topologies/h100-hbm2e-500w.yaml: 500 W HBM2e H100s, compute
+    # scale fitted on the fleet's 70B benchmark by experiments/defaults_accuracy/fit_fleet.py)
     common = dict(strategy="GGG", sp=True, attention="flash", gpu_memory="95GB")
-    args = (model, "dgx-h100-ib", 16, 8, 1, 16, 2, 1, 8192, True)
+    args = (model, FLEET, 16, 8, 1, 16, 2, 1, 8192, True)
     return [_row(TORCHTITAN, "Llama 3.1 405B, FSDP2 16 x TP 8, bf16, local batch 2", *args,
                  "MFU (%)", 29.0, **common),
             _row(TORCHTITAN, "Llama 3.1 405B, FSDP2 16 x TP 8, Float8, local batch 2",
@@ -175,8 +181,10 @@ def torchtitan_calibration_rows() -> list[dict]:
     checkpointing, torch.compile; tokens/s per GPU) whose settings parosim models: bf16 and
     float8 *tensorwise*, each with vanilla and async TP (async TP = TP communication
     overlapped with the GEMMs, ``--tp-comm-overlap``). Used only to calibrate that cluster's
-    compute scale, never as a check. Sequence length 8192: torchtitan's
-    ``train_configs/llama3_70b.toml`` (the rows do not state it). torch.compile fuses the
+    compute scale (on ``dgx-h100-ib``, the preset's k: experiments/defaults_accuracy/
+    fit_fleet.py; here on the fleet preset, a further k that stays ~1), never as a check.
+    Sequence length 8192: torchtitan's ``train_configs/llama3_70b.toml`` (the rows do not
+    state it). torch.compile fuses the
     memory-bound kernels we cost one by one: the fitted scale absorbs it. Not used: the
     float8 *rowwise* rows (per-row scaling runs other, slower GEMM kernels — 599.6 tokens/s
     against tensorwise's 809.8 — which ``--precision fp8``, per-tensor scaling, does not
@@ -189,7 +197,7 @@ def torchtitan_calibration_rows() -> list[dict]:
         for tp_overlap, pub in ((False, vanilla), (True, asynctp)):
             out.append(_row(TORCHTITAN_CAL, f"Llama 3 70B, FSDP 32 x TP 8, {quant}, "
                             f"{'async' if tp_overlap else 'vanilla'} TP, local batch 16",
-                            preset("llama-3-70b"), "dgx-h100-ib", 32, 8, 1, 32, 16, 1, 8192,
+                            preset("llama-3-70b"), FLEET, 32, 8, 1, 32, 16, 1, 8192,
                             True, "tokens/s per GPU", pub, strategy="GGG", sp=True,
                             attention="flash", gpu_memory="95GB",
                             precision="bf16" if quant == "bf16" else "fp8",

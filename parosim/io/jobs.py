@@ -18,9 +18,10 @@ A job takes every per-job field of ``parosim simulate`` (defaults: JOB_DEFAULTS)
 ``recompute`` (auto / on / off), ``efficiency``, ``overlap_slowdown``, ``group_nodes``,
 ``runtime`` (ideal / deepspeed / fsdp / paro / a YAML path), ``precision`` (bf16 / fp8),
 ``compute_model``, ``attention``,
-``memory_model``, ``logit_bytes``, ``fidelity`` (accurate: the unset ``compute_model``,
-``attention``, ``memory_model``, ``logit_bytes`` and ``algo`` take ``simulate``'s accurate
-models; absent or paper: the jobs file's own defaults, JOB_DEFAULTS), and the layout ``tp``,
+``memory_model``, ``logit_bytes``, ``fidelity`` (absent or accurate, as ``simulate``'s
+default: the unset ``compute_model``, ``attention``, ``memory_model``, ``logit_bytes`` and
+``algo`` take ``simulate``'s accurate models; paper: the PaRO paper's closed forms, HO-Ring),
+and the layout ``tp``,
 ``pp``, ``pp_schedule`` (1f1b / interleaved), ``virtual_stages``, ``sequence_parallel`` (as
 simulate's ``--tp`` ... flags);
 ``name`` and ``nodes`` (cluster node indices, in the job's rank order) are required. Fields of
@@ -46,7 +47,7 @@ JOB_DEFAULTS = {"model": "llama-7b", "strategy": "NIG", "algo": None, "micro_bat
                 "runtime": None, "compute_model": None, "attention": None,
                 "memory_model": None, "logit_bytes": None, "precision": "bf16",
                 "tp": 1, "pp": 1, "pp_schedule": "1f1b", "virtual_stages": None,
-                "sequence_parallel": False, "fidelity": "paper"}
+                "sequence_parallel": False, "fidelity": "accurate"}
 
 
 def _int(v: Any, where: str, low: int = 1) -> int:

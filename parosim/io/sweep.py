@@ -45,6 +45,7 @@ from ..errors import InputError
 from ..spec.collective import Algo, Op, Scope, parse_enum
 from ..spec.system import check_jitter_cv
 from ..spec.training import (
+    DEFAULT_FIDELITY,
     PRECISIONS,
     accum_for_global_batch,
     check_fidelity,
@@ -211,6 +212,11 @@ def point_id(point: dict[str, Any], inputs: dict[str, tuple[str, str]] | None = 
         inputs = point_inputs(point)
     key = {"point": point, "inputs": {k: sha for k, (_, sha) in inputs.items()},
            "parosim_version": __version__}
+    if point.get("kind", "step") == "step" and "fidelity" not in point:
+        # a step point without the key runs the default fidelity (accurate since it stopped
+        # being paper): its id says so, so that results of the former default never resume
+        # as the new one's; a point that names its fidelity keeps the id it had
+        key["fidelity"] = DEFAULT_FIDELITY
     text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -58,7 +58,7 @@ CLUSTER_SET_INPUT: dict[str, str] = {
 OPTIONAL_STEP_INPUTS: dict[str, str] = {
     "fidelity": "models of the unset settings: accurate (kernel compute, FlashAttention, "
                 "runtime memory model, NCCL's tuner unless algo is given) or paper (the PaRO "
-                "paper's closed forms); empty = paper (docs/sweeps.md)",
+                "paper's closed forms); empty = accurate (docs/sweeps.md)",
     "global_batch": "global batch per optimizer step as given: sequences (1024) or tokens "
                     "(4Mtok, 1Mitok, 4194304tokens); sets accum = global batch / (micro_batch "
                     "x data-parallel GPUs) (strong scaling: the same batch on more GPUs)",

@@ -40,6 +40,7 @@ from ..spec.strategy import ALL_STRATEGIES, Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import (
     ACCURATE_ALGO,
+    DEFAULT_FIDELITY,
     TrainingSpec,
     accum_for_global_batch,
     check_fidelity,
@@ -650,7 +651,7 @@ def point_setup(point: dict):
     if p["mode"] not in MODES:
         raise InputError(f"mode {p['mode']!r} is not known; expected one of "
                          f"{', '.join(MODES)}")
-    fidelity = check_fidelity(point.get("fidelity") or "paper", "fidelity")
+    fidelity = check_fidelity(point.get("fidelity") or DEFAULT_FIDELITY, "fidelity")
     algo = p["algo"]
     if fidelity == "accurate":   # the command line's defaults (docs/accuracy.md)
         training = for_fidelity(training, fidelity, rt,
