@@ -8,8 +8,9 @@ and precision; a row parosim cannot express is kept with its reason (:data:`EXCL
 
 **Split** (stated, fixed): the expressible rows are numbered in file order inside each model
 family; even numbers fit, odd numbers are held out. **Parameters**: per hardware (H100, B200,
-B300, GB200, GB300) the GEMM ceiling and the attention efficiency of the kernel model; one
-all-to-all exposure for all hardware; per software release one speed factor (the releases
+B300, GB200, GB300) the GEMM ceiling and the host time per MoE layer and micro-batch; for all
+hardware one all-to-all exposure and one attention efficiency; per software release one
+throughput factor, the newest release's fixed at 1 (the releases
 changed kernels and overlap between tables: GPT-OSS-120B on GB300 went from 20,288 to 33,024
 tokens/s/GPU between 26.06 and 26.08 at the same layout). Fitted by least squares on
 log(predicted / measured) over the fit rows (scipy). Errors are reported on the held-out rows
@@ -21,7 +22,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -172,8 +173,8 @@ class Fit:
 
 
 # what is fitted per hardware; the rest is one value for all hardware
-PER_HARDWARE = ("gemm_efficiency", "attention_efficiency", "moe_layer_overhead_s")
-GLOBAL = ("a2a_exposed", "hbm_efficiency")
+PER_HARDWARE = ("gemm_efficiency", "moe_layer_overhead_s")
+GLOBAL = ("a2a_exposed", "attention_efficiency")
 _BOUNDS = {"gemm_efficiency": (0.05, 1.0), "attention_efficiency": (0.05, 1.0),
            "moe_layer_overhead_s": (0.0, 0.05), "a2a_exposed": (0.0, 1.0),
            "hbm_efficiency": (0.05, 1.0)}
@@ -227,6 +228,21 @@ def errors(f: Fit, rows: list[BridgeRow]) -> list[tuple[BridgeRow, float, float]
     return out
 
 
-def with_fit_flags(rows: list[BridgeRow], held_out: set[int]) -> list[BridgeRow]:
-    """The rows with ``fit`` False for the indices in ``held_out``."""
-    return [replace(r, fit=r.index not in held_out) for r in rows]
+def calibrate(path: Path | str = DATA) -> tuple[Fit, list, list]:
+    """Fit on the fit half of the rows; (fit, [(row, predicted, error)] of every row,
+    excluded rows)."""
+    rows, excluded = parse_rows(path)
+    f = fit([r for r in rows if r.fit])
+    return f, errors(f, rows), excluded
+
+
+def family_errors(errs: list, held_out: bool = True) -> dict[str, dict]:
+    """Per family: rows, median and max |error| (fractions) over the held-out (or fit) rows."""
+    out: dict[str, dict] = {}
+    for fam in sorted({r.family for r, _, _ in errs}):
+        e = sorted(abs(x) for r, _, x in errs if r.family == fam and r.fit != held_out)
+        if e:
+            mid = len(e) // 2
+            med = e[mid] if len(e) % 2 else (e[mid - 1] + e[mid]) / 2
+            out[fam] = {"rows": len(e), "median_abs_error": med, "max_abs_error": e[-1]}
+    return out
