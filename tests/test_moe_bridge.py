@@ -1,0 +1,132 @@
+"""The MoE step model under TP x PP x VP x CP x EP (parosim.evaluate.moe_parallel) and its
+calibration on Megatron-Bridge's published MoE throughput (parosim.calibrate.moe_throughput;
+docs/moe.md, "MoE steps with TP / PP / VP")."""
+
+from dataclasses import replace
+
+import pytest
+
+from parosim.calibrate.moe_throughput import (
+    EXCLUDED,
+    calibrate,
+    family_errors,
+    parse_rows,
+    row_cluster,
+    row_parts,
+)
+from parosim.errors import InputError
+from parosim.evaluate.moe_parallel import (
+    KernelEfficiency,
+    MoEParallel,
+    moe_step_parts,
+    moe_step_time,
+    step_from_parts,
+)
+from parosim.spec.model import preset
+
+
+def _row(label_part: str):
+    rows, _ = parse_rows()
+    return next(r for r in rows if label_part in r.label)
+
+
+def test_rows_parsed_and_excluded_with_reasons():
+    rows, excluded = parse_rows()
+    assert len(rows) + len(excluded) == 193
+    assert len(rows) == 119
+    assert {r.family for r in rows} == {"deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b",
+                                        "qwen3-235b-a22b"}
+    assert {why for _, _, why in excluded} <= set(EXCLUDED.values())
+    assert sum(1 for _, fam, _ in excluded if fam.startswith("Nemotron_3")) == 53
+    # the fit / held-out split: even / odd rows inside each family
+    for fam in {r.family for r in rows}:
+        flags = [r.fit for r in rows if r.family == fam]
+        assert flags == [i % 2 == 0 for i in range(len(flags))]
+
+
+def test_deepseek_layout_by_hand():
+    """DeepSeek-V3 on 256 GB200, TP1 PP4 VP4 EP64, GBS 4096, MBS 1: DP = 256 / 4 = 64,
+    EDP = 64 / 64 = 1, m = 4096 / 64 = 64 micro-batches; forced balance gives every expert
+    64 x 4096 x 8 / 256 = 8192 rows; one all-to-all moves 4096 x 8 x 7168 x 2 B per rank."""
+    r = _row("DeepSeekV3 GB200 NVL72 26.08")
+    sp = row_parts(r)
+    assert (sp.dp, sp.edp, sp.microbatches, sp.pp, sp.vp) == (64, 1, 64, 4, 4)
+    assert sp.rows_per_expert == 8192
+    assert sp.moe_layers == 58
+    assert r.par == MoEParallel(tp=1, pp=4, vp=4, cp=1, ep=64)
+    assert row_cluster("GB200", 256).gpus_per_node == 64
+
+
+def test_pipeline_schedule_by_hand():
+    """step = m x W/p + (p-1)/v x W/p + p2p + optimizer, W the micro-batch's work."""
+    r = _row("Qwen3_235B_a22B GB300 NVL72 26.08")
+    sp = row_parts(r)
+    eff = KernelEfficiency(gemm_efficiency=0.5, attention_efficiency=0.4, a2a_exposed=0.3,
+                           hbm_efficiency=0.8, moe_layer_overhead_s=1e-3)
+    st = step_from_parts(sp, eff)
+    stage = (st.gemm_s + st.grouped_gemm_s + st.attention_s + st.memory_s + st.a2a_s
+             + st.tp_s + st.host_s)
+    assert st.bubble_s == pytest.approx((sp.pp - 1) / sp.vp * stage, rel=1e-12)
+    assert st.step_s == pytest.approx(sp.microbatches * stage + st.bubble_s + st.p2p_s
+                                      + st.optimizer_s, rel=1e-12)
+    assert st.host_s == pytest.approx(94 * 1e-3 / 4)
+    assert st.a2a_s == pytest.approx(sp.a2a_s * 0.3 / 4)
+    # interleaving shrinks the bubble: VP 12 against plain 1F1B
+    plain = step_from_parts(replace(sp, vp=1), eff)
+    assert plain.bubble_s == pytest.approx(12 * st.bubble_s)
+    assert st.tokens_per_s_per_gpu == pytest.approx(8192 * 4096 / st.step_s / 256)
+
+
+def test_fp8_and_ep_change_the_right_parts():
+    m = preset("qwen3-30b-a3b")
+    c = row_cluster("B200", 16)
+    bf = moe_step_parts(m, c, MoEParallel(ep=8), 256, 2, 4096, "bf16")
+    f8 = moe_step_parts(m, c, MoEParallel(ep=8), 256, 2, 4096, "fp8")
+    # the linear layers run at the FP8 peak (twice bf16 on B200): their compute halves
+    assert sum(x for x, _ in f8.grouped) == pytest.approx(sum(x for x, _ in bf.grouped) / 2)
+    assert f8.attention_s == bf.attention_s
+    # EP 16 crosses the NICs: the all-to-alls get slower than at EP 8 (NVLink)
+    e16 = moe_step_parts(m, c, MoEParallel(ep=16), 256, 2, 4096, "bf16")
+    assert e16.a2a_s > bf.a2a_s > 0
+    assert e16.rows_per_expert == 2 * bf.rows_per_expert
+
+
+def test_refusals():
+    m = preset("qwen3-30b-a3b")
+    c = row_cluster("B200", 8)
+    with pytest.raises(InputError, match="etp"):
+        MoEParallel(etp=2)
+    with pytest.raises(InputError, match="dense"):
+        moe_step_time(preset("llama-7b"), c, MoEParallel(), 64, 1, 2048)
+    with pytest.raises(InputError, match="token dropping"):
+        moe_step_time(replace(m, moe=replace(m.moe, capacity_factor=1.0)), c,
+                      MoEParallel(ep=8), 64, 1, 2048)
+    with pytest.raises(InputError, match="not a multiple"):
+        moe_step_time(m, c, MoEParallel(ep=8), 60, 1, 2048)
+    with pytest.raises(InputError, match="precision"):
+        moe_step_time(m, c, MoEParallel(ep=8), 64, 1, 2048, precision="fp4")
+    with pytest.raises(InputError, match="must be in"):
+        KernelEfficiency(gemm_efficiency=1.5)
+
+
+def test_bit_identical_reruns():
+    r = _row("GPT OSS 120B GB200 NVL72 26.08")
+    a = step_from_parts(row_parts(r), KernelEfficiency())
+    moe_step_parts.cache_clear()
+    b = step_from_parts(row_parts(r), KernelEfficiency())
+    assert a == b
+
+
+@pytest.mark.slow
+def test_calibrated_held_out_error_per_family():
+    """Fit on the even rows of each family, predict the odd ones: median |error| <= 12 % per
+    family, except Qwen3-30B-A3B (13.6 %: a known miss, asserted as one so that a change
+    shows)."""
+    f, errs, _ = calibrate()
+    held = family_errors(errs)
+    assert set(held) == {"deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b"}
+    for fam in ("deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b"):
+        assert held[fam]["median_abs_error"] <= 0.12, (fam, held[fam])
+    assert 0.12 < held["qwen3-30b-a3b"]["median_abs_error"] <= 0.15
+    for e in f.hardware.values():
+        assert 0.05 < e.gemm_efficiency < 1
