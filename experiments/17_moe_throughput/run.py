@@ -52,9 +52,23 @@ def main() -> None:
         "excluded": dict(Counter(why for _, _, why in excluded)),
     }
     (OUT / "fit.json").write_text(json.dumps(summary, indent=1) + "\n")
+    table(errs)
     plot(errs)
     print(json.dumps(summary, indent=1))
     print(f"wall {time.perf_counter() - t0:.1f} s")
+
+
+def table(errs) -> None:
+    """out/table.md: every expressible row, measured, predicted, error, split."""
+    lines = ["| row | family | hardware | release | precision | GPUs | TP/PP/VP/EP | GBS/MBS "
+             "| split | measured (tokens/s/GPU) | predicted (tokens/s/GPU) | error |",
+             "|---:|---|---|---|---|---:|---|---|---|---:|---:|---:|"]
+    for r, p, e in errs:
+        lines.append(f"| {r.index} | {r.family} | {r.hardware} | {r.release} | {r.precision} "
+                     f"| {r.gpus} | {r.par.tp}/{r.par.pp}/{r.par.vp}/{r.par.ep} "
+                     f"| {r.global_batch}/{r.micro_batch} | {'fit' if r.fit else 'held out'} "
+                     f"| {r.measured:,.0f} | {p:,.0f} | {100 * e:+.1f} % |")
+    (OUT / "table.md").write_text("\n".join(lines) + "\n")
 
 
 def plot(errs) -> None:
