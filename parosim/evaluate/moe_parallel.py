@@ -30,10 +30,11 @@ tensor-parallel collectives, then the pipeline schedule. Formulas:
   (MLA: heads·(d_nope + d_rope) and heads·d_v).
 * **Memory-bound kernels**, bytes per token and layer forward (bf16, our itemisation; backward
   2 x): norms 8h, residual adds 12h, rotary / q-k norms 4·w_qk, router scores 8E,
-  permute + unpermute 8·k·h, the SwiGLU / GeLU activations 6·f per MLP width f (k·f_e for
-  the routed experts), FP8 quantisation 4 bytes per linear-layer input element (cast +
-  transposed copy); the loss 20 bytes per logit (:data:`parosim.cost.kernels.LOSS_BYTES_FWD`
-  + ``_BWD``). At the HBM bandwidth x ``hbm_efficiency``.
+  permute + unpermute 8·k·h, the activations 6·f per MLP width f under SwiGLU, 3·f under
+  GeLU (k·f_e for the routed experts), FP8 quantisation 4 bytes per linear-layer input
+  element (cast + transposed copy); the loss 20 bytes per logit
+  (:data:`parosim.cost.kernels.LOSS_BYTES_FWD` + ``_BWD``), at the HBM bandwidth x
+  ``hbm_efficiency``.
 * **All-to-all**: 4 per MoE layer per micro-batch (dispatch and combine, forward and
   backward), each of ``T·k·h·2 / t`` bytes per rank over the EP groups of a stage, costed in
   closed form by the p2p algorithm on the cluster (:func:`parosim.collectives.alltoall.
