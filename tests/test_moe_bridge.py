@@ -83,7 +83,14 @@ def test_fp8_and_ep_change_the_right_parts():
     bf = moe_step_parts(m, c, MoEParallel(ep=8), 256, 2, 4096, "bf16")
     f8 = moe_step_parts(m, c, MoEParallel(ep=8), 256, 2, 4096, "fp8")
     # the linear layers run at the FP8 peak (twice bf16 on B200): their compute halves
-    assert sum(x for x, _ in f8.grouped) == pytest.approx(sum(x for x, _ in bf.grouped) / 2)
+    assert sum(x[0] for x in f8.grouped) == pytest.approx(sum(x[0] for x in bf.grouped) / 2)
+    assert all(x[2] for x in f8.grouped) and not any(x[2] for x in bf.grouped)
+    # fp8_gemm_efficiency slows exactly the FP8 GEMMs
+    e1 = step_from_parts(f8, KernelEfficiency(fp8_gemm_efficiency=1.0))
+    e5 = step_from_parts(f8, KernelEfficiency(fp8_gemm_efficiency=0.5))
+    assert e5.grouped_gemm_s > e1.grouped_gemm_s and e5.attention_s == e1.attention_s
+    b1 = step_from_parts(bf, KernelEfficiency(fp8_gemm_efficiency=1.0))
+    assert step_from_parts(bf, KernelEfficiency(fp8_gemm_efficiency=0.5)) == b1
     assert f8.attention_s == bf.attention_s
     # EP 16 crosses the NICs: the all-to-alls get slower than at EP 8 (NVLink)
     e16 = moe_step_parts(m, c, MoEParallel(ep=16), 256, 2, 4096, "bf16")
@@ -130,3 +137,4 @@ def test_calibrated_held_out_error_per_family():
     assert 0.12 < held["qwen3-30b-a3b"]["median_abs_error"] <= 0.15
     for e in f.hardware.values():
         assert 0.05 < e.gemm_efficiency < 1
+        assert 0.3 <= e.fp8_gemm_efficiency <= 1

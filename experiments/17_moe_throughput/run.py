@@ -41,9 +41,8 @@ def main() -> None:
         "hardware": {h: {"gemm_efficiency": round(e.gemm_efficiency, 4),
                          "moe_layer_overhead_s": round(e.moe_layer_overhead_s, 6)}
                      for h, e in f.hardware.items()},
-        "global": {"a2a_exposed": round(next(iter(f.hardware.values())).a2a_exposed, 4),
-                   "attention_efficiency":
-                       round(next(iter(f.hardware.values())).attention_efficiency, 4)},
+        "global": {k: round(getattr(next(iter(f.hardware.values())), k), 4)
+                   for k in ("a2a_exposed", "attention_efficiency", "fp8_gemm_efficiency")},
         "release_factor": {k: round(v, 4) for k, v in f.releases.items()},
         "held_out": {k: {kk: round(vv, 4) for kk, vv in v.items()}
                      for k, v in family_errors(errs).items()},

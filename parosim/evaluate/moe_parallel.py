@@ -20,7 +20,9 @@ tensor-parallel collectives, then the pipeline schedule. Formulas:
   under ``precision = "fp8"`` (Transformer Engine: attention projections, MLPs, shared and
   routed experts; FP8, MXFP8 and blockwise FP8 alike) and at the bf16 peak otherwise (router,
   LM head, and every GEMM in bf16 runs). The ceiling ``gemm_efficiency`` is per hardware
-  (fitted). Backward: the data-gradient GEMM (M, K, N) and the weight-gradient GEMM
+  (fitted); FP8 GEMMs reach ``fp8_gemm_efficiency`` of it against the FP8 peak (the kernel
+  model's :data:`~parosim.spec.compute.FITTED_FP8_GEMM_EFFICIENCY` unless fitted).
+  Backward: the data-gradient GEMM (M, K, N) and the weight-gradient GEMM
   (N, K, M) of each forward GEMM (M, N, K). Attention: GQA q/k/v and o; MLA
   (DeepSeek-V2/V3) q down / up, kv down / up and o (:class:`~parosim.spec.moe.Attention`).
 * **Attention core** (FlashAttention): ``2·T·s_eff·(w_qk + w_v) / t`` FLOPs forward, halved
@@ -68,7 +70,12 @@ from ..cost.compute import ADAM_BYTES_PER_PARAM
 from ..cost.kernels import LOSS_BYTES_BWD, LOSS_BYTES_FWD, gemm_efficiency
 from ..errors import InputError
 from ..plan.experts import ExpertLayout
-from ..spec.compute import FITTED_GEMM_K_HALF, FITTED_HBM_EFFICIENCY, ComputeProfile
+from ..spec.compute import (
+    FITTED_FP8_GEMM_EFFICIENCY,
+    FITTED_GEMM_K_HALF,
+    FITTED_HBM_EFFICIENCY,
+    ComputeProfile,
+)
 from ..spec.model import ModelSpec
 from ..spec.moe import Attention, attention_score_dims, count_params
 from ..spec.system import ClusterSpec
@@ -110,10 +117,12 @@ class KernelEfficiency:
     a2a_exposed: float = 1.0
     hbm_efficiency: float = FITTED_HBM_EFFICIENCY
     moe_layer_overhead_s: float = 0.0
+    fp8_gemm_efficiency: float = FITTED_FP8_GEMM_EFFICIENCY
     source: str = "uncalibrated defaults"
 
     def __post_init__(self) -> None:
-        for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"):
+        for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency",
+                  "fp8_gemm_efficiency"):
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise InputError(f"{f} = {v!r} must be in (0, 1]")
@@ -229,9 +238,11 @@ def moe_step_time(model: ModelSpec, cluster: ClusterSpec, par: MoEParallel, glob
 
 def step_from_parts(sp: StepParts, eff: KernelEfficiency) -> MoEStepTime:
     """A step's time from its parts under ``eff``."""
+    f8 = eff.gemm_efficiency * eff.fp8_gemm_efficiency
+
     def gemms(pairs) -> float:
-        return sum(max(c / eff.gemm_efficiency, m / eff.hbm_efficiency, sp.kernel_overhead_s)
-                   for c, m in pairs)
+        return sum(max(c / (f8 if fp8 else eff.gemm_efficiency), m / eff.hbm_efficiency,
+                       sp.kernel_overhead_s) for c, m, fp8 in pairs)
     p = sp.pp
     gemm_s, grouped_s = gemms(sp.gemm), gemms(sp.grouped)
     attention_s = sp.attention_s / eff.attention_efficiency
@@ -289,12 +300,13 @@ def moe_step_parts(model: ModelSpec, cluster: ClusterSpec, par: MoEParallel, glo
 
     def gemm(mm: float, nn: int, kk: int, batch: int = 1, linear: bool = True) -> list:
         """Forward + backward (data and weight gradients) of one GEMM (M, N, K): three
-        (compute s at ceiling 1, operand traffic s) pairs."""
+        (compute s at ceiling 1, operand traffic s, at the FP8 peak) triples."""
         peak, ob = (lin_peak, lin_bytes) if linear else (gpu.peak_flops, 2)
         def g(a, b, k):  # noqa: E306
             flops = 2.0 * a * b * k * batch
             traffic = (ob * (a * k + k * b) + 2.0 * a * b) * batch / hbm
-            return (flops / (peak * gemm_efficiency(a, b, k, prof, sms, batch)), traffic)
+            return (flops / (peak * gemm_efficiency(a, b, k, prof, sms, batch)), traffic,
+                    linear and fp8)
         return [g(mm, nn, kk), g(mm, kk, nn), g(nn, kk, mm)]
 
     h, k_top, E = model.hidden, moe.top_k, moe.experts
