@@ -48,7 +48,8 @@ tensor-parallel collectives, then the pipeline schedule. Formulas:
 * **Pipeline**: the per-micro-batch work W of all layers, embedding and LM head is split
   evenly over the p stages (Megatron-Bridge balances its stages with uneven layer counts and
   pipeline layouts); Megatron's interleaved schedule takes ``(m + (p - 1) / v) · W / p``
-  (1F1B with v = 1). Point-to-point sends cost ``2·(p - 1)`` activation transfers of
+  (1F1B with v = 1; the bubble is :class:`parosim.evaluate.threed.PipelinePhase`'s, the
+  dense 3D plan's definition). Point-to-point sends cost ``2·(p - 1)`` activation transfers of
   T·h·2 / t bytes in the fill and drain (NVLink, or a NIC when a stage spans whole nodes).
 * **Data parallel**: Megatron's distributed optimizer overlaps the gradient reduce-scatter
   and the parameter all-gather with compute (both on in the published configurations); the
@@ -79,6 +80,7 @@ from ..spec.compute import (
 from ..spec.model import ModelSpec
 from ..spec.moe import Attention, attention_score_dims, count_params
 from ..spec.system import ClusterSpec
+from .threed import PipelinePhase
 
 PRECISIONS = ("bf16", "fp8")
 ATTENTION_BWD_FACTOR = 2.5       # FlashAttention backward / forward (parosim.cost.kernels)
@@ -251,7 +253,11 @@ def step_from_parts(sp: StepParts, eff: KernelEfficiency) -> MoEStepTime:
     host_s = sp.moe_layers * eff.moe_layer_overhead_s
     work = gemm_s + grouped_s + attention_s + memory_s + a2a_s + sp.tp_s + host_s
     stage = work / p
-    bubble_s = (p - 1) / sp.vp * stage
+    # the fill and drain as the dense 3D evaluation defines them: (p - 1) / v x one
+    # micro-batch's stage time (every stage busy m x stage: balanced stages)
+    bubble_s = PipelinePhase(pipeline_s=0.0, stage_busy_s=(sp.microbatches * stage,) * p,
+                             compute_s=0.0, pp=p, virtual=sp.vp,
+                             micro_batches=sp.microbatches).bubble_s
     optimizer_s = sp.optimizer_bytes / (sp.hbm_Bps * eff.hbm_efficiency)
     step = sp.microbatches * stage + bubble_s + sp.p2p_s + optimizer_s
     return MoEStepTime(
