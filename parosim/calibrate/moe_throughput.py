@@ -161,21 +161,72 @@ def predict(row: BridgeRow, eff: KernelEfficiency, release_factor: float = 1.0) 
     return step_from_parts(row_parts(row), eff).tokens_per_s_per_gpu * release_factor
 
 
+PLATFORM = {"H100": "DGX", "B200": "DGX", "B300": "DGX", "GB200": "NVL72", "GB300": "NVL72"}
+
+
+def release_key(row: BridgeRow, by: str) -> tuple[str, str]:
+    """The key of ``row``'s throughput factor: (release, "") with ``by = "release"``,
+    (release, DGX / NVL72) with ``"platform"``, (release, hardware) with ``"hardware"``."""
+    tag = {"release": "", "platform": PLATFORM[row.hardware], "hardware": row.hardware}[by]
+    return row.release, tag
+
+
 @dataclass(frozen=True)
 class Fit:
-    """Fitted parameters: per hardware a :class:`KernelEfficiency`, per release a factor
-    on the throughput (the newest release's is 1)."""
+    """Fitted parameters: per hardware a :class:`KernelEfficiency`, per release (and
+    platform or hardware, see :class:`Variant`) a factor on the throughput (the newest
+    release's is 1; a key the fit rows did not contain gets 1)."""
 
     hardware: dict
     releases: dict
+    release_by: str = "release"
 
     def predict(self, row: BridgeRow) -> float:
-        return predict(row, self.hardware[row.hardware], self.releases.get(row.release, 1.0))
+        return predict(row, self.hardware[row.hardware],
+                       self.releases.get(release_key(row, self.release_by), 1.0))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A parameter set: which :class:`KernelEfficiency` fields are fitted per hardware,
+    which once for all hardware (the rest keep their defaults), and how the throughput
+    factor is keyed (:func:`release_key`)."""
+
+    name: str
+    per_hardware: tuple
+    global_: tuple
+    release_by: str = "release"
+
+    def n_params(self, rows: list[BridgeRow]) -> int:
+        hws = {r.hardware for r in rows}
+        keys = {release_key(r, self.release_by) for r in rows}
+        tags = {t for _, t in keys}
+        return len(hws) * len(self.per_hardware) + len(self.global_) + len(keys) - len(tags)
 
 
 # what is fitted per hardware; the rest is one value for all hardware
 PER_HARDWARE = ("gemm_efficiency", "moe_layer_overhead_s")
 GLOBAL = ("a2a_exposed", "attention_efficiency", "fp8_gemm_efficiency")
+# the candidate parameter sets, fixed before any selection (docs/moe.md); the selection
+# (:func:`select_variant`) sees only the fit rows
+VARIANTS = (
+    Variant("base: per hardware GEMM ceiling and host time; global a2a exposure, attention "
+            "and FP8 efficiency; per release factor", PER_HARDWARE, GLOBAL),
+    Variant("per hardware GEMM ceiling, attention efficiency and host time; global a2a "
+            "exposure and HBM efficiency; per release factor",
+            ("gemm_efficiency", "attention_efficiency", "moe_layer_overhead_s"),
+            ("a2a_exposed", "hbm_efficiency")),
+    Variant("base with a per-hardware HBM efficiency", PER_HARDWARE + ("hbm_efficiency",),
+            GLOBAL),
+    Variant("base with a per-hardware a2a exposure", PER_HARDWARE + ("a2a_exposed",),
+            ("attention_efficiency", "fp8_gemm_efficiency")),
+    Variant("base with the FP8 GEMM efficiency fixed at the dense kernel model's value",
+            PER_HARDWARE, ("a2a_exposed", "attention_efficiency")),
+    Variant("base with a factor per release and platform (DGX, NVL72)", PER_HARDWARE, GLOBAL,
+            "platform"),
+    Variant("base with a factor per release and hardware", PER_HARDWARE, GLOBAL, "hardware"),
+)
+CV_FOLDS = 5
 _BOUNDS = {"gemm_efficiency": (0.05, 1.0), "attention_efficiency": (0.05, 1.0),
            "moe_layer_overhead_s": (0.0, 0.05), "a2a_exposed": (0.0, 1.0),
            "hbm_efficiency": (0.05, 1.0), "fp8_gemm_efficiency": (0.3, 1.0)}
@@ -183,41 +234,142 @@ _START = {"gemm_efficiency": 0.6, "attention_efficiency": 0.4, "moe_layer_overhe
           "a2a_exposed": 0.5, "hbm_efficiency": 0.5, "fp8_gemm_efficiency": 0.716}
 
 
-def fit(rows: list[BridgeRow], per_hardware=PER_HARDWARE, global_=GLOBAL,
-        releases: bool = True) -> Fit:
+class _Batch:
+    """The step parts of ``rows`` as flat numpy arrays, so that a least-squares residual
+    is a handful of array operations; :meth:`tokens` equals :func:`step_from_parts`
+    (tests/test_moe_bridge.py checks it to 1e-12)."""
+
+    def __init__(self, rows: list[BridgeRow]):
+        import numpy as np  # deferred: numpy only for fitting
+
+        parts = [row_parts(r) for r in rows]
+        idx, comp, traf, f8 = [], [], [], []
+        for i, sp in enumerate(parts):
+            for c, m, fp8 in sp.gemm + sp.grouped:
+                idx.append(i)
+                comp.append(c)
+                traf.append(m)
+                f8.append(fp8)
+        self.n = len(rows)
+        self.idx, self.comp = np.array(idx), np.array(comp)
+        self.traf, self.f8 = np.array(traf), np.array(f8, dtype=bool)
+        self.ko = np.array([parts[i].kernel_overhead_s for i in idx])
+
+        def col(f):
+            return np.array([float(f(sp)) for sp in parts])
+        self.attention, self.memory = col(lambda s: s.attention_s), col(lambda s: s.memory_s)
+        self.a2a, self.tp = col(lambda s: s.a2a_s), col(lambda s: s.tp_s)
+        self.layers, self.pp = col(lambda s: s.moe_layers), col(lambda s: s.pp)
+        self.vp, self.m = col(lambda s: s.vp), col(lambda s: s.microbatches)
+        self.p2p, self.opt = col(lambda s: s.p2p_s), col(lambda s: s.optimizer_bytes)
+        self.hbm = col(lambda s: s.hbm_Bps)
+        self.tok = col(lambda s: s.tokens_per_step / s.gpus)
+
+    def tokens(self, p: dict):
+        """Tokens/s/GPU of every row under per-row parameter arrays ``p`` (the
+        :class:`KernelEfficiency` field names)."""
+        import numpy as np  # deferred: numpy only for fitting
+
+        ge, he = p["gemm_efficiency"], p["hbm_efficiency"]
+        ceil = np.where(self.f8, (ge * p["fp8_gemm_efficiency"])[self.idx], ge[self.idx])
+        t = np.maximum(np.maximum(self.comp / ceil, self.traf / he[self.idx]), self.ko)
+        gemms = np.bincount(self.idx, weights=t, minlength=self.n)
+        work = (gemms + self.attention / p["attention_efficiency"] + self.memory / he
+                + self.a2a * p["a2a_exposed"] + self.tp
+                + self.layers * p["moe_layer_overhead_s"])
+        stage = work / self.pp
+        step = (self.m * stage + (self.pp - 1) / self.vp * stage + self.p2p
+                + self.opt / (self.hbm * he))
+        return self.tok / step
+
+
+def fit(rows: list[BridgeRow], variant: Variant = VARIANTS[0]) -> Fit:
     """Least squares on log(predicted / measured) over ``rows`` (the fit half), within the
     parameters' bounds (scipy ``least_squares``, trust-region reflective)."""
     import numpy as np  # deferred: numpy / scipy only for fitting
     from scipy.optimize import least_squares  # deferred: scipy only for fitting
 
+    per_hw, glob, by = variant.per_hardware, variant.global_, variant.release_by
     hws = [h for h in HW_KEYS if any(r.hardware == h for r in rows)]
-    rels = sorted({r.release for r in rows}, key=_release_key)
-    free = rels[:-1] if releases else []
-    names = [(h, f) for h in hws for f in per_hardware] + [(None, f) for f in global_]
-    names += [("release", r) for r in free]
-
-    def unpack(x):
-        vals = dict(zip(names, x, strict=True))
-        hw = {h: KernelEfficiency(**{f: float(vals[(h, f)]) for f in per_hardware},
-                                  **{f: float(vals[(None, f)]) for f in global_},
-                                  source="fitted on Megatron-Bridge rows (docs/moe.md)")
-              for h in hws}
-        rel = {r: math.exp(vals[("release", r)]) if r in free else 1.0 for r in rels}
-        return Fit(hw, rel)
+    keys = sorted({release_key(r, by) for r in rows}, key=lambda k: (k[1], _release_key(k[0])))
+    newest = {tag: max((k for k in keys if k[1] == tag), key=lambda k: _release_key(k[0]))
+              for _, tag in keys}
+    free = [k for k in keys if k not in newest.values()]
+    names = [(h, f) for h in hws for f in per_hw] + [(None, f) for f in glob]
+    names += [("release", k) for k in free]
+    batch = _Batch(rows)
+    hw_of = np.array([hws.index(r.hardware) for r in rows])
+    rel_of = [free.index(release_key(r, by)) if release_key(r, by) in free else -1
+              for r in rows]
+    measured = np.array([r.measured for r in rows])
+    default = KernelEfficiency()
+    fields = ("gemm_efficiency", "attention_efficiency", "a2a_exposed", "hbm_efficiency",
+              "moe_layer_overhead_s", "fp8_gemm_efficiency")
+    n_hw, n_g = len(hws) * len(per_hw), len(glob)
 
     def resid(x):
-        f = unpack(x)
-        return np.array([math.log(f.predict(r) / r.measured) for r in rows])
+        p = {}
+        for f in fields:
+            if f in per_hw:
+                j = per_hw.index(f)
+                p[f] = x[[h * len(per_hw) + j for h in range(len(hws))]][hw_of]
+            elif f in glob:
+                p[f] = np.full(len(rows), x[n_hw + glob.index(f)])
+            else:
+                p[f] = np.full(len(rows), getattr(default, f))
+        logf = np.array([x[n_hw + n_g + k] if k >= 0 else 0.0 for k in rel_of])
+        return np.log(batch.tokens(p) / measured) + logf
 
     lo = [(_BOUNDS[n][0] if h != "release" else -3.0) for h, n in names]
     hi = [(_BOUNDS[n][1] if h != "release" else 3.0) for h, n in names]
     x0 = [(_START[n] if h != "release" else 0.0) for h, n in names]
     res = least_squares(resid, np.array(x0), bounds=(lo, hi), method="trf")
-    return unpack(res.x)
+    vals = dict(zip(names, res.x, strict=True))
+    hw = {h: KernelEfficiency(**{f: float(vals[(h, f)]) for f in per_hw},
+                              **{f: float(vals[(None, f)]) for f in glob},
+                              source="fitted on Megatron-Bridge rows (docs/moe.md)")
+          for h in hws}
+    rel = {k: math.exp(vals[("release", k)]) if k in free else 1.0 for k in keys}
+    return Fit(hw, rel, by)
 
 
 def _release_key(r: str) -> tuple:
     return tuple(int(x) for x in r.split("."))
+
+
+def cv_folds(rows: list[BridgeRow], k: int = CV_FOLDS) -> list[int]:
+    """The fold of each of ``rows`` (fit rows only): its number among its family's rows,
+    modulo ``k`` (file order, fixed)."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in rows:
+        out.append(seen.get(r.family, 0) % k)
+        seen[r.family] = seen.get(r.family, 0) + 1
+    return out
+
+
+def cross_validate(rows: list[BridgeRow], variant: Variant, k: int = CV_FOLDS) -> dict:
+    """k-fold cross-validation inside the fit rows: each fold predicted by a fit on the
+    other folds; per family the median |error| of those predictions, and their mean over
+    families (``"score"``, the selection criterion)."""
+    folds = cv_folds(rows, k)
+    errs = []
+    for j in range(k):
+        train = [r for r, g in zip(rows, folds, strict=True) if g != j]
+        test = [r for r, g in zip(rows, folds, strict=True) if g == j]
+        f = fit(train, variant)
+        errs += [(r, 0.0, f.predict(r) / r.measured - 1.0) for r in test]
+    fam = {f: v["median_abs_error"] for f, v in family_errors(errs, held_out=False).items()}
+    return {"families": fam, "score": sum(fam.values()) / len(fam),
+            "params": variant.n_params(rows)}
+
+
+def select_variant(rows: list[BridgeRow], variants=VARIANTS) -> tuple[Variant, list[dict]]:
+    """The variant with the lowest cross-validated score on ``rows`` (the fit rows only);
+    a tie goes to the one with fewer parameters. Returns (chosen, every variant's scores)."""
+    table = [{"variant": v, **cross_validate(rows, v)} for v in variants]
+    best = min(table, key=lambda t: (round(t["score"], 6), t["params"]))
+    return best["variant"], table
 
 
 def errors(f: Fit, rows: list[BridgeRow]) -> list[tuple[BridgeRow, float, float]]:
@@ -229,12 +381,18 @@ def errors(f: Fit, rows: list[BridgeRow]) -> list[tuple[BridgeRow, float, float]
     return out
 
 
-def calibrate(path: Path | str = DATA) -> tuple[Fit, list, list]:
-    """Fit on the fit half of the rows; (fit, [(row, predicted, error)] of every row,
-    excluded rows)."""
+def calibrate(path: Path | str = DATA, variant: Variant | None = None):
+    """Choose the variant by cross-validation inside the fit rows (:func:`select_variant`;
+    ``variant`` skips the choice), fit it on all fit rows and predict every row:
+    (fit, [(row, predicted, error)] of every row, excluded rows, the selection table or
+    None)."""
     rows, excluded = parse_rows(path)
-    f = fit([r for r in rows if r.fit])
-    return f, errors(f, rows), excluded
+    train = [r for r in rows if r.fit]
+    table = None
+    if variant is None:
+        variant, table = select_variant(train)
+    f = fit(train, variant)
+    return f, errors(f, rows), excluded, table
 
 
 def family_errors(errs: list, held_out: bool = True) -> dict[str, dict]:
