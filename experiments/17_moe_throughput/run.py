@@ -1,10 +1,12 @@
 """Megatron-Bridge MoE training throughput against parosim's MoE step model.
 
-Fits the kernel model's per-hardware parameters on the fit half of the Megatron-Bridge rows
-(tests/data/moe_throughput/megatron_bridge.csv; even rows of each model family), predicts
-every row, and writes out/rows.csv (every row: measured, predicted, error, fit or held
-out), out/fit.json (the fitted parameters, per-family errors, the excluded row groups) and
-out/moe_throughput.png (predicted against measured). Run from the repository root:
+Chooses the parameter set among the candidates (parosim.calibrate.moe_throughput.VARIANTS) by
+5-fold cross-validation inside the fit half of the Megatron-Bridge rows
+(tests/data/moe_throughput/megatron_bridge.csv; even rows of each model family), fits the
+chosen one on the whole fit half, predicts every row once, and writes out/rows.csv (every
+row: measured, predicted, error, fit or held out), out/fit.json (the selection table, the
+fitted parameters, per-family errors, the excluded row groups) and out/moe_throughput.png
+(predicted against measured). Run from the repository root:
 
     PYTHONPATH=. python experiments/17_moe_throughput/run.py
 """
@@ -17,14 +19,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from parosim.calibrate.moe_throughput import calibrate, family_errors
+from parosim.calibrate.moe_throughput import CV_FOLDS, calibrate, family_errors
+
+FIELDS = ("gemm_efficiency", "moe_layer_overhead_s", "a2a_exposed", "attention_efficiency",
+          "hbm_efficiency", "fp8_gemm_efficiency")
 
 OUT = Path(__file__).resolve().parent / "out"
 
 
 def main() -> None:
     t0 = time.perf_counter()
-    f, errs, excluded = calibrate()
+    f, errs, excluded, selection = calibrate()
     OUT.mkdir(exist_ok=True)
     with open(OUT / "rows.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -38,12 +43,22 @@ def main() -> None:
                         f"{r.measured:.0f}", f"{p:.0f}", f"{100 * e:+.1f}"])
     summary = {
         "split": "even rows of each family (file order) fit, odd rows held out",
-        "hardware": {h: {"gemm_efficiency": round(e.gemm_efficiency, 4),
-                         "moe_layer_overhead_s": round(e.moe_layer_overhead_s, 6)}
+        "selection": {
+            "rule": f"{CV_FOLDS}-fold cross-validation inside the fit rows (fold = number "
+                    f"among the family's fit rows mod {CV_FOLDS}); score = mean over families "
+                    "of the median |error|; lowest score wins, ties to fewer parameters",
+            "candidates": [{"variant": t["variant"].name, "params": t["params"],
+                            "cv_score": round(t["score"], 4),
+                            "cv_median_abs_error": {k: round(v, 4)
+                                                    for k, v in t["families"].items()}}
+                           for t in selection],
+            "chosen": next(t["variant"].name for t in selection if t["chosen"]),
+        },
+        "hardware": {h: {k: round(getattr(e, k), 6) for k in FIELDS}
                      for h, e in f.hardware.items()},
-        "global": {k: round(getattr(next(iter(f.hardware.values())), k), 4)
-                   for k in ("a2a_exposed", "attention_efficiency", "fp8_gemm_efficiency")},
-        "release_factor": {k: round(v, 4) for k, v in f.releases.items()},
+        "release_factor_by": f.release_by,
+        "release_factor": {" ".join(x for x in k if x): round(v, 4)
+                           for k, v in f.releases.items()},
         "held_out": {k: {kk: round(vv, 4) for kk, vv in v.items()}
                      for k, v in family_errors(errs).items()},
         "fit": {k: {kk: round(vv, 4) for kk, vv in v.items()}

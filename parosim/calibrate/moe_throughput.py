@@ -234,7 +234,7 @@ _START = {"gemm_efficiency": 0.6, "attention_efficiency": 0.4, "moe_layer_overhe
           "a2a_exposed": 0.5, "hbm_efficiency": 0.5, "fp8_gemm_efficiency": 0.716}
 
 
-class _Batch:
+class RowBatch:
     """The step parts of ``rows`` as flat numpy arrays, so that a least-squares residual
     is a handful of array operations; :meth:`tokens` equals :func:`step_from_parts`
     (tests/test_moe_bridge.py checks it to 1e-12)."""
@@ -297,7 +297,7 @@ def fit(rows: list[BridgeRow], variant: Variant = VARIANTS[0]) -> Fit:
     free = [k for k in keys if k not in newest.values()]
     names = [(h, f) for h in hws for f in per_hw] + [(None, f) for f in glob]
     names += [("release", k) for k in free]
-    batch = _Batch(rows)
+    batch = RowBatch(rows)
     hw_of = np.array([hws.index(r.hardware) for r in rows])
     rel_of = [free.index(release_key(r, by)) if release_key(r, by) in free else -1
               for r in rows]
@@ -366,9 +366,12 @@ def cross_validate(rows: list[BridgeRow], variant: Variant, k: int = CV_FOLDS) -
 
 def select_variant(rows: list[BridgeRow], variants=VARIANTS) -> tuple[Variant, list[dict]]:
     """The variant with the lowest cross-validated score on ``rows`` (the fit rows only);
-    a tie goes to the one with fewer parameters. Returns (chosen, every variant's scores)."""
+    a tie goes to the one with fewer parameters. Returns (chosen, every variant's scores,
+    the chosen one's marked ``"chosen": True``)."""
     table = [{"variant": v, **cross_validate(rows, v)} for v in variants]
     best = min(table, key=lambda t: (round(t["score"], 6), t["params"]))
+    for t in table:
+        t["chosen"] = t is best
     return best["variant"], table
 
 
