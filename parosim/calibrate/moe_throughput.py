@@ -7,15 +7,15 @@ parsed into a model preset, a cluster, a layout (TP / PP / CP / VP / EP), GBS / 
 and precision; a row parosim cannot express is kept with its reason (:data:`EXCLUDED`).
 
 **Split** (stated, fixed): the expressible rows are numbered in file order inside each model
-family; even numbers fit, odd numbers are held out. **Parameters**: per hardware (H100, B200,
-B300, GB200, GB300) the GEMM ceiling and the host time per MoE layer and micro-batch; for all
-hardware the all-to-all exposure, the attention efficiency and the FP8 GEMM efficiency
-(relative to the ceiling); per software release one
-throughput factor, the newest release's fixed at 1 (the releases
-changed kernels and overlap between tables: GPT-OSS-120B on GB300 went from 20,288 to 33,024
-tokens/s/GPU between 26.06 and 26.08 at the same layout). Fitted by least squares on
-log(predicted / measured) over the fit rows (scipy). Errors are reported on the held-out rows
-per family.
+family; even numbers fit, odd numbers are held out. **Parameters**: one of the candidate sets
+:data:`VARIANTS` (which :class:`KernelEfficiency` fields are fitted per hardware, which once
+for all hardware, and a throughput factor per software release, optionally per release and
+platform or hardware, the newest release's fixed at 1: the releases changed kernels and
+overlap between tables: GPT-OSS-120B on GB300 went from 20,288 to 33,024 tokens/s/GPU between
+26.06 and 26.08 at the same layout). **Selection** (:func:`select_variant`) on the fit rows
+only: 5-fold cross-validation inside them, the lowest mean over families of the median
+|error| wins. The chosen set is fitted by least squares on log(predicted / measured) over the
+fit rows (scipy); errors are reported on the held-out rows per family, once.
 """
 
 from __future__ import annotations
