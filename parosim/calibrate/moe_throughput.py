@@ -65,8 +65,6 @@ HARDWARE = {
 }
 HW_KEYS = ("H100", "B200", "B300", "GB200", "GB300")
 PRECISION = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-MX": "fp8", "MXFP8": "fp8"}
-CLUSTER_DIR = Path(__file__).resolve().parents[2] / "experiments" / "17_moe_throughput" / \
-    "clusters"
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "moe_throughput" / \
     "megatron_bridge.csv"
 
@@ -137,17 +135,16 @@ def parse_rows(path: Path | str = DATA) -> tuple[list[BridgeRow], list[tuple[int
 
 @lru_cache(maxsize=64)
 def row_cluster(hardware: str, gpus: int):
-    """The cluster of a row: the hardware's preset sized to the row's GPUs (NVL72: one
+    """The cluster of a row: the hardware's preset (``topologies/``: dgx-h100-ib,
+    dgx-b200-ib, dgx-b300-ib, gb200-nvl72, gb300-nvl72) sized to the row's GPUs (NVL72: one
     NVLink domain of min(GPUs, 64) GPUs per node)."""
     key = next(k for k in HARDWARE if hardware in k.replace("DGX-", "").split())
     name, gpn = HARDWARE[key]
     gpn = min(gpn, gpus)
-    path = CLUSTER_DIR / f"{name}.yaml"
-    where = str(path) if path.exists() else name
     sets = [f"gpus_per_node={gpn}"]
     if "NVL72" in key:
         sets.append(f"nic.per_node={gpn}")
-    return load_cluster(where, nodes=gpus // gpn, sets=sets)
+    return load_cluster(name, nodes=gpus // gpn, sets=sets)
 
 
 def row_parts(row: BridgeRow):
