@@ -2,6 +2,7 @@
 calibration on Megatron-Bridge's published MoE throughput (parosim.calibrate.moe_throughput;
 docs/moe.md, "MoE steps with TP / PP / VP")."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -10,6 +11,8 @@ import pytest
 import parosim.calibrate.moe_throughput as mt
 from parosim.calibrate.moe_throughput import (
     EXCLUDED,
+    FITTED,
+    GPU_HARDWARE,
     VARIANTS,
     RowBatch,
     cv_folds,
@@ -18,6 +21,7 @@ from parosim.calibrate.moe_throughput import (
     row_cluster,
     row_parts,
 )
+from parosim.cli import main
 from parosim.errors import InputError
 from parosim.evaluate.moe_parallel import (
     KernelEfficiency,
@@ -181,6 +185,69 @@ def test_calibrated_held_out_error_per_family(monkeypatch):
     for fam in ("deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b"):
         assert held[fam]["median_abs_error"] <= 0.12, (fam, held[fam])
     assert 0.12 < held["gpt-oss-120b"]["median_abs_error"] <= 0.16
-    for e in f.hardware.values():
+    for hw, e in f.hardware.items():
         assert 0.05 < e.gemm_efficiency < 1
         assert 0.3 <= e.fp8_gemm_efficiency <= 1
+        # the constants the CLI uses are this fit, rounded
+        for k in ("gemm_efficiency", "moe_layer_overhead_s", "a2a_exposed",
+                  "attention_efficiency", "hbm_efficiency", "fp8_gemm_efficiency"):
+            assert getattr(FITTED[hw], k) == pytest.approx(getattr(e, k), abs=1e-6), (hw, k)
+    assert all(v == 1.0 for k, v in f.releases.items()
+               if k in {("26.06", "DGX"), ("26.08", "NVL72")})
+
+
+def test_fitted_constants_state_their_source():
+    assert set(FITTED) == set(GPU_HARDWARE.values())
+    for e in FITTED.values():
+        assert "cross-validation" in e.source and e.fp8_gemm_efficiency == 1.0
+
+
+def test_cli_moe_tp_pp_runs_the_closed_form(capsys):
+    """`parosim simulate` of DeepSeek-V3 with PP 4, VP 4, EP 64 on 256 GB200: the closed form
+    with the fitted GB200 parameters, i.e. the prediction of the held-out Megatron-Bridge row
+    (26.08, measured 4,912 tokens/s/GPU)."""
+    argv = ["simulate", "--model", "deepseek-v3", "--cluster", "gb200-nvl72", "--nodes", "4",
+            "--pp", "4", "--pp-schedule", "interleaved", "--virtual-stages", "4", "--ep", "64",
+            "--micro-batch", "1", "--global-batch", "4096", "--seq-len", "4096",
+            "--precision", "fp8", "--mode", "analytic"]
+    assert main(argv + ["--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    row = _row("DeepSeekV3 GB200 NVL72 26.08")
+    expected = step_from_parts(row_parts(row), FITTED["GB200"])
+    assert d["tokens_per_s_per_gpu"] == expected.tokens_per_s_per_gpu
+    assert d["step_time_s"] == expected.step_s
+    assert abs(d["tokens_per_s_per_gpu"] / row.measured - 1) < 0.12
+    assert (d["tp"], d["pp"], d["virtual_stages"], d["ep"], d["dp"], d["edp"]) == \
+        (1, 4, 4, 64, 64, 1)
+    assert d["micro_batches"] == 64 and d["global_batch_seqs"] == 4096
+    assert d["mode"] == "analytic" and d["memory_checked"] is False
+    assert d["bubble_s"] == pytest.approx(3 / 4 * sum(d["stage_microbatch_s"].values()))
+    assert d["calibration"]["hardware"] == "GB200"
+    assert d["calibration"]["release"] == "NeMo 26.08 on NVL72"
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"{d['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" in out
+    assert "TP 1 x PP 4 (4 chunk(s) per stage)" in out and "memory not checked" in out
+    # reruns are bit-identical
+    assert main(argv + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == d
+
+
+def test_cli_moe_tp_pp_refusals(capsys):
+    base = ["simulate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ib", "--nodes", "2",
+            "--pp", "2", "--ep", "8", "--micro-batch", "1", "--accum", "4", "--seq-len",
+            "4096"]
+    assert main(base + ["--mode", "analytic", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["pp"], d["dp"], d["micro_batches"]) == (2, 8, 4)
+    for extra, words in (
+            ([], "--mode engine: the engine does not model MoE steps with --tp / --pp"),
+            (["--mode", "engine"], "expected --mode analytic"),
+            (["--mode", "analytic", "--strategy", "NIG"], "--strategy NIG is not in the MoE"),
+            (["--mode", "analytic", "--recompute", "full"], "--recompute full"),
+            (["--mode", "analytic", "--tp", "2"], "expected --sequence-parallel"),
+            (["--mode", "analytic", "--virtual-stages", "2"], "--virtual-stages 2 needs"),
+            (["--mode", "analytic", "--cluster", "dgx-a100-ib"], "calibrated for")):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
