@@ -76,8 +76,9 @@ def cmd_simulate_moe_parallel(a: argparse.Namespace, model, cluster, training) -
     for flag, dest, default, why in UNSUPPORTED:
         value = getattr(a, dest, default)
         if value != default:
-            raise InputError(f"{flag} {value} is not in the MoE closed form with {layout} "
-                             f"({why}); expected it unset")
+            given = flag if isinstance(value, bool) else f"{flag} {value}"
+            raise InputError(f"{given} is not in the MoE closed form with {layout} ({why}); "
+                             "expected it unset")
     if a.recompute not in RECOMPUTE_OK:
         raise InputError(f"--recompute {a.recompute} is not in the MoE closed form with "
                          f"{layout} (recomputation is inside the fitted parameters); expected "
