@@ -97,8 +97,14 @@ def cmd_compare_moe(a: argparse.Namespace, model, cluster, training) -> dict:
 def cmd_simulate_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     from ..evaluate.moe_layer import Routing  # deferred: loaded when the command runs
     from ..simulate.moe import simulate_moe_step  # deferred: loaded when the command runs
+    from .moe_parallel import (  # deferred: MoE steps with TP / PP only
+        cmd_simulate_moe_parallel,
+        wants_moe_parallel,
+    )
     from .setup import algos_of, dp_keys  # deferred: start-up
 
+    if wants_moe_parallel(a):
+        return cmd_simulate_moe_parallel(a, model, cluster, training)
     _refuse_layout_flags(a)
     if a.trace and a.mode != "engine":
         raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")

@@ -174,6 +174,10 @@ def show_simulate(r: dict) -> None:
     """One row; a configuration that does not fit shows its shortfall (and exits 2)."""
     if "jobs" in r:
         return show_jobs(r)
+    if r.get("method") == "moe-closed-form":   # a MoE step with TP / PP
+        from .moe_parallel import show_moe_parallel  # deferred: MoE steps with TP / PP only
+
+        return show_moe_parallel(r)
     print(f"{r['model']} on {r['cluster']} ({r['gpus']} GPUs), mode {r['mode']}, runtime "
           f"{r.get('runtime', 'ideal')}")
     if "settings" in r:
