@@ -89,10 +89,14 @@ def parse_a2a_algo(value) -> Algo | EPDispatcher:
         algo = value
     else:
         key = str(value).strip().lower()
-        algo = (EPDispatcher(key) if key in {e.value for e in EPDispatcher}
-                else parse_enum(Algo, value, "--a2a-algo"))
+        try:
+            algo = (EPDispatcher(key) if key in {e.value for e in EPDispatcher}
+                    else parse_enum(Algo, value, "--a2a-algo"))
+        except InputError:
+            algo = None
     if algo not in A2A_CHOICES:
-        raise InputError(f"--a2a-algo {algo.value!r} is not an all-to-all algorithm; "
+        shown = algo.value if algo is not None else str(value)
+        raise InputError(f"--a2a-algo {shown!r} is not an all-to-all algorithm; "
                          f"expected one of {', '.join(a.value for a in A2A_CHOICES)}")
     return algo
 
