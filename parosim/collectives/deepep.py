@@ -291,11 +291,17 @@ def lower_ep_groups(spec: ClusterSpec, call: EPCall, groups: list[list[int]] | t
                              f"{min(ep, gpn)}; expected such a layout")
     check_flows(len(groups) * ep * (ep - 1))
 
+    wide: dict = {}   # one group's pair set -> every group's (keyed by its hops)
+
     def widen(prog: Program) -> Program:
-        phases = tuple(replace(ph, ringset=PairSet(
-            tuple((g[0] + a, g[0] + b) for g in groups for a, b in ph.ringset.hop_list),
-            ph.ringset.label, ep)) for ph in prog.phases)
-        return replace(prog, phases=phases)
+        def pairs(rs: PairSet) -> PairSet:
+            key = (rs.hop_list, rs.label)
+            if key not in wide:
+                wide[key] = PairSet(tuple((g[0] + a, g[0] + b) for g in groups
+                                          for a, b in rs.hop_list), rs.label, ep)
+            return wide[key]
+        return replace(prog, phases=tuple(replace(ph, ringset=pairs(ph.ringset))
+                                          for ph in prog.phases))
 
     c, prog = lower_ep_call(spec, call, chunks=1)
     best = widen(prog)
