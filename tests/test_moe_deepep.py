@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from parosim.cli import main
+from parosim.collectives.cost import program_time
 from parosim.collectives.deepep import (
     EPCall,
     EPDispatcher,
@@ -17,7 +18,6 @@ from parosim.collectives.deepep import (
     lower_ep_call,
     lower_ep_groups,
 )
-from parosim.collectives.cost import program_time
 from parosim.errors import InputError
 from parosim.evaluate.moe_layer import (
     Routing,

@@ -176,8 +176,8 @@ def cmd_experts(a: argparse.Namespace) -> dict:
                          f"micro-batch {a.micro_batch} x seq {a.seq_len}")
                 d["plot"] = str(plot_layer_distribution(d["moe_layer"], a.plot, title))
     elif a.routing is not None or a.a2a_algo is not None:
-        raise InputError(f"--routing and --a2a-algo need --ep > 1 and --tp 1 --etp 1 (got "
-                         f"--ep {a.ep} --tp "
+        flag = "--routing" if a.routing is not None else "--a2a-algo"
+        raise InputError(f"{flag} needs --ep > 1 and --tp 1 --etp 1 (got --ep {a.ep} --tp "
                          f"{a.tp} --etp {a.etp}): the layer is simulated over the EP groups "
                          "with the all-to-all dispatcher")
     if a.plot and "moe_layer" not in d:
