@@ -20,7 +20,11 @@ layer the layer's compute is split:
 
 The all-to-alls run on their own stream (``comm-a2a``) on the network beside the parameter
 gathers and gradient reductions, so they contend for links with them; they are on the
-compute stream's critical path (the compute waits for them).
+compute stream's critical path (the compute waits for them). ``--a2a-algo`` p2p or
+hierarchical-a2a costs them as NCCL's all-to-alls of the dispatched rows; deepep-normal,
+deepep-ll or hybridep as DeepEP's kernel calls of the rank's tokens in bf16, the combine's
+gradient a dispatch and the dispatch's a combine (docs/moe.md, "DeepEP kernels in a MoE
+layer or step").
 
 Sharding collectives, at the levels of each strategy (the tables of
 :mod:`parosim.plan.dataparallel`): the dense units' gathers (p = I / G) and gradient
@@ -120,8 +124,8 @@ class A2AOp(GroupOp):
 
     @property
     def cache_key(self) -> tuple:
-        return ("a2a", self.size_bytes, self.a2a_algo, self.scopes, self.direction,
-                self.ep_call)
+        return ("a2a", self.size_bytes, self.a2a_algo, self.scopes) + (
+            (self.direction, self.ep_call) if self.ep_call else ())
 
 
 @lru_cache(maxsize=1024)

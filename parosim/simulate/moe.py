@@ -140,7 +140,7 @@ def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_s
              "dense_states_bytes": dense_states_bytes(model, strategy, lay,
                                                       training.trainable_ratio),
              "repeats": repeats, "seed": seed}
-    if isinstance(a2a_algo, EPDispatcher):
+    if isinstance(a2a_algo, EPDispatcher) and ep > 1:
         r = deepep_routing(ep, cluster.gpus_per_node, model.moe.experts, model.moe.top_k,
                            grouped=False)
         extra["deepep"] = {"kernel": a2a_algo.kernel,
