@@ -5,6 +5,7 @@ engine against closed form, a layer by hand, bit-identical reruns, refusals."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,6 +56,16 @@ def test_step_engine_equals_closed_form(h800x2, algo):
     # the kernels differ from NCCL's all-to-all, and from each other
     p = simulate_moe_step(Q, h800x2, "NNG", "NNG", T1, 16, mode="analytic")
     assert abs(a.step_time_s / p.step_time_s - 1) > 0.01
+
+
+def test_step_hybridep_fitted_h100():
+    """HybridEP's fitted H100 costs (experiments/16_moe_alltoall), 2 x 8 H100."""
+    path = Path(__file__).resolve().parents[1] / "experiments/16_moe_alltoall"
+    c = load_cluster(str(path / "dgx-h100-hybridep.yaml"), nodes=2)
+    assert c.collective.ep_hybrid.rdma_efficiency < 1
+    e = simulate_moe_step(Q, c, "NNG", "NNG", T1, 16, mode="engine", a2a_algo="hybridep")
+    a = simulate_moe_step(Q, c, "NNG", "NNG", T1, 16, mode="analytic", a2a_algo="hybridep")
+    assert e.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
 
 
 def test_step_kernels_distinct_and_rerun_bit_identical(h800x2):
