@@ -47,6 +47,11 @@ def add_arguments(sub) -> None:
     e.add_argument("--routing", default=None,
                    help="simulate one MoE layer (forward + backward) on the engine with token "
                    "routing drawn per step: balanced | uniform | skew | zipf (docs/moe.md)")
+    e.add_argument("--a2a-algo", default=None,
+                   help="dispatcher of the layer (--routing) and of the dispatch time: "
+                   "p2p (default: NCCL's all-to-all, per flow) | deepep-normal | deepep-ll "
+                   "| hybridep (DeepEP's kernels, costs collective.ep_normal / ep_ll / "
+                   "ep_hybrid: fitted in dgx-h800-ib, ideal defaults elsewhere; docs/moe.md)")
     e.add_argument("--max-over-mean", type=float, default=1.5,
                    help="skew routing: the hot rank's load over the mean")
     e.add_argument("--zipf", type=float, default=1.0, help="zipf routing: the exponent")
@@ -122,6 +127,33 @@ def cmd_experts(a: argparse.Namespace) -> dict:
         for algo in (Algo.P2P, Algo.HIERARCHICAL_A2A):
             prog = lower_alltoall(cluster, Scope.GLOBAL, disp["a2a_size_bytes"], algo, groups)
             disp[f"{algo.value.replace('-', '_')}_time_s"] = program_time(cluster, prog)
+        ep_disp = None
+        if a.a2a_algo is not None:
+            from ..collectives.deepep import (  # deferred: loaded when the flag is given
+                EPCall,
+                EPDispatcher,
+                bf16_token_bytes,
+                deepep_routing,
+                lower_ep_groups,
+            )
+
+            names = ("p2p", *(x.value for x in EPDispatcher))
+            key = str(a.a2a_algo).strip().lower()
+            if key not in names:
+                raise InputError(f"--a2a-algo {a.a2a_algo!r} is not a dispatcher of parosim "
+                                 f"experts; expected one of {', '.join(names)}")
+            disp["a2a_algo"] = key
+            if key != "p2p":
+                ep_disp = EPDispatcher(key)
+                r = deepep_routing(lay.ep, cluster.gpus_per_node, model.moe.experts,
+                                   model.moe.top_k, grouped=False)
+                call = EPCall(ep_disp.kernel, "dispatch", disp["tokens_per_rank"],
+                              bf16_token_bytes(model.hidden), r)
+                prog = lower_ep_groups(cluster, call, groups)
+                disp[f"{key.replace('-', '_')}_time_s"] = program_time(cluster, prog)
+                disp["deepep"] = {"kernel": ep_disp.kernel, "p_rank": r.p_rank,
+                                  "p_node": r.p_node,
+                                  "token_bytes": bf16_token_bytes(model.hidden)}
         d["dispatch"] = disp
         if a.routing is not None:
             from ..evaluate.moe_layer import (  # deferred: numpy and simpy, only when asked
@@ -131,7 +163,10 @@ def cmd_experts(a: argparse.Namespace) -> dict:
 
             routing = Routing(a.routing, a.max_over_mean, a.zipf, a.seed)
             d["moe_layer"] = layer_distribution(cluster, model, groups, disp["rows"],
-                                                training, routing, a.draws)
+                                                training, routing, a.draws, ep_disp,
+                                                disp["tokens_per_rank"])
+            if "a2a_algo" in disp:
+                d["moe_layer"]["a2a_algo"] = disp["a2a_algo"]
             if a.plot:
                 from ..plots.moe import (  # deferred: matplotlib, only when a plot is asked
                     plot_layer_distribution,
@@ -140,8 +175,9 @@ def cmd_experts(a: argparse.Namespace) -> dict:
                 title = (f"{model.name}, EP {lay.ep} on {cluster.name} ({cluster.gpus} GPUs), "
                          f"micro-batch {a.micro_batch} x seq {a.seq_len}")
                 d["plot"] = str(plot_layer_distribution(d["moe_layer"], a.plot, title))
-    elif a.routing is not None:
-        raise InputError(f"--routing needs --ep > 1 and --tp 1 --etp 1 (got --ep {a.ep} --tp "
+    elif a.routing is not None or a.a2a_algo is not None:
+        flag = "--routing" if a.routing is not None else "--a2a-algo"
+        raise InputError(f"{flag} needs --ep > 1 and --tp 1 --etp 1 (got --ep {a.ep} --tp "
                          f"{a.tp} --etp {a.etp}): the layer is simulated over the EP groups "
                          "with the all-to-all dispatcher")
     if a.plot and "moe_layer" not in d:
@@ -175,9 +211,14 @@ def show_experts(d: dict) -> None:
               f"it), p2p {fmt_time(x['p2p_time_s'])}, hierarchical-a2a "
               f"{fmt_time(x['hierarchical_a2a_time_s'])}; combine the same; forward and "
               f"backward: {x['all_to_alls_per_layer']} all-to-alls")
+        for key in ("deepep_normal", "deepep_ll", "hybridep"):
+            if f"{key}_time_s" in x:
+                print(f"  {key.replace('_', '-')} dispatch of bf16 tokens: "
+                      f"{fmt_time(x[key + '_time_s'])} (p_rank {x['deepep']['p_rank']:.4f})")
     if "moe_layer" in d:
         y = d["moe_layer"]
-        print(f"one MoE layer on the engine, routing {y['routing']} (seed {y['seed']}, "
+        via = f" ({y['a2a_algo']})" if "a2a_algo" in y else ""
+        print(f"one MoE layer on the engine{via}, routing {y['routing']} (seed {y['seed']}, "
               f"{y['draws']} steps): balanced {fmt_time(y['balanced_s'])} (closed form "
               f"{fmt_time(y['closed_form_s'])}); mean {fmt_time(y['mean_s'])}, p50 "
               f"{fmt_time(y['p50_s'])}, p99 {fmt_time(y['p99_s'])}, max {fmt_time(y['max_s'])}; "

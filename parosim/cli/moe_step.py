@@ -150,6 +150,11 @@ def moe_text(r: dict) -> str:
     s = (f"experts: EP {r['ep']} ({r['ep_nodes']} node(s) per EP group), EDP {r['edp']}, "
          f"expert strategy {r['expert_strategy']}; {r['a2a_per_step']} all-to-alls "
          f"({r['a2a_algo']}) of {r['a2a_size_bytes'] / 2**20:.1f} MiB per rank per step")
+    if r.get("deepep"):
+        x = r["deepep"]
+        s += (f"\nDeepEP {x['kernel']} kernels: {x['tokens_per_rank']} tokens of "
+              f"{x['token_bytes']:.0f} B per rank per call, each sent once per destination "
+              f"rank (share {x['p_rank']:.4f}) and node (share {x['p_node']:.4f})")
     if r.get("routing"):
         s += (f"\nrouting {r['routing']} over {r['repeats']} step(s) (seed "
               f"{r['routing_seed']}): mean {r['step_time_s']:.4f} s, p50 "

@@ -132,7 +132,10 @@ def moe_step_args(p: argparse.ArgumentParser) -> None:
                    help="PaRO strategy of the routed experts over the expert-data-parallel "
                    "group (default: --strategy's)")
     g.add_argument("--a2a-algo", default=None,
-                   help="dispatch / combine all-to-all: p2p (default) | hierarchical-a2a")
+                   help="dispatch / combine all-to-all: p2p (default) | hierarchical-a2a | "
+                   "deepep-normal | deepep-ll | hybridep (DeepEP's kernels, bf16 tokens, costs "
+                   "collective.ep_normal / ep_ll / ep_hybrid: fitted in dgx-h800-ib, ideal "
+                   "defaults elsewhere; docs/moe.md)")
     g.add_argument("--routing", default=None,
                    help="token routing drawn per step (--repeats steps): balanced | uniform | "
                    "skew | zipf (default: every expert its mean load)")
@@ -348,7 +351,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="PaRO strategies of the routed experts to pair with every dense one: "
                    "one, a comma list, or 'all' (the default)")
     g.add_argument("--a2a-algo", default=None,
-                   help="dispatch / combine all-to-all: p2p (default) | hierarchical-a2a")
+                   help="dispatch / combine all-to-all: p2p (default) | hierarchical-a2a | "
+                   "deepep-normal | deepep-ll | hybridep (DeepEP's kernels, bf16 tokens, costs "
+                   "collective.ep_normal / ep_ll / ep_hybrid: fitted in dgx-h800-ib, ideal "
+                   "defaults elsewhere; docs/moe.md)")
     training_args(cmp_)
     cluster_args(cmp_)
 

@@ -36,6 +36,7 @@ DeepEP's benchmark scripts. docs/moe.md ("DeepEP dispatch and combine").
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -52,6 +53,21 @@ KERNELS = ("normal", "low-latency", "hybrid")
 #: the ``collective`` section of each kernel family
 COST_KEYS = {"normal": "ep_normal", "low-latency": "ep_ll", "hybrid": "ep_hybrid"}
 DIRECTIONS = ("dispatch", "combine")
+
+
+class EPDispatcher(str, enum.Enum):
+    """The DeepEP kernel families as dispatchers of a MoE layer or step (``--a2a-algo``,
+    beside ``p2p`` and ``hierarchical-a2a``); :attr:`kernel` is the :data:`KERNELS` name."""
+
+    DEEPEP_NORMAL = "deepep-normal"
+    DEEPEP_LL = "deepep-ll"
+    HYBRIDEP = "hybridep"
+
+    @property
+    def kernel(self) -> str:
+        return {"deepep-normal": "normal", "deepep-ll": "low-latency",
+                "hybridep": "hybrid"}[self.value]
+
 #: tokens :func:`deepep_routing` draws to estimate the routing shares of the grouped router
 #: (their sampling error, below 0.5 %, is checked in tests/test_deepep.py)
 ROUTING_SAMPLES = 16384
@@ -253,3 +269,48 @@ def ep_call_time(spec: ClusterSpec, call: EPCall) -> float:
     """Closed-form time in s of ``call`` on ``spec``'s hardware (:func:`lower_ep_call`)."""
     c, prog = lower_ep_call(spec, call)
     return program_time(c, prog)
+
+
+def lower_ep_groups(spec: ClusterSpec, call: EPCall, groups: list[list[int]] | tuple
+                    ) -> Program:
+    """``call`` run by every EP group of ``groups`` at once on the whole cluster ``spec``
+    (a MoE layer's or step's EP layout): :func:`lower_ep_call`'s program for one group with
+    its ranks renamed to each group's, the flows of all groups in one phase, K (normal
+    kernels across nodes) the best for the whole cluster's closed form. A group must be
+    consecutive ranks starting on a multiple of min(EP, GPUs per node) (node-aligned, the
+    layout of :class:`~parosim.plan.experts.ExpertLayout`); the pure-RDMA low-latency
+    kernels (``nvlink=False``) are for one group alone."""
+    ep, gpn = call.routing.ep, spec.gpus_per_node
+    if call.kernel == "low-latency" and not call.nvlink:
+        raise InputError("EP call over an EP layout: the pure-RDMA low-latency kernels "
+                         "(nvlink=False) model one group alone; expected nvlink=True")
+    for g in groups:
+        if len(g) != ep or list(g) != list(range(g[0], g[0] + ep)) or g[0] % min(ep, gpn):
+            raise InputError(f"EP group {list(g)[:4]}... of {len(g)} ranks: the DeepEP kernels "
+                             f"take groups of {ep} consecutive ranks aligned to "
+                             f"{min(ep, gpn)}; expected such a layout")
+    check_flows(len(groups) * ep * (ep - 1))
+
+    wide: dict = {}   # one group's pair set -> every group's (keyed by its hops)
+
+    def widen(prog: Program) -> Program:
+        def pairs(rs: PairSet) -> PairSet:
+            key = (rs.hop_list, rs.label)
+            if key not in wide:
+                wide[key] = PairSet(tuple((g[0] + a, g[0] + b) for g in groups
+                                          for a, b in rs.hop_list), rs.label, ep)
+            return wide[key]
+        return replace(prog, phases=tuple(replace(ph, ringset=pairs(ph.ringset))
+                                          for ph in prog.phases))
+
+    c, prog = lower_ep_call(spec, call, chunks=1)
+    best = widen(prog)
+    if call.kernel == "low-latency" or ep <= gpn:
+        return best
+    best_t = program_time(spec, best)
+    for k in range(2, c.collective.ho_ring_max_chunks + 1):
+        prog = widen(lower_ep_call(spec, call, chunks=k)[1])
+        tk = program_time(spec, prog)
+        if tk < best_t * (1 - 1e-12):
+            best, best_t = prog, tk
+    return best

@@ -39,6 +39,14 @@ import numpy as np
 
 from ..collectives.alltoall import PairSet, lower_p2p
 from ..collectives.cost import program_time
+from ..collectives.deepep import (
+    EPCall,
+    EPDispatcher,
+    bf16_token_bytes,
+    deepep_routing,
+    lower_ep_groups,
+)
+from ..collectives.simulate import simulate_program
 from ..collectives.types import Scope
 from ..errors import InputError
 from ..fabric.engine import CountingEnvironment
@@ -204,30 +212,99 @@ def layer_closed_form(spec: ClusterSpec, model: ModelSpec, groups: list[list[int
         spec.gpu.peak_flops * training.compute_efficiency)
 
 
+def _ep_calls(spec: ClusterSpec, model: ModelSpec, groups: list[list[int]], tokens: int,
+              disp: EPDispatcher, scale: float = 1.0) -> list:
+    """The programs of the layer's four DeepEP calls of ``tokens`` tokens per rank (module
+    docstring), bytes per token x ``scale``."""
+    m = model.moe
+    ep = len(groups[0])
+    r = deepep_routing(ep, spec.gpus_per_node, m.experts, m.top_k, grouped=False)
+    # the combine's gradient is a dispatch and the dispatch's a combine: the same programs
+    d, c = (lower_ep_groups(spec, EPCall(disp.kernel, x, tokens,
+                                         bf16_token_bytes(model.hidden) * scale, r), groups)
+            for x in ("dispatch", "combine"))
+    return [d, c, d, c]
+
+
+def busiest_scale(R: np.ndarray) -> float:
+    """The busiest rank's remote rows (sent or received) over the mean rank's: 1 exactly
+    under forced balance."""
+    ep, rows = R.shape[0], float(R[0].sum())
+    if ep == 1:
+        return 1.0
+    remote = max(float((R.sum(axis=0) - np.diag(R)).max()),
+                 float((R.sum(axis=1) - np.diag(R)).max()))
+    return 1.0 if remote * ep == rows * (ep - 1) else remote * ep / (rows * (ep - 1))
+
+
+def simulate_layer_ep(spec: ClusterSpec, model: ModelSpec, groups: list[list[int]],
+                      matrices: list[np.ndarray], training: TrainingSpec,
+                      disp: EPDispatcher, tokens: int, graph=None) -> LayerResult:
+    """One MoE layer with DeepEP's kernels, ``tokens`` per rank (module docstring): each
+    call on the engine."""
+    rate = spec.gpu.peak_flops * training.compute_efficiency
+    f_row = expert_flops_per_row(model)
+    load = max(float(R.sum(axis=0).max()) for R in matrices)
+    worst = max(float(R.sum(axis=0).max()) / float(R.sum(axis=0).mean()) for R in matrices)
+    scale = max(busiest_scale(R) for R in matrices)
+    g = graph if graph is not None else cluster_graph(spec, lite=True)
+    t, events = 0.0, 0
+    done: dict = {}   # each distinct program once on the engine (a fresh network each time)
+    for prog in _ep_calls(spec, model, groups, tokens, disp, scale):
+        if id(prog) not in done:
+            done[id(prog)] = simulate_program(spec, prog, g, symmetric=False)
+        t += done[id(prog)].time_s
+        events += done[id(prog)].events
+    compute = 3 * load * f_row / rate
+    return LayerResult(t + compute, compute, worst, events)
+
+
+def layer_closed_form_ep(spec: ClusterSpec, model: ModelSpec, groups: list[list[int]],
+                         rows: int, training: TrainingSpec, disp: EPDispatcher,
+                         tokens: int) -> float:
+    """Balanced routing by hand with DeepEP's kernels: the four calls' closed forms plus
+    the expert forward (rows x F) and backward (2 x) at peak x efficiency."""
+    calls = sum(program_time(spec, p) for p in _ep_calls(spec, model, groups, tokens, disp))
+    return calls + 3 * rows * expert_flops_per_row(model) / (
+        spec.gpu.peak_flops * training.compute_efficiency)
+
+
 def layer_distribution(spec: ClusterSpec, model: ModelSpec, groups: list[list[int]],
                        rows: int, training: TrainingSpec, routing: Routing,
-                       draws: int) -> dict:
-    """The layer time over ``draws`` steps of ``routing``, against forced balance."""
+                       draws: int, a2a: EPDispatcher | None = None,
+                       tokens: int | None = None) -> dict:
+    """The layer time over ``draws`` steps of ``routing``, against forced balance;
+    ``a2a``: a DeepEP dispatcher (else the per-flow p2p layer) with ``tokens`` per rank
+    (default rows / top-k)."""
+    if tokens is None:
+        tokens = max(1, rows // model.moe.top_k)
     if not (isinstance(draws, int) and 1 <= draws <= MAX_DRAWS):
         raise InputError(f"--draws {draws!r} must be an integer in 1..{MAX_DRAWS} (each draw "
                          "is a layer on the engine)")
     ep, experts = len(groups[0]), model.moe.experts
     rng = np.random.default_rng(routing.seed)
     g = cluster_graph(spec, lite=True)
-    balanced = simulate_layer(spec, model, groups,
-                              [route(Routing(), ep, experts, rows, rng)] * len(groups),
-                              training, g)
+
+    def layer(mats):
+        if a2a is None:
+            return simulate_layer(spec, model, groups, mats, training, g)
+        return simulate_layer_ep(spec, model, groups, mats, training, a2a, tokens, g)
+
+    balanced = layer([route(Routing(), ep, experts, rows, rng)] * len(groups))
     times, ratios = [], []
     for _ in range(draws):
         mats = [route(routing, ep, experts, rows, rng) for _ in groups]
-        r = simulate_layer(spec, model, groups, mats, training, g)
+        r = layer(mats)
         times.append(r.time_s)
         ratios.append(r.max_over_mean)
     ts = np.array(times)
     return {"routing": routing.kind, "max_over_mean_param": routing.max_over_mean,
             "zipf": routing.zipf, "seed": routing.seed, "draws": draws,
             "rows_per_rank": rows, "balanced_s": balanced.time_s,
-            "closed_form_s": layer_closed_form(spec, model, groups, rows, training),
+            "closed_form_s": (layer_closed_form(spec, model, groups, rows, training)
+                              if a2a is None else
+                              layer_closed_form_ep(spec, model, groups, rows, training, a2a,
+                                                   tokens)),
             "times_s": times, "load_max_over_mean": ratios,
             "mean_s": float(ts.mean()), "p50_s": float(np.percentile(ts, 50)),
             "p99_s": float(np.percentile(ts, 99)), "max_s": float(ts.max()),

@@ -20,7 +20,11 @@ layer the layer's compute is split:
 
 The all-to-alls run on their own stream (``comm-a2a``) on the network beside the parameter
 gathers and gradient reductions, so they contend for links with them; they are on the
-compute stream's critical path (the compute waits for them).
+compute stream's critical path (the compute waits for them). ``--a2a-algo`` p2p or
+hierarchical-a2a costs them as NCCL's all-to-alls of the dispatched rows; deepep-normal,
+deepep-ll or hybridep as DeepEP's kernel calls of the rank's tokens in bf16, the combine's
+gradient a dispatch and the dispatch's a combine (docs/moe.md, "DeepEP kernels in a MoE
+layer or step").
 
 Sharding collectives, at the levels of each strategy (the tables of
 :mod:`parosim.plan.dataparallel`): the dense units' gathers (p = I / G) and gradient
@@ -47,7 +51,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..collectives.alltoall import lower_alltoall
-from ..collectives.types import Algo, Op, Scope
+from ..collectives.deepep import (
+    EPCall,
+    EPDispatcher,
+    bf16_token_bytes,
+    deepep_routing,
+    lower_ep_groups,
+)
+from ..collectives.types import Algo, Op, Scope, parse_enum
 from ..cost.compute import ADAM_BYTES_PER_PARAM, compute_model, compute_seconds
 from ..errors import InputError
 from ..spec.model import ModelSpec
@@ -72,26 +83,67 @@ from .layout import group_scopes
 
 COMM_A2A = "comm-a2a"
 A2A_ALGOS = (Algo.P2P, Algo.HIERARCHICAL_A2A)
+#: every ``--a2a-algo`` of a MoE step: NCCL's all-to-alls and DeepEP's kernels
+A2A_CHOICES = (*A2A_ALGOS, *EPDispatcher)
+
+
+def parse_a2a_algo(value) -> Algo | EPDispatcher:
+    """``--a2a-algo``: p2p | hierarchical-a2a | deepep-normal | deepep-ll | hybridep."""
+    if isinstance(value, (Algo, EPDispatcher)):
+        algo = value
+    else:
+        key = str(value).strip().lower()
+        try:
+            algo = (EPDispatcher(key) if key in {e.value for e in EPDispatcher}
+                    else parse_enum(Algo, value, "--a2a-algo"))
+        except InputError:
+            algo = None
+    if algo not in A2A_CHOICES:
+        shown = algo.value if algo is not None else str(value)
+        raise InputError(f"--a2a-algo {shown!r} is not an all-to-all algorithm; "
+                         f"expected one of {', '.join(a.value for a in A2A_CHOICES)}")
+    return algo
 
 
 @dataclass(frozen=True)
 class A2AOp(GroupOp):
-    """One all-to-all over every EP group of the layout (``scopes``: the groups)."""
+    """One all-to-all over every EP group of the layout (``scopes``: the groups).
+    With a DeepEP dispatcher, ``direction`` (dispatch or combine: the gradient of a combine
+    is a dispatch and the reverse) and ``ep_call`` = (tokens per rank, bytes per token,
+    experts, top-k) give the kernel's call (:func:`_ep_program`)."""
 
-    a2a_algo: Algo = Algo.P2P
+    a2a_algo: Algo | EPDispatcher = Algo.P2P
+    direction: str = "dispatch"
+    ep_call: tuple = ()
 
     def lower(self, spec, algo: Algo):
+        if isinstance(self.a2a_algo, EPDispatcher):
+            return _ep_program(spec, self.a2a_algo, self.direction, *self.ep_call,
+                               self.scopes)
         return _a2a_program(spec, self.size_bytes, self.a2a_algo, self.scopes)
 
     @property
     def cache_key(self) -> tuple:
-        return ("a2a", self.size_bytes, self.a2a_algo, self.scopes)
+        return ("a2a", self.size_bytes, self.a2a_algo, self.scopes) + (
+            (self.direction, self.ep_call) if self.ep_call else ())
 
 
 @lru_cache(maxsize=1024)
 def _a2a_program(spec: ClusterSpec, size: float, algo: Algo, groups: tuple):
     """The lowered all-to-all over ``groups`` (cached: every layer repeats it)."""
     return lower_alltoall(spec, Scope.GLOBAL, size, algo, groups=[list(g) for g in groups])
+
+
+@lru_cache(maxsize=1024)
+def _ep_program(spec: ClusterSpec, disp: EPDispatcher, direction: str, tokens: int,
+                token_bytes: float, experts: int, topk: int, groups: tuple):
+    """DeepEP's ``direction`` call of ``tokens`` tokens of ``token_bytes`` per rank over every
+    EP group (:func:`~parosim.collectives.deepep.lower_ep_groups`), routed by a random top-k
+    of the experts (:func:`~parosim.collectives.deepep.deepep_routing`, ungrouped: exact)."""
+    routing = deepep_routing(len(groups[0]), spec.gpus_per_node, experts, topk,
+                             grouped=False)
+    call = EPCall(disp.kernel, direction, tokens, token_bytes, routing)
+    return lower_ep_groups(spec, call, groups)
 
 
 @lru_cache(maxsize=256)
@@ -110,7 +162,7 @@ class MoEPlan(Plan):
     ep: int = 1
     edp: int = 1
     m_edp: int = 1
-    a2a_algo: Algo = Algo.P2P
+    a2a_algo: Algo | EPDispatcher = Algo.P2P
     a2a_size_bytes: float = 0.0
 
 
@@ -170,7 +222,8 @@ def flops(model: ModelSpec, training: TrainingSpec) -> dict:
 
 def build_moe_plan(model: ModelSpec, strategy: Strategy | str,
                    expert_strategy: Strategy | str, cluster: ClusterSpec,
-                   training: TrainingSpec, ep: int, a2a_algo: Algo = Algo.P2P,
+                   training: TrainingSpec, ep: int,
+                   a2a_algo: Algo | EPDispatcher = Algo.P2P,
                    expert_rows: list[float] | None = None,
                    a2a_sizes: list[float] | None = None) -> MoEPlan:
     """The op list of one global MoE step (module docstring).
@@ -180,9 +233,7 @@ def build_moe_plan(model: ModelSpec, strategy: Strategy | str,
     from a drawn routing (:mod:`parosim.evaluate.moe_step`); None = forced balance."""
     check_moe_step(model, cluster, training)
     strategy, est = parse_strategy(strategy), parse_strategy(expert_strategy)
-    if a2a_algo not in A2A_ALGOS:
-        raise InputError(f"--a2a-algo {a2a_algo.value!r} is not an all-to-all algorithm; "
-                         "expected p2p or hierarchical-a2a")
+    a2a_algo = parse_a2a_algo(a2a_algo)
     lay, edp, ep_groups = expert_scopes(cluster, model.moe.experts, ep)
     d = dispatch_bytes(model, training, lay)
     n, m = cluster.gpus, cluster.group_size
@@ -196,12 +247,21 @@ def build_moe_plan(model: ModelSpec, strategy: Strategy | str,
     def sec(f: float) -> float:
         return compute_seconds(f, cluster, training)
 
-    def a2a(name: str, size: float, layer: int, mb: int, dep) -> int | None:
+    size0 = float(d["a2a_size_bytes"])
+
+    def a2a(name: str, size: float, layer: int, mb: int, dep, direction: str) -> int | None:
         if ep <= 1:
             return dep
+        call: tuple = ()
+        if isinstance(a2a_algo, EPDispatcher):
+            # the step's bf16 tokens; a drawn routing scales them as it scales the size
+            call = (int(d["tokens_per_rank"]),
+                    bf16_token_bytes(model.hidden) * (float(size) / size0),
+                    model.moe.experts, model.moe.top_k)
         op = A2AOp(len(b.ops), name, Op.ALL_TO_ALL, Scope.GLOBAL, float(size), "dispatch",
                    layer, mb, COMM_A2A, tuple(sorted({x for x in (dep,) if x is not None})),
-                   None, 0, "ep", count=1, scopes=ep_groups, a2a_algo=a2a_algo)
+                   None, 0, "ep", count=1, scopes=ep_groups, a2a_algo=a2a_algo,
+                   direction=direction, ep_call=call)
         b.ops.append(op)
         b.last[COMM_A2A] = op.id
         return op.id
@@ -253,16 +313,17 @@ def build_moe_plan(model: ModelSpec, strategy: Strategy | str,
                 if phase == "fwd":
                     cid = b.compute(f"fwd {label} mb{mb}", "fwd", i, mb, fwd_f, sec(fwd_f),
                                     [gather, after])
-                    x = a2a(f"a2a dispatch {label} mb{mb}", size, i, mb, cid)
+                    x = a2a(f"a2a dispatch {label} mb{mb}", size, i, mb, cid, "dispatch")
                     eid = b.compute(f"expert-fwd {label} mb{mb}", "fwd", i, mb, ef, sec(ef),
                                     [x, egather])
-                    after = a2a(f"a2a combine {label} mb{mb}", size, i, mb, eid)
+                    after = a2a(f"a2a combine {label} mb{mb}", size, i, mb, eid, "combine")
                 else:
+                    # DeepEP: a combine's gradient is a dispatch, a dispatch's a combine
                     x = a2a(f"a2a combine-grad {label} mb{mb}", size, i, mb,
-                            done[-1] if done else None)
+                            done[-1] if done else None, "dispatch")
                     eid = b.compute(f"expert-bwd {label} mb{mb}", "bwd", i, mb, ef, sec(ef),
                                     [x, egather])
-                    y = a2a(f"a2a dispatch-grad {label} mb{mb}", size, i, mb, eid)
+                    y = a2a(f"a2a dispatch-grad {label} mb{mb}", size, i, mb, eid, "combine")
                     cid = b.compute(f"bwd {label} mb{mb}", "bwd", i, mb, bwd_f, sec(bwd_f),
                                     [gather, y])
                     if est.g is not Level.N:

@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..collectives.alltoall import lower_p2p
+from ..collectives.deepep import EPDispatcher, bf16_token_bytes, deepep_routing
 from ..collectives.lowering import lower
 from ..collectives.types import Algo, Scope, parse_enum
 from ..errors import InputError
@@ -24,7 +25,7 @@ from ..fabric.network import MAX_SIM_SECONDS, horizon_error
 from ..plan.builder import CollectiveOp
 from ..plan.experts import ExpertLayout, dense_states_bytes, expert_states_bytes
 from ..plan.moe_memory import moe_memory
-from ..plan.moe_step import A2AOp, build_moe_plan, check_moe_step
+from ..plan.moe_step import A2AOp, build_moe_plan, check_moe_step, parse_a2a_algo
 from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import parse_strategy
@@ -46,7 +47,7 @@ def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo, repeat: int = 1
     for op in plan.ops:
         if not isinstance(op, CollectiveOp):
             continue
-        if isinstance(op, A2AOp):
+        if isinstance(op, A2AOp) and not op.ep_call:
             k = len(op.scopes[0])
             f = progs.get(op.scopes)
             if f is None:
@@ -64,12 +65,16 @@ def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo, repeat: int = 1
         if prog is None:
             prog = progs[key] = (own(spec, algo) if own is not None
                                  else lower(spec, op.op, op.scope, op.size_bytes, algo))
-        # a group collective's ranks are every GPU (EDP groups cover the cluster)
+        # a group collective's ranks are every GPU (EDP groups cover the cluster; so do
+        # the EP groups); a DeepEP phase's flows are not one per rank: its bytes per rank
+        # are its flows x bytes per flow / GPUs
         times = 1 if op.micro_step is None else repeat
         for ph in prog.phases:
             f = cross_node_fraction(ph.ringset, gpn)
-            inter += times * ph.bytes_per_rank * f
-            intra += times * ph.bytes_per_rank * (1 - f)
+            per = (ph.bytes_per_rank * len(ph.ringset.hop_list) / spec.gpus
+                   if isinstance(op, A2AOp) else ph.bytes_per_rank)
+            inter += times * per * f
+            intra += times * per * (1 - f)
     return intra, inter
 
 
@@ -84,8 +89,7 @@ def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_s
     distribution, the forced-balance step and the cost of imbalance."""
     strategy, est = parse_strategy(strategy), parse_strategy(expert_strategy)
     algo = algo if isinstance(algo, Algo) else parse_enum(Algo, algo, "--algo")
-    a2a_algo = (a2a_algo if isinstance(a2a_algo, Algo)
-                else parse_enum(Algo, a2a_algo, "--a2a-algo"))
+    a2a_algo = parse_a2a_algo(a2a_algo)
     if mode not in MODES:
         raise InputError(f"mode {mode!r} is not known; expected one of {', '.join(MODES)}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -136,6 +140,13 @@ def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_s
              "dense_states_bytes": dense_states_bytes(model, strategy, lay,
                                                       training.trainable_ratio),
              "repeats": repeats, "seed": seed}
+    if isinstance(a2a_algo, EPDispatcher) and ep > 1:
+        r = deepep_routing(ep, cluster.gpus_per_node, model.moe.experts, model.moe.top_k,
+                           grouped=False)
+        extra["deepep"] = {"kernel": a2a_algo.kernel,
+                           "tokens_per_rank": int(training.micro_batch * training.seq_len),
+                           "token_bytes": bf16_token_bytes(model.hidden),
+                           "p_rank": r.p_rank, "p_node": r.p_node}
     if routing is not None:
         rng = np.random.default_rng(routing.seed)
         deterministic = step
