@@ -77,14 +77,49 @@ def test_internlm_runtime_refuses_analytic_mode():
         _tgs("NNI", 1, mode="analytic")
 
 
-def test_internlm_runtime_refused_with_tensor_parallelism(capsys):
-    """The 3D planner has no hybrid-ZeRO schedule: --tp 2 with the internlm runtime is
-    refused with one line, never silently simulated as another schedule."""
-    assert main(["simulate", "--model", MODEL, "--cluster", "internlm-a100-roce", "--nodes",
-                 "2", "--strategy", "NNG", "--runtime", "internlm", "--tp", "2",
-                 "--micro-batch", "4", "--accum", "4", "--seq-len", "2048"]) == 2
-    err = capsys.readouterr().err
-    assert "hybrid-ZeRO" in err and "--tp 1" in err and len(err.strip().splitlines()) == 1
+def test_internlm_runtime_with_tensor_parallelism(capsys):
+    """InternLM's hybrid ZeRO with tensor = 2 (pp = 1): the ZeRO-1 group is a subset of the
+    data-parallel group (the ranks of one TP rank), each owner broadcasts its 1/tp slice over
+    it beside the next forward, the last backward all-reduces the TP rank's gradients over
+    the DP group in 512 MiB buckets, and the TP all-reduces stay inside the node."""
+    from parosim.plan.layout import ParallelSpec
+    from parosim.plan.threed import build_plan_3d
+    model = load_model(MODEL)
+    c = replace(load_cluster("internlm-a100-roce"), nodes=4)
+    t = TrainingSpec(micro_batch=4, accum_steps=4, seq_len=2048, compute_model="kernel",
+                     attention="flash")
+    rt = load_runtime("internlm")
+    par = ParallelSpec(tp=2)
+    units = model_units(model)
+    for s, zero in (("NNG", 16), ("NNI", 4)):      # zero1=-1: 32 / 2 DP ranks; zero1=4
+        plan = build_plan_3d(model, s, c, t, par, rt)
+        ops = plan.ops
+        sync = [o for o in ops if getattr(o, "purpose", "") == "sync-param"]
+        sizes, _ = owner_shards(model, units, zero)
+        assert len(sync) == len(sizes) and sum(o.chain for o in sync) == 1
+        assert {o.scopes.size(o.scope) for o in sync} == {zero}
+        assert sum(o.size_bytes for o in sync) == pytest.approx(2 * model.params / 2)
+        grads = [o for o in ops if getattr(o, "purpose", "") == "grad-reduce"]
+        assert {o.micro_step for o in grads} == {3} and {o.op for o in grads} == {Op.ALL_REDUCE}
+        assert {o.scopes.size(o.scope) for o in grads} == {16}     # every DP rank
+        assert max(o.size_bytes for o in grads) == 2 * 268435456   # reduce_bucket_size
+        assert sum(o.size_bytes for o in grads) == pytest.approx(2 * model.params / 2)
+        tp = [o for o in ops if getattr(o, "group", "") == "tp"]
+        assert tp and {o.scopes.size(o.scope) for o in tp} == {2}
+        assert plan.engine_only
+    # the DP group's ring uses NCCL's channels over the node's 4 NICs (not one NIC pair)
+    gs = build_plan_3d(model, "NNG", c, t, par, rt).layout(c).dp_scopes(0)
+    assert gs.glob.rings_per_rank == 4
+    engine = simulate_step(model, c, "NNG", t, "ring", "engine", runtime="internlm",
+                           parallel=par)
+    assert engine.step_time_s > simulate_step(model, c, "NNI", t, "ring", "engine",
+                                              runtime="internlm", parallel=par).step_time_s
+    for extra, what in ((["--pp", "2"], "--pp 1"), (["--mode", "analytic"], "--mode engine")):
+        assert main(["simulate", "--model", MODEL, "--cluster", "internlm-a100-roce",
+                     "--nodes", "2", "--strategy", "NNG", "--runtime", "internlm", "--tp", "2",
+                     "--micro-batch", "4", "--accum", "4", "--seq-len", "2048", *extra]) == 2
+        err = capsys.readouterr().err
+        assert what in err and len(err.strip().splitlines()) == 1
 
 
 def test_chain_fill_zero_is_the_all_gather_and_paid_once():
