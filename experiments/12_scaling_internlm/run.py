@@ -54,8 +54,8 @@ def main() -> int:
         w.writerow(["tp", "strategy", "gpus", "what", "measured_s", "predicted_s", "error_pct",
                     "measured_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu"])
         for r in rows:
-            w.writerow([r["tp"], r["strategy"], r["gpus"], r["what"], f"{r['measured_s']:.4f}",
-                        f"{r['simulated_s']:.4f}", f"{r['error_pct']:+.2f}",
+            w.writerow([r["tp"], r["strategy"], r["gpus"], r["what"], f"{r['measured_s']:.6f}",
+                        f"{r['simulated_s']:.6f}", f"{r['error_pct']:+.4f}",
                         f"{r['tgs_measured']:.0f}", f"{r['tgs_predicted']:.0f}"])
     fig = Figure(figsize=(12, 8), layout="constrained")
     axes = fig.subplots(2, 2)
