@@ -25,6 +25,11 @@ strategy whose gradients are not partitioned (``g = N``: NNN, NNI, NNG) as Inter
   (``overlap_sync_param``): a unit's forward waits for the calls of the owners of its
   tensors. The step is rotated to keep one step's ops: the previous step's broadcasts open
   it and the first micro-step's forward waits for them.
+
+With tensor parallelism (:func:`hybrid_3d`, the TP x DP Plan of :mod:`parosim.plan.threed`,
+pipeline size 1) the same schedule runs on one tensor-parallel rank's data-parallel group:
+the ZeRO group is a subset of it, every owner broadcasts the 1/tp slice it holds of its
+tensors, and the last backward's buckets all-reduce the rank's 1/tp gradients.
 """
 
 from __future__ import annotations
