@@ -122,6 +122,23 @@ def test_internlm_runtime_with_tensor_parallelism(capsys):
         assert what in err and len(err.strip().splitlines()) == 1
 
 
+def test_tp_layout_with_an_nccl_tree_over_dp_groups_replays():
+    """A DP-group all-reduce NCCL lowers to a tree is not translation-invariant: the 3D
+    replay runs every node instead of the layout's period (it raised before)."""
+    from parosim.collectives.types import Algo
+    from parosim.evaluate.replay import ProgramCache
+    from parosim.plan.layout import ParallelSpec
+    from parosim.plan.threed import build_plan_3d
+    c = replace(load_cluster("internlm-a100-roce"), nodes=8)
+    t = TrainingSpec(micro_batch=1, accum_steps=1, seq_len=512, trainable_ratio=0.01)
+    par = ParallelSpec(tp=2)      # 1.25 MB of gradients: NCCL's tree wins over 8 nodes
+    plan = build_plan_3d(preset("mpt-125m"), "NNN", c, t, par)
+    cache = ProgramCache(c, Algo.NCCL)
+    assert any(cache.get(o).tree for o in plan.ops if getattr(o, "group", "") == "dp")
+    r = simulate_step(preset("mpt-125m"), c, "NNN", t, "nccl", "engine", parallel=par)
+    assert r.step_time_s > 0
+
+
 def test_chain_fill_zero_is_the_all_gather_and_paid_once():
     c = load_cluster("internlm-a100-roce")
     off = replace(c, collective=replace(c.collective, chain_chunk_bytes=0.0))

@@ -619,8 +619,8 @@ def replay_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, overlap_slowdown: flo
     """Engine replay of a 3D plan on the layout's symmetric period: (the
     :class:`~parosim.evaluate.replay.ReplayResult`, its :class:`PipelinePhase`). The step
     driver (:mod:`parosim.simulate.step`) and the real-rank harness use it alike."""
-    rep = replay(plan, spec, algo, overlap_slowdown, trace=True,
-                 period_nodes=plan.layout(spec).symmetric_period(plan.cp))
+    rep = replay(plan, spec, algo, overlap_slowdown, trace=True)   # plan_period: the layout's
+    # symmetric period, or every node when a collective lowers to an NCCL tree
     phase = pipeline_phase(plan, [(r.lane, r.kind, r.start_s, r.end_s) for r in rep.records])
     if not trace:
         rep.records = []
