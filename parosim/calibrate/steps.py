@@ -36,7 +36,8 @@ column              required  meaning
 With ``tp`` or ``pp`` above 1 (or ``recompute = selective``: Megatron's attention-only
 recomputation) the row is simulated as a TP x PP x DP step (the 3D path of ``parosim
 simulate --tp/--pp``: the strategy shards over the data-parallel group, memory is not
-enforced, runtime ``ideal`` only).
+enforced; a ``runtime`` other than ``ideal`` as ``simulate --tp --runtime`` takes it: its
+boundary buckets and, for ``internlm``, the hybrid-ZeRO schedule with TP, pp = 1).
 
 What is fitted: the kernel compute model (:mod:`parosim.cost.kernels`) of the base cluster, scaled
 by one factor ``k`` applied to ``gemm_ceiling``, ``attention_efficiency``,
@@ -261,10 +262,6 @@ def _simulate_3d(run: StepRun, model, cluster, training, mode: str,
     from ..simulate.step import simulate_step
 
     where = f"--steps line {run.line}"
-    if run.runtime != "ideal":
-        raise InputError(f"{where}: runtime = {run.runtime!r} with tp/pp/selective "
-                         "recomputation; expected ideal (the 3D path models Megatron's "
-                         "schedule, not a framework runtime)")
     if overlap is not None and overlap != 1.0:
         cluster = replace(cluster, overlap_slowdown=overlap)
     try:
@@ -277,7 +274,8 @@ def _simulate_3d(run: StepRun, model, cluster, training, mode: str,
         t = replace(training, memory_model=None,
                     recompute={"on": True, "off": False, "selective": False}.get(
                         run.recompute))
-        r = simulate_step(model, cluster, run.strategy, t, run.algo, mode, parallel=par)
+        r = simulate_step(model, cluster, run.strategy, t, run.algo, mode, parallel=par,
+                          runtime=run.runtime)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
     return r.step_time_s

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..collectives.cost import program_time
 from ..collectives.types import Algo, Op, Scope
 from ..cost.compute import compute_seconds
+from ..errors import InputError
 from ..evaluate.analytic import overlapped_time
 from ..plan.builder import (
     LEVEL_SCOPE,
@@ -247,6 +248,10 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     exposed parameter gathers of the pipeline fill (:func:`param_fill_exposed`) are added.
     """
 
+    if plan.engine_only:
+        raise InputError(f"runtime {plan.runtime!r} with {plan.strategy.short} and --tp "
+                         f"{plan.tp}: {plan.engine_only}, which analytic mode cannot "
+                         "represent; expected --mode engine")
     m_plan = plan.accum_steps
     m = m_plan if m is None else m
     p, v = plan.pp, plan.virtual
@@ -614,8 +619,8 @@ def replay_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, overlap_slowdown: flo
     """Engine replay of a 3D plan on the layout's symmetric period: (the
     :class:`~parosim.evaluate.replay.ReplayResult`, its :class:`PipelinePhase`). The step
     driver (:mod:`parosim.simulate.step`) and the real-rank harness use it alike."""
-    rep = replay(plan, spec, algo, overlap_slowdown, trace=True,
-                 period_nodes=plan.layout(spec).symmetric_period(plan.cp))
+    rep = replay(plan, spec, algo, overlap_slowdown, trace=True)   # plan_period: the layout's
+    # symmetric period, or every node when a collective lowers to an NCCL tree
     phase = pipeline_phase(plan, [(r.lane, r.kind, r.start_s, r.end_s) for r in rep.records])
     if not trace:
         rep.records = []

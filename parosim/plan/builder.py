@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from ..collectives.lowering import with_chain_fill
 from ..collectives.types import Algo, Op, Scope
 from ..cost.decompose import Unit, chunk_units, model_units
 from ..cost.memory import resolve_recompute as _resolve_dp
@@ -163,13 +164,14 @@ class GroupOp(CollectiveOp):
         """The lowered :class:`~parosim.collectives.types.Program` (one collective)."""
         if self.group == "p2p":
             return lower_p2p(self.scopes, self.size_bytes)
-        return lower_group(spec, self.op, self.scope, self.size_bytes, self.algo or algo,
+        prog = lower_group(spec, self.op, self.scope, self.size_bytes, self.algo or algo,
                            self.scopes)
+        return with_chain_fill(spec, prog) if self.chain else prog
 
     @property
     def cache_key(self) -> tuple:
         return (self.group, self.stage, self.op, self.scope, self.size_bytes, self.algo,
-                self.scopes.label if isinstance(self.scopes, PairSet) else None)
+                self.scopes.label if isinstance(self.scopes, PairSet) else None, self.chain)
 
 
 def deps(ids) -> tuple[int, ...]:
@@ -229,9 +231,9 @@ class Builder:
                                           layer, mb, stream, deps(dep_ids),
                                           self.algo_for(op, scope, size, purpose),
                                           chain=chain))
-        if chain:
-            raise InputError("a broadcast chain is a data-parallel collective of the runtime "
-                             "Plan; expected no scopes")
+        if chain and group != "dp":
+            raise InputError("a broadcast chain is a data-parallel collective; expected "
+                             f"group 'dp', got {group!r}")
         k = 2 if group == "p2p" else scopes.size(scope)
         if k <= 1 or size <= 0 or count < 1:
             return None
@@ -240,7 +242,7 @@ class Builder:
         return self._add(GroupOp(len(self.ops), name, op, scope, float(size), purpose, layer,
                                  mb, stream, deps(dep_ids), algo,
                                  _stage_of(stream) if stage is None else stage, group,
-                                 count=count, scopes=scopes, pair=pair))
+                                 count=count, scopes=scopes, pair=pair, chain=chain))
 
     def _add(self, op: ComputeOp | CollectiveOp) -> int:
         self.ops.append(op)

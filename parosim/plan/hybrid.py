@@ -25,6 +25,11 @@ strategy whose gradients are not partitioned (``g = N``: NNN, NNI, NNG) as Inter
   (``overlap_sync_param``): a unit's forward waits for the calls of the owners of its
   tensors. The step is rotated to keep one step's ops: the previous step's broadcasts open
   it and the first micro-step's forward waits for them.
+
+With tensor parallelism (:func:`hybrid_3d`, the TP x DP Plan of :mod:`parosim.plan.threed`,
+pipeline size 1) the same schedule runs on one tensor-parallel rank's data-parallel group:
+the ZeRO group is a subset of it, every owner broadcasts the 1/tp slice it holds of its
+tensors, and the last backward's buckets all-reduce the rank's 1/tp gradients.
 """
 
 from __future__ import annotations
@@ -75,22 +80,38 @@ def owner_shards(model: ModelSpec, units, m: int) -> tuple[list[int], list[int]]
 
 
 def owner_param_sync(b, model: ModelSpec, units, strategy: Strategy, ratio: float,
-                     dep_ids, bytes_per_param: int) -> list[int | None] | None:
+                     dep_ids, bytes_per_param: int, *, tp: int = 1, stage: int | None = None,
+                     scopes=None) -> list[int | None] | None:
     """Emit the per-owner parameter sync of ``strategy`` (None when the strategy has no
-    boundary parameter sync); returns, for every unit, the call its forward waits for."""
+    boundary parameter sync); returns, for every unit, the call its forward waits for.
+
+    With tensor parallelism (``tp`` > 1, a TP x DP plan: ``stage`` and the stage's DP group
+    set ``scopes``) every rank holds 1/tp of each tensor and InternLM's ZeRO group is a
+    subset of its data-parallel group (the ranks of the same tensor-parallel rank): the
+    owners are the same tensors' holders, each broadcasting its 1/tp slice over that group."""
     rules = SYNC_PARAM.get((strategy.os, strategy.p), ())
     if not rules or strategy.p is not Level.N:
         return None
     (op, scope, _size), = rules
-    k = b.k[scope]
+    k = b.k[scope] if scopes is None else scopes.size(scope)
     sizes, last = owner_shards(model, units, k)
+    stream = COMM_PARAM if stage is None else f"{COMM_PARAM}/s{stage}"
+    kw = {} if scopes is None else {"stage": stage, "group": "dp", "scopes": scopes}
     ids: list[int | None] = []
     for i, e in enumerate(sizes):
         cid = b.collective(f"sync-param broadcast {scope.value} owner{i}", Op.ALL_GATHER, scope,
-                           bytes_per_param * e * ratio, "sync-param", None, None, COMM_PARAM,
-                           dep_ids, chain=i == 0)
+                           bytes_per_param * e * ratio / tp, "sync-param", None, None, stream,
+                           dep_ids, chain=i == 0, **kw)
         ids.append(cid)
     return [ids[j] for j in last]
+
+
+def hybrid_3d(strategy: Strategy, runtime) -> bool:
+    """True when a TP x DP plan runs ``runtime``'s hybrid-ZeRO schedule for ``strategy``:
+    gradients all-reduced over the data-parallel group in the last backward and the
+    parameters broadcast per owner beside the next forward (InternLM with ``tensor`` > 1)."""
+    return (strategy.g is Level.N and hybrid_grad_sync(strategy, runtime)
+            and runtime.param_sync_per_owner and runtime.param_sync_overlap_forward)
 
 
 def hybrid_grad_sync(strategy: Strategy, runtime) -> bool:
@@ -111,4 +132,5 @@ def engine_only_reason(strategy: Strategy, runtime) -> str:
     return ""
 
 
-__all__ = ["engine_only_reason", "hybrid_grad_sync", "owner_param_sync", "owner_shards"]
+__all__ = ["engine_only_reason", "hybrid_3d", "hybrid_grad_sync", "owner_param_sync",
+           "owner_shards"]

@@ -33,7 +33,7 @@ pairs), so the closed form and the engine agree as for the existing scopes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 from ..collectives.cost import program_time
@@ -212,6 +212,40 @@ def group_scopes(groups: tuple[tuple[int, ...], ...], m: int, label: str) -> Gro
                        RingSet(inter, f"{label}-inter"), m, ng)
 
 
+def group_channel_rings(groups: tuple[tuple[int, ...], ...], gpn: int,
+                        nics: int) -> tuple[tuple[int, ...], ...]:
+    """NCCL's channel rings of every group of a layout (the rule of
+    :func:`parosim.collectives.nccl.channel_rings` on the group's own GPUs): a group with q > 1
+    ranks on each of several nodes of several NICs gets q rings, ring c entering a node at the
+    group's c-th local GPU and leaving at its (c + q/2)-th (swapped on every other node), so
+    each communicator spreads its channels over the node's NICs as NCCL does for any
+    communicator; otherwise the group itself (one ring in rank order).
+
+    >>> group_channel_rings(((0, 2, 4, 6),), 4, 2)
+    ((0, 2, 6, 4), (2, 0, 4, 6))
+    >>> group_channel_rings(((0, 4),), 4, 2)
+    ((0, 4),)
+    """
+    out = []
+    for g in groups:
+        nodes: dict[int, list[int]] = {}
+        for r in g:
+            nodes.setdefault(r // gpn, []).append(r)
+        q = len(g) // len(nodes)
+        if nics <= 1 or len(nodes) < 2 or q < 2 or any(len(v) != q for v in nodes.values()):
+            out.append(g)
+            continue
+        for c in range(q):
+            a, z = c, (c + q // 2) % q
+            ring: list[int] = []
+            for pos, rs in enumerate(nodes.values()):
+                enter, leave = (a, z) if pos % 2 == 0 else (z, a)
+                mid = [(enter + j) % q for j in range(1, q)]
+                ring += [rs[i] for i in [enter] + [x for x in mid if x != leave] + [leave]]
+            out.append(tuple(ring))
+    return tuple(out)
+
+
 class Layout:
     """Rank <-> (tp, dp, pp) coordinates of a job on a cluster, and its groups.
 
@@ -311,8 +345,15 @@ class Layout:
             return {0: GroupScopes(scope_rings(c, Scope.GLOBAL), scope_rings(c, Scope.INTRA),
                                    scope_rings(c, Scope.INTER), c.group_size, c.groups,
                                    native=True)}
-        return {k: group_scopes(self.dp_groups(k), self.m_dp, f"dp s{k}")
-                for k in range(self.p)}
+        c = self.cluster
+        out = {}
+        for k in range(self.p):
+            gs = group_scopes(self.dp_groups(k), self.m_dp, f"dp s{k}")
+            rings = group_channel_rings(self.dp_groups(k), c.gpus_per_node, c.nic.per_node)
+            if len(rings) != len(gs.glob.rings):    # NCCL's channels over the NICs
+                gs = replace(gs, glob=RingSet(rings, gs.glob.label))
+            out[k] = gs
+        return out
 
     def dp_scopes(self, stage: int) -> GroupScopes:
         return self._dp_scopes[stage]
@@ -439,6 +480,7 @@ def _nccl_group(spec: ClusterSpec, op: Op, scope: Scope, size: float, gs: GroupS
         if len(nodes) < 2 or len(ring) != len(nodes) * len(local):
             return best
         parts.append((tuple(nodes), local))
+    parts = list(dict.fromkeys(parts))   # a group's channel rings: one tree per group
     ph = tree_phase(spec, scope.value, size, None, tuple(parts))
     tree = Program(op, scope, Algo.NCCL, size, ph.ringset.size, (ph,), choice="tree")
     return tree if program_time(spec, tree) < program_time(spec, best) * (1 - 1e-12) else best

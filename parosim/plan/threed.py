@@ -69,6 +69,7 @@ from ..spec.training import (
     TrainingSpec,
 )
 from .builder import (
+    COMM_GRAD,
     LEVEL_SCOPE,
     SYNC_GRAD,
     SYNC_PARAM,
@@ -80,6 +81,7 @@ from .builder import (
     chunk_units,
     resolve_recompute,
 )
+from .hybrid import hybrid_3d, owner_param_sync
 from .layout import (
     Layout,
     PairSet,
@@ -247,6 +249,30 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
     gathers: dict[tuple[int, int], int | None] = {}
     gchain: dict[tuple[int, int], tuple] = {}
     pchain: dict[tuple[int, int], tuple] = {}
+    # InternLM's hybrid ZeRO with TP (pp = 1, plan.hybrid): the previous step's per-owner
+    # broadcasts open the step (the first forward waits per unit), the gradients of the last
+    # backward are all-reduced over the DP group in the runtime's buckets
+    hyb = not rt.is_ideal and hybrid_3d(strategy, rt)
+    waits = (owner_param_sync(b, model, units[0], strategy, r, [], BYTES_PER_PARAM, tp=t,
+                              stage=0, scopes=lay.dp_scopes(0)) if hyb else None)
+    cap = BYTES_PER_GRAD * rt.grad_bucket_elements if hyb and rt.grad_bucket_elements else None
+    bucket = [0.0, 0]      # hybrid: gradient bytes waiting in the open bucket, buckets issued
+
+    def hybrid_reduce(k: int, u, cid: int) -> None:
+        """The last backward's bucketed all-reduce once unit u's gradients are final."""
+        bucket[0] += BYTES_PER_GRAD * u.params * r / t
+        sizes = []
+        while cap is not None and bucket[0] >= cap:
+            sizes.append(cap)
+            bucket[0] -= cap
+        if (cap is None or u.kind == "embed") and bucket[0] > 0:   # end of backward: flush
+            sizes.append(bucket[0])
+            bucket[0] = 0.0
+        for size in sizes:
+            b.collective(f"ar-grad bucket{bucket[1]}", Op.ALL_REDUCE, Scope.GLOBAL, size,
+                         "grad-reduce", None, m - 1, f"{COMM_GRAD}/s{k}", [cid], stage=k,
+                         group="dp", scopes=lay.dp_scopes(k))
+            bucket[1] += 1
 
     def secs(f: float, kinds=(), phase: str = "fwd") -> float:
         """Flat: FLOPs at the efficiency; kernel: the kernel times of these unit kinds."""
@@ -419,7 +445,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         cs = f"compute/s{k}"
         if dpo and psync and mb == 0:
             forward_buckets(k, vs, mb, dep0)
-        elif coalesce:
+        elif coalesce and not (waits is not None and mb == 0):
             f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
             nl = sum(u.kind == "layer" for u in us)
             f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind for u in us]))
@@ -435,8 +461,9 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 kind = {"layer": "fwd", "head": "head-fwd", "embed": "embed-fwd"}[u.kind]
                 nl = int(u.kind == "layer")
                 f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind]))
+                w = waits[j] if waits is not None and mb == 0 else None
                 b.compute(f"fwd {u.label} mb{mb}", kind, None, mb, f_r, s_r,
-                          [g, dep0 if j == 0 else None], cs)
+                          [g, dep0 if j == 0 else None, w], cs)
                 overlap_ops(k, "fwd", mb, u.label, nl, kind)
                 cp_ops(k, "fwd", mb, u.label, nl, kind)
                 done[k].append(b.last[cs])
@@ -464,7 +491,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         cs = f"compute/s{k}"
         if dpo and mb == m - 1:
             backward_buckets(k, vs, mb, dep0)
-        elif coalesce:
+        elif coalesce and not (hyb and mb == m - 1):
             first = [dep0]
             nl = sum(u.kind == "layer" for u in us)
             if rc_flops:
@@ -512,6 +539,8 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                 cid = b.last[cs]
                 done[k].append(cid)
                 tp_ops(k, [u.kind], "bwd", mb, u.label)
+                if hyb and mb == m - 1:
+                    hybrid_reduce(k, u, cid)
                 if strategy.g is not Level.N:
                     b.collective(f"rs-grad {u.label} mb{mb}", Op.REDUCE_SCATTER,
                            LEVEL_SCOPE[strategy.g], BYTES_PER_GRAD * u.params * r / t,
@@ -555,6 +584,8 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                   virtual=v, sequence_parallel=sp, cp=par.cp,
                   selective_recompute=par.selective_recompute, tp_comm_overlap=ovl,
                   hardware_flops_per_gpu=hw, runtime=rt.name,
+                  engine_only="the gradients are reduced in the last micro-step only" if hyb
+                  else "",
                   stage_params=tuple(sparams), dp_grad_chains=gch, dp_param_chains=pch)
 
 
@@ -623,10 +654,10 @@ def check_runtime_3d(rt, strategy: Strategy, par: ParallelSpec) -> None:
     hybrid = [f for f in ("grad_sync_all_reduce", "grad_sync_last_backward",
                           "param_sync_per_owner", "param_sync_overlap_forward")
               if getattr(rt, f)]
-    if hybrid:
+    if hybrid and (par.pp > 1 or not hybrid_3d(strategy, rt)):
         raise InputError(f"--runtime {rt.name}'s hybrid-ZeRO schedule ({', '.join(hybrid)}) "
-                         "is modelled without --tp / --pp / --cp only; expected --tp 1 --pp 1 "
-                         "--cp 1 or another runtime")
+                         "is modelled with --tp only (all four fields on, no pipeline); "
+                         f"got --pp {par.pp}; expected --pp 1 or another runtime")
 
 
 def training_for_runtime_3d(training: TrainingSpec, rt) -> TrainingSpec:

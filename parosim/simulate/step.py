@@ -410,8 +410,9 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
         ph = _rank_phase(plan, res.last_rank_step, n)
     else:
 
-        period = plan.layout(cluster).symmetric_period(plan.cp)
-        rep = replay(plan, cluster, algo, slow, trace=True, period_nodes=period,
+        # the layout's symmetric period, or every node when a collective lowers to an NCCL
+        # tree (not translation-invariant): replay's plan_period
+        rep = replay(plan, cluster, algo, slow, trace=True,
                      record_links=record_links)
         step, recs = rep.step_time_s, rep.records
         b_intra = rep.gpu_egress.get("intra", 0.0) / n

@@ -17,8 +17,8 @@ Five profiles ship with parosim (docs/runtimes.md has the full reference):
 * ``paro``: the PaRO paper's DeepSpeed fork (sequential PaRO-CC for large list-API
   collectives only).
 * ``internlm``: InternLM's hybrid ZeRO (NNN / NNI / NNG: gradients all-reduced in the last
-  backward, one parameter broadcast per shard owner beside the next forward;
-  :mod:`parosim.plan.hybrid`).
+  backward, one parameter broadcast per shard owner beside the next forward; with ``--tp``
+  too, pipeline size 1; :mod:`parosim.plan.hybrid`).
 
 >>> r = RuntimeSpec(name="x", stages=(("NGG", "ZeRO-2"),))
 >>> r.label("NGG"), r.supports("NIG")
