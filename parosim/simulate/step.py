@@ -452,6 +452,12 @@ def _rank_phase(plan, last, n: int):
     return pipeline_phase(plan, spans, comp, busy)
 
 
+#: per (cluster, algorithm, chunks): each collective's (bytes sent, cross-node fraction,
+#: share) per phase, as :func:`_bytes_3d` derives them from its lowered program (``advise``
+#: costs hundreds of plans whose collectives repeat)
+_BYTES_TERMS: dict = {}
+
+
 def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
               chunks: bool = False) -> tuple[float, float]:
     """Bytes one GPU sends per step over intra-node and inter-node hops (average over GPUs),
@@ -462,13 +468,16 @@ def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
     wire efficiency): the engine subtracts them from its link bytes."""
     intra = inter = 0.0
     gpn, n = spec.gpus_per_node, spec.gpus
-    progs: dict = {}
+    if len(_BYTES_TERMS) > 100_000:
+        _BYTES_TERMS.clear()
+    progs = _BYTES_TERMS.setdefault((spec, algo, chunks), {})   # one hash of the cluster
     for op in plan.ops:
         if not isinstance(op, CollectiveOp) or (op.purpose == "tp-chunk") != chunks:
             continue
-        terms = progs.get(op.cache_key)
+        key = (op.group, op.op, op.scope, op.size_bytes, op.algo, getattr(op, "scopes", None))
+        terms = progs.get(key)
         if terms is None:  # (bytes sent, cross-node fraction, share) per phase, once per program
-            terms = progs[op.cache_key] = []
+            terms = progs[key] = []
             for ph in op.lower(spec, algo).phases:
                 rings = ph.ringset.rings
                 senders = (len(rings) if isinstance(ph.ringset, PairSet)
