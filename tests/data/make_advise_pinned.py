@@ -1,0 +1,39 @@
+"""Regenerate advise_pinned.json (run from the repository root).
+
+The file pins ``advise``'s whole result (counts, ranked candidates, every costed point, the
+Pareto front) on two small searches. It was first written on main @7a746f6, before
+``advise``'s costing caches (per-stage sums of the closed form by the knobs each depends on,
+collective byte terms across plans), which reproduce it bit for bit. Regenerate it only when
+the model (collective, compute or memory costs, the search space) changes on purpose.
+"""
+
+import json
+from pathlib import Path
+
+from parosim.io import load_cluster
+from parosim.io.model import load_model
+from parosim.studies.advise import advise
+
+CASES = {
+    "llama-7b dgx-h100-ib 2 nodes, engine replays": dict(
+        model="llama-7b", cluster="dgx-h100-ib", nodes=2, global_batch=64, seq_len=2048,
+        max_micro_batch=4, engine_top=None),
+    "llama-13b dgx-h100-ib 8 nodes, closed form only": dict(
+        model="llama-13b", cluster="dgx-h100-ib", nodes=8, global_batch=256, seq_len=4096,
+        max_micro_batch=8, engine_top=0),
+}
+
+
+def run(c: dict) -> dict:
+    """One case's result as JSON has it (``wall_s`` left out)."""
+    r = advise(load_model(c["model"]), load_cluster(c["cluster"], c["nodes"]),
+               c["global_batch"], c["seq_len"], engine_top=c["engine_top"],
+               max_micro_batch=c["max_micro_batch"])
+    r.pop("wall_s")
+    return json.loads(json.dumps(r))
+
+
+if __name__ == "__main__":
+    out = {name: {"args": c, "result": run(c)} for name, c in CASES.items()}
+    (Path(__file__).parent / "advise_pinned.json").write_text(
+        json.dumps(out, sort_keys=True, separators=(",", ":")))
