@@ -269,8 +269,11 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     opt = [0.0] * p
     dpo = bool(plan.dp_grad_chains)
     own: dict[int, float] = {}    # DP communication overlap: each op's busy time / its time
+    stage_of: dict[str, int] = {}   # stream -> its stage (parsed once per stream)
     for op in plan.ops:
-        k = int(op.stream.rsplit("/s", 1)[1])
+        k = stage_of.get(op.stream)
+        if k is None:
+            k = stage_of[op.stream] = int(op.stream.rsplit("/s", 1)[1])
         if isinstance(op, ComputeOp):
             if op.micro_step is None:
                 bound[k] += op.duration_s

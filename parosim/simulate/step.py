@@ -145,25 +145,36 @@ def cross_node_fraction(ringset: RingSet, gpus_per_node: int) -> float:
     return sum(1 for a, b in hops if a // gpus_per_node != b // gpus_per_node) / len(hops)
 
 
+#: each collective's byte terms per phase, as :func:`_analytic_bytes` (key (cluster, "dp"))
+#: and :func:`_bytes_3d` (key (cluster, algorithm, chunks)) derive them from its lowered
+#: program, once per program (``advise`` costs hundreds of plans whose collectives repeat)
+_BYTES_TERMS: dict = {}
+
+
 def _analytic_bytes(plan: Plan, spec: ClusterSpec, algo: Algo,
                     repeat: int = 1) -> tuple[float, float]:
     """Bytes one GPU sends per step over intra-node and inter-node hops (average), from the
     lowered programs: a phase's per-rank bytes split by its share of node-crossing hops."""
     intra = inter = 0.0
-    progs: dict = {}
+    if len(_BYTES_TERMS) > 64:
+        _BYTES_TERMS.clear()
+    progs = _BYTES_TERMS.setdefault((spec, "dp"), {})   # one hash of the cluster
+    if len(progs) > 100_000:
+        progs.clear()
     for op in plan.ops:
         if not isinstance(op, CollectiveOp):
             continue
         a = op.algo or algo
         key = (op.op, op.scope, op.size_bytes, a)
-        prog = progs.get(key)
-        if prog is None:
-            prog = progs[key] = lower(spec, op.op, op.scope, op.size_bytes, a)
+        terms = progs.get(key)
+        if terms is None:   # (bytes per rank, cross-node fraction) per phase, once per program
+            terms = progs[key] = [
+                (ph.bytes_per_rank, cross_node_fraction(ph.ringset, spec.gpus_per_node))
+                for ph in lower(spec, op.op, op.scope, op.size_bytes, a).phases]
         times = 1 if op.micro_step is None else repeat
-        for ph in prog.phases:
-            f = cross_node_fraction(ph.ringset, spec.gpus_per_node)
-            inter += times * ph.bytes_per_rank * f
-            intra += times * ph.bytes_per_rank * (1 - f)
+        for b, f in terms:
+            inter += times * b * f
+            intra += times * b * (1 - f)
     return intra, inter
 
 
@@ -452,12 +463,6 @@ def _rank_phase(plan, last, n: int):
     return pipeline_phase(plan, spans, comp, busy)
 
 
-#: per (cluster, algorithm, chunks): each collective's (bytes sent, cross-node fraction,
-#: share) per phase, as :func:`_bytes_3d` derives them from its lowered program (``advise``
-#: costs hundreds of plans whose collectives repeat)
-_BYTES_TERMS: dict = {}
-
-
 def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
               chunks: bool = False) -> tuple[float, float]:
     """Bytes one GPU sends per step over intra-node and inter-node hops (average over GPUs),
@@ -468,9 +473,11 @@ def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
     wire efficiency): the engine subtracts them from its link bytes."""
     intra = inter = 0.0
     gpn, n = spec.gpus_per_node, spec.gpus
-    if len(_BYTES_TERMS) > 100_000:
+    if len(_BYTES_TERMS) > 64:
         _BYTES_TERMS.clear()
     progs = _BYTES_TERMS.setdefault((spec, algo, chunks), {})   # one hash of the cluster
+    if len(progs) > 100_000:
+        progs.clear()
     for op in plan.ops:
         if not isinstance(op, CollectiveOp) or (op.purpose == "tp-chunk") != chunks:
             continue
