@@ -36,3 +36,31 @@ def test_advise_reproduces_the_pinned_search(name):
         assert {k: got[k] for k in COUNTS} == {k: want[k] for k in COUNTS}
         assert len(want["points"]) == want["evaluated"] > 100   # a real search was pinned
     assert got == want   # every figure, point and front entry, bit for bit
+
+
+def test_the_peak_stage_shortcut_equals_every_stage():
+    """memory_3d builds only stages 0, 1 and p - 1 when the middle stages hold the same
+    parameters: the breakdown is the first largest of every stage's (stage_memory_3d)."""
+    import itertools
+
+    from parosim.io import load_cluster
+    from parosim.plan.layout import ParallelSpec
+    from parosim.plan.memory3d import memory_3d, stage_memory_3d
+    from parosim.spec.model import ModelSpec
+    from parosim.spec.training import TrainingSpec
+
+    m = ModelSpec("small", layers=32, hidden=1024, ffn_hidden=2816, heads=8, vocab=32000)
+    c = load_cluster("dgx-h100-ib", 4)
+    checked = 0
+    for pp, sched, m_acc, rc, prec, strat in itertools.product(
+            (4, 8, 16), ("1f1b", "interleaved"), (1, 32), (False, True),
+            ("bf16", "fp8"), ("IIG", "GGG")):
+        if sched == "interleaved" and (32 % (2 * pp) or m_acc % pp):
+            continue
+        par = ParallelSpec(tp=2, pp=pp, schedule=sched)
+        tr = TrainingSpec(micro_batch=2, accum_steps=m_acc, seq_len=2048, recompute=rc,
+                          precision=prec)
+        every = stage_memory_3d(m, strat, c, tr, par)
+        assert memory_3d(m, strat, c, tr, par) == max(every, key=lambda b: b.total_bytes)
+        checked += 1
+    assert checked > 40
