@@ -138,6 +138,7 @@ def resolve_recompute_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterS
     return not _memory(model, strategy, cluster, training, par, False).fits
 
 
+@lru_cache(maxsize=4096)   # advise asks for the same (training, layout) for every strategy
 def layer_activation_bytes_3d(model: ModelSpec, training: TrainingSpec, tp: int, sp: bool,
                               selective: bool) -> float:
     """Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022, Table 2):
