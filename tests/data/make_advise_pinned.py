@@ -1,9 +1,10 @@
 """Regenerate advise_pinned.json (run from the repository root).
 
 The file pins ``advise``'s whole result (counts, ranked candidates, every costed point, the
-Pareto front) on two small dense searches and one small mixture-of-experts search. It was first written on main @7a746f6, before
-``advise``'s costing caches (per-stage sums of the closed form by the knobs each depends on,
-collective byte terms across plans), which reproduce it bit for bit. Regenerate it only when
+Pareto front) on two small dense searches and one small mixture-of-experts search. It was
+first written on main @7a746f6, before ``advise``'s costing caches (per-stage sums of the
+closed form by the knobs each depends on, collective byte terms across plans, memoised
+FLOPs and memory terms), which reproduce it bit for bit. Regenerate it only when
 the model (collective, compute or memory costs, the search space) changes on purpose.
 """
 
