@@ -197,7 +197,7 @@ _TIMES: dict = {}   # closed-form time per (cluster, algo, collective, group set
 
 
 _SUMMARY_TIMES: dict = {}
-_MAX_PARTS = 200_000   # summary_3d's cached per-stage sums (a few floats per stage each)
+_MAX_PARTS = 10_000   # summary_3d's cached per-stage sums (p floats each; 70B on 1,024 GPUs: 3,000)
 
 
 @dataclass(frozen=True)
