@@ -64,3 +64,36 @@ def test_the_peak_stage_shortcut_equals_every_stage():
         assert memory_3d(m, strat, c, tr, par) == max(every, key=lambda b: b.total_bytes)
         checked += 1
     assert checked > 40
+
+
+def test_an_equal_plan_reuses_the_engine_figures_exactly(monkeypatch):
+    """Eager and flash attention under selective recomputation build the same 3D plan: the
+    second step reuses the first's engine figures, equal to a fresh replay's."""
+    from parosim.evaluate import replay as engine
+    from parosim.io import load_cluster
+    from parosim.io.model import load_model
+    from parosim.plan.layout import ParallelSpec
+    from parosim.simulate import step as st
+    from parosim.spec.training import TrainingSpec
+
+    m, c = load_model("llama-13b"), load_cluster("dgx-h100-ib", 2)
+    par = ParallelSpec(tp=2, pp=2, schedule="interleaved", selective_recompute=True)
+
+    def run(att):
+        tr = TrainingSpec(seq_len=2048, micro_batch=1, accum_steps=4, attention=att,
+                          precision="bf16", recompute=False)
+        r = st.simulate_step(m, c, "IGG", tr, "hierarchical", "engine", parallel=par)
+        return (r.step_time_s, r.events, r.exposed_comm_s, r.compute_s, r.tokens_per_s,
+                r.tflops_per_gpu, r.bytes_intra, r.bytes_inter, r.parallel["bubble_fraction"])
+
+    fresh = {}
+    for att in ("eager", "flash"):   # each replayed on its own
+        monkeypatch.setattr(st, "_REPLAYED", {})
+        fresh[att] = run(att)
+    assert fresh["eager"] == fresh["flash"] and fresh["eager"][0] > 0
+    calls = []
+    real = st.replay
+    monkeypatch.setattr(st, "replay", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(st, "_REPLAYED", {})
+    assert run("eager") == fresh["eager"] and run("flash") == fresh["flash"]
+    assert len(calls) == 1 and engine.replay is real   # the second step was not replayed
