@@ -145,8 +145,9 @@ def cross_node_fraction(ringset: RingSet, gpus_per_node: int) -> float:
     return sum(1 for a, b in hops if a // gpus_per_node != b // gpus_per_node) / len(hops)
 
 
-#: engine figures of the last replayed 3D plans: (plan, cluster, algorithm, slowdown,
-#: period) -> (step s, intra bytes, inter bytes, events, pipeline phase)
+#: engine figures of the last replayed 3D plans: (plan, cluster, algorithm, slowdown) ->
+#: (step s, intra bytes, inter bytes, events, pipeline phase); the symmetry period the
+#: replay folds on is a function of the plan and the cluster
 _REPLAYED: dict = {}
 
 #: each collective's byte terms per phase, as :func:`_analytic_bytes` (key (cluster, "dp"))
@@ -428,7 +429,7 @@ def _run_3d(res, model, cluster, strategy, training, par, algo, mode, trace, rt,
         # the engine is deterministic: an equal plan on the same cluster, algorithm and
         # slowdown replays to the same figures (advise meets such plans: e.g. eager and
         # flash attention under selective recomputation), so its figures are reused
-        key = None if trace or record_links else (plan, cluster, algo, slow, period)
+        key = None if trace or record_links else (plan, cluster, algo, slow)
         seen = _REPLAYED.get(key) if key is not None else None
         if seen is not None:
             step, b_intra, b_inter, res.events, ph = seen
@@ -498,7 +499,8 @@ def _bytes_3d(plan, spec: ClusterSpec, algo: Algo, scale: float,
     for op in plan.ops:
         if not isinstance(op, CollectiveOp) or (op.purpose == "tp-chunk") != chunks:
             continue
-        key = (op.group, op.op, op.scope, op.size_bytes, op.algo, getattr(op, "scopes", None))
+        key = (op.group, op.op, op.scope, op.size_bytes, op.algo, getattr(op, "scopes", None),
+               op.chain)
         terms = progs.get(key)
         if terms is None:  # (bytes sent, cross-node fraction, share) per phase, once per program
             terms = progs[key] = []
