@@ -5,6 +5,8 @@ planner (:mod:`parosim.plan.runtime` builds the schedule these terms describe).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..spec.model import ModelSpec
 from ..spec.runtime import RuntimeSpec
 from ..spec.strategy import Level, Strategy
@@ -46,6 +48,7 @@ def unit_tensor_sizes(model: ModelSpec, kind: str) -> list[int]:
     return sizes + ([rest] if rest > 0 else [])
 
 
+@lru_cache(maxsize=1024)   # integers: cached per (model, unit kind, threshold) for advise
 def persistent_params(model: ModelSpec, kind: str, threshold: int) -> int:
     """Parameters of a unit that stay replicated: tensors with fewer than ``threshold``
     elements (DeepSpeed ``stage3_param_persistence_threshold``)."""
@@ -54,6 +57,7 @@ def persistent_params(model: ModelSpec, kind: str, threshold: int) -> int:
     return sum(s for s in unit_tensor_sizes(model, kind) if s < threshold)
 
 
+@lru_cache(maxsize=256)
 def model_persistent_params(model: ModelSpec, threshold: int) -> int:
     """All replicated (persistent) parameters of the model.
 

@@ -198,6 +198,7 @@ _TIMES: dict = {}   # closed-form time per (cluster, algo, collective, group set
 
 
 _SUMMARY_TIMES: dict = {}
+_MAX_PARTS = 10_000   # summary_3d's cached per-stage sums (p floats each; 70B on 1,024 GPUs: 3,000)
 
 
 @dataclass(frozen=True)
@@ -273,8 +274,11 @@ def evaluate_3d(plan: Plan3D, spec: ClusterSpec, algo: Algo, m: int | None = Non
     opt = [0.0] * p
     dpo = bool(plan.dp_grad_chains)
     own: dict[int, float] = {}    # DP communication overlap: each op's busy time / its time
+    stage_of: dict[str, int] = {}   # stream -> its stage (parsed once per stream)
     for op in plan.ops:
-        k = int(op.stream.rsplit("/s", 1)[1])
+        k = stage_of.get(op.stream)
+        if k is None:
+            k = stage_of[op.stream] = int(op.stream.rsplit("/s", 1)[1])
         if isinstance(op, ComputeOp):
             if op.micro_step is None:
                 bound[k] += op.duration_s
@@ -330,7 +334,7 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     with it."""
 
     check_cp(cluster, training, par)
-    training = cp_local(training, par)   # one CP rank: s/cp tokens
+    given, training = training, cp_local(training, par)   # one CP rank: s/cp tokens
     lay = layout_for(cluster, par.tp, par.pp)
     p, t, v, sp = par.pp, par.tp, par.virtual, par.sequence_parallel
     r = training.trainable_ratio
@@ -342,6 +346,18 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     if len(_SUMMARY_TIMES) > 64:
         _SUMMARY_TIMES.clear()
     cache = _SUMMARY_TIMES.setdefault((cluster, algo), {})   # one hash of the cluster
+    # per-stage sums that depend on a subset of the knobs, computed once per subset (the
+    # same sums, term by term, as computed here on a miss): the compute stream's (busy,
+    # compute, p2p) sums, the micro-step DP sums, the accumulation boundary (docs/performance.md)
+    parts = _SUMMARY_TIMES.setdefault("parts", {})
+    if len(parts) > _MAX_PARTS:
+        parts.clear()
+    dpo = par.dp_comm_overlap
+    skey = ("stage", model, cluster, given, par, recompute, overlap_slowdown)
+    dkey = ("dp", model, cluster, algo, p, t, v, strategy.p, strategy.g, r)
+    bkey = ("bound", model, cluster, algo, p, t, v, strategy, r, training.precision,
+            training.compute_model)
+    stage, dps, bnd = parts.get(skey), parts.get(dkey), None if dpo else parts.get(bkey)
 
     def coll(group, op, scope, size, gs, own=None) -> float:
         if group == "p2p":
@@ -383,10 +399,11 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     bound = [0.0] * p
     opt = [0.0] * p
     msg = tp_size / t
-    rcf = recompute_flops(model, training, recompute, par.selective_recompute)
-    flops = {(kind, ph): unit_flops(model, training, kind, ph)
-             for kind in ("embed", "layer", "head") for ph in ("fwd", "bwd")}
-    ks = unit_seconds(model, cluster, training, par, recompute)   # None: flat model
+    if stage is None or dpo:
+        rcf = recompute_flops(model, training, recompute, par.selective_recompute)
+        flops = {(kind, ph): unit_flops(model, training, kind, ph)
+                 for kind in ("embed", "layer", "head") for ph in ("fwd", "bwd")}
+        ks = unit_seconds(model, cluster, training, par, recompute)   # None: flat model
 
     def cp_time(k: int, phase: str) -> tuple[float, float]:
         """Context parallelism, one layer pass: (compute added, busy time added): the
@@ -404,13 +421,22 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             a = cp_attention_step(model, cluster, training, par, ks)[1]
             c, x = c - a, x - a
         return c, x
-    for vs, us in enumerate(units):
+    for vs, us in enumerate(units if stage is None or dps is None else ()):
         k = vs % p
         gs = lay.dp_scopes(k)
         kinds: dict[tuple[str, int], int] = {}
         for u in us:   # the layers of a chunk are identical: cost each kind once
             kinds[(u.kind, u.params)] = kinds.get((u.kind, u.params), 0) + 1
         for (kind, params), n in kinds.items():
+            if dps is None:
+                if strategy.p is not Level.N:
+                    dp[k] += n * 2 * coll("dp", Op.ALL_GATHER, LEVEL_SCOPE[strategy.p],
+                                          BYTES_PER_PARAM * params / t, gs)
+                if strategy.g is not Level.N:
+                    dp[k] += n * coll("dp", Op.REDUCE_SCATTER, LEVEL_SCOPE[strategy.g],
+                                      BYTES_PER_GRAD * params * r / t, gs)
+            if stage is not None:
+                continue
             if ks is not None:
                 secs = ks[(kind, "fwd")] + ks[(kind, "bwd")]
                 if kind == "layer" and rcf:
@@ -429,12 +455,8 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
                     c, x = cp_time(k, ph)
                     comp[k] += n * c
                     busy[k] += n * x
-            if strategy.p is not Level.N:
-                dp[k] += n * 2 * coll("dp", Op.ALL_GATHER, LEVEL_SCOPE[strategy.p],
-                                      BYTES_PER_PARAM * params / t, gs)
-            if strategy.g is not Level.N:
-                dp[k] += n * coll("dp", Op.REDUCE_SCATTER, LEVEL_SCOPE[strategy.g],
-                                  BYTES_PER_GRAD * params * r / t, gs)
+        if stage is not None:
+            continue
         if vs < last_vs:
             nxt = (vs + 1) % p
             p2p[k] += coll("p2p", Op.ALL_GATHER, Scope.GLOBAL, msg, lay.pairs(k, nxt))
@@ -447,10 +469,14 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             if not sp and t > 1:
                 p2p[k] += coll("tp", Op.ALL_GATHER, Scope.GLOBAL, tp_size,
                                lay.tp_scopes(prv), tp_algo)
-    sparams = stage_params(model, par)
-    fp8p = stage_fp8_params(model, par)
-    dpo = par.dp_comm_overlap
-    for k in range(p):
+    if stage is None:
+        stage = parts[skey] = (tuple(busy), tuple(comp), tuple(p2p))
+    if dps is None:
+        dps = parts[dkey] = tuple(dp)
+    busy, comp, p2p, dp = list(stage[0]), list(stage[1]), list(stage[2]), list(dps)
+    sparams = stage_params(model, par) if bnd is None else ()
+    fp8p = stage_fp8_params(model, par) if bnd is None else ()
+    for k in range(p if bnd is None else 0):
         gs = lay.dp_scopes(k)
         full = BYTES_PER_GRAD * sparams[k] * r
         sizes = {"full": full, "shard": full / lay.m_dp}
@@ -461,6 +487,10 @@ def summary_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         bound[k] += opt[k]
         for op, scope, size in () if dpo else SYNC_PARAM.get((strategy.os, strategy.p), ()):
             bound[k] += coll("dp", op, scope, sizes[size], gs)
+    if bnd is None and not dpo:
+        bnd = parts[bkey] = (tuple(bound), tuple(opt))
+    if bnd is not None:
+        bound, opt = list(bnd[0]), list(bnd[1])
     if not dpo:
         return _combine(busy, comp, dp, p2p, bound, opt, 1, training.accum_steps, p, v,
                         f=overlap_slowdown)

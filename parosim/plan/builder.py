@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..collectives.lowering import with_chain_fill
 from ..collectives.types import Algo, Op, Scope
@@ -176,9 +177,12 @@ class GroupOp(CollectiveOp):
 
 def deps(ids) -> tuple[int, ...]:
     """Sorted unique op ids, None dropped."""
+    if type(ids) is list and len(ids) < 2:   # the common case (plans of thousands of ops)
+        return () if not ids or ids[0] is None else (ids[0],)
     return tuple(sorted({d for d in ids if d is not None}))
 
 
+@lru_cache(maxsize=4096)
 def _stage_of(stream: str) -> int:
     """``compute/s3`` -> 3; a data-parallel stream (no stage suffix) -> 0."""
     head, sep, tail = stream.rpartition("/s")

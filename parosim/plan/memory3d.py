@@ -138,6 +138,7 @@ def resolve_recompute_3d(model: ModelSpec, strategy: Strategy, cluster: ClusterS
     return not _memory(model, strategy, cluster, training, par, False).fits
 
 
+@lru_cache(maxsize=4096)   # advise asks for the same (training, layout) for every strategy
 def layer_activation_bytes_3d(model: ModelSpec, training: TrainingSpec, tp: int, sp: bool,
                               selective: bool) -> float:
     """Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022, Table 2):
@@ -200,7 +201,7 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     fp8p = stage_fp8_params(model, par)
     sums, biggests = _stage_sums(model, par)
     d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)   # the same for every stage
-    for k in range(par.pp):
+    for k in (_peak_candidates(par.pp, sums, biggests, fp8p) if only_peak else range(par.pp)):
         psi = sums[k] / t
         states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
         cache = fp8_weight_cache_bytes(model, training, fp8p[k], d_p,
@@ -237,6 +238,18 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute,
         fp8_weight_cache_bytes=cache)
         for states, acts, bufs, margin, total, psi, fp8_w, cache in figures]
+
+
+def _peak_candidates(p: int, sums, biggests, fp8p) -> range | tuple[int, ...]:
+    """The stages that can hold the first largest total: 0, 1 and p - 1 when the middle
+    stages 1..p-2 hold the same parameters (then their totals differ only by the
+    activations in flight, which do not grow with the stage index (:func:`in_flight`), and
+    IEEE rounding is monotone: stage 1's total is the first largest of them); else every
+    stage."""
+    if p <= 3 or not (sums[1:-1].count(sums[1]) == biggests[1:-1].count(biggests[1])
+                      == fp8p[1:-1].count(fp8p[1]) == p - 2):
+        return range(p)
+    return (0, 1, p - 1)
 
 
 @lru_cache(maxsize=1024)

@@ -280,13 +280,32 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             return compute_seconds(f, cluster, training)
         return sum(ks[(kd, phase)] for kd in kinds)
 
+    tp_counts: dict[tuple, dict[Op, int]] = {}   # per (unit kinds, phase): the same each time
+    unit_f: dict[tuple, float] = {}   # FLOPs per (unit kind, phase) and per (chunk, phase)
+
+    def uflops(kind: str, phase: str) -> float:
+        """unit_flops of one unit (the layers are identical: computed once)."""
+        f = unit_f.get((kind, phase))
+        if f is None:
+            f = unit_f[(kind, phase)] = unit_flops(model, training, kind, phase)
+        return f
+
+    def chunk_flops(vs: int, phase: str) -> float:
+        """FLOPs of chunk ``vs``'s units, summed in unit order, once per chunk."""
+        f = unit_f.get((vs, phase))
+        if f is None:
+            f = unit_f[(vs, phase)] = sum(uflops(u.kind, phase) for u in units[vs])
+        return f
+
     def tp_ops(k: int, kinds: list[str], phase: str, mb: int, label: str) -> None:
-        counts: dict[Op, int] = {}
-        for kind in kinds:
-            if ovl and kind == "layer":   # overlapped: overlap_ops
-                continue
-            for op, c in tp_collectives(kind, phase, sp):
-                counts[op] = counts.get(op, 0) + c
+        counts = tp_counts.get((tuple(kinds), phase))
+        if counts is None:
+            counts = tp_counts[(tuple(kinds), phase)] = {}
+            for kind in kinds:
+                if ovl and kind == "layer":   # overlapped: overlap_ops
+                    continue
+                for op, c in tp_collectives(kind, phase, sp):
+                    counts[op] = counts.get(op, 0) + c
         for op, c in counts.items():
             b.collective(f"tp {op.value} {phase} {label} mb{mb}", op, Scope.GLOBAL, tp_size, "tp",
                    None, mb, f"compute/s{k}", [], stage=k, group="tp",
@@ -393,7 +412,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
             g = gathers[(vs, bi)]
             n0 = len(b.ops)
             kinds = [u.kind for u in us]
-            f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
+            f = sum(uflops(u.kind, "fwd") for u in us) / t
             nl = kinds.count("layer")
             f_r, s_r = rest("fwd", nl, f, secs(f, kinds))
             b.compute(f"fwd c{vs} b{bi} mb{mb}", "fwd", None, mb, f_r, s_r,
@@ -427,7 +446,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                     tp_ops(k, kinds, "recompute", mb, f"c{vs}b{bi}")
                 cp_ops(k, "recompute", mb, f"c{vs}b{bi}", nl, "recompute")
                 first = []
-            f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
+            f = sum(uflops(u.kind, "bwd") for u in us) / t
             f_r, s_r = rest("bwd", nl, f, secs(f, kinds, "bwd"))
             b.compute(f"bwd c{vs} b{bi} mb{mb}", "bwd", None, mb, f_r, s_r, first, cs)
             first = []
@@ -446,7 +465,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         if dpo and psync and mb == 0:
             forward_buckets(k, vs, mb, dep0)
         elif coalesce and not (waits is not None and mb == 0):
-            f = sum(unit_flops(model, training, u.kind, "fwd") for u in us) / t
+            f = chunk_flops(vs, "fwd") / t
             nl = sum(u.kind == "layer" for u in us)
             f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind for u in us]))
             b.compute(f"fwd c{vs} mb{mb}", "fwd", None, mb, f_r, s_r, [dep0], cs)
@@ -457,7 +476,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
         else:
             for j, u in enumerate(us):
                 g = gather(k, u, "fwd", mb)
-                f = unit_flops(model, training, u.kind, "fwd") / t
+                f = uflops(u.kind, "fwd") / t
                 kind = {"layer": "fwd", "head": "head-fwd", "embed": "embed-fwd"}[u.kind]
                 nl = int(u.kind == "layer")
                 f_r, s_r = rest("fwd", nl, f, secs(f, [u.kind]))
@@ -506,7 +525,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                     tp_ops(k, [u.kind for u in us], "recompute", mb, f"c{vs}")
                 cp_ops(k, "recompute", mb, f"c{vs}", nl, "recompute")
                 first = []
-            f = sum(unit_flops(model, training, u.kind, "bwd") for u in us) / t
+            f = chunk_flops(vs, "bwd") / t
             f_r, s_r = rest("bwd", nl, f, secs(f, [u.kind for u in us], "bwd"))
             b.compute(f"bwd c{vs} mb{mb}", "bwd", None, mb, f_r, s_r, first, cs)
             overlap_ops(k, "bwd", mb, f"c{vs}", nl, "bwd")
@@ -530,7 +549,7 @@ def build_plan_3d(model: ModelSpec, strategy: Strategy | str, cluster: ClusterSp
                         tp_ops(k, ["layer"], "recompute", mb, u.label)
                     cp_ops(k, "recompute", mb, u.label, nl, "recompute")
                     first = []
-                f = unit_flops(model, training, u.kind, "bwd") / t
+                f = uflops(u.kind, "bwd") / t
                 kind = {"layer": "bwd", "head": "head-bwd", "embed": "embed-bwd"}[u.kind]
                 f_r, s_r = rest("bwd", nl, f, secs(f, [u.kind], "bwd"))
                 b.compute(f"bwd {u.label} mb{mb}", kind, None, mb, f_r, s_r, [g, *first], cs)

@@ -42,7 +42,11 @@ def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo, repeat: int = 1
     its size per rank, split by the share of its flows that leave the node. ``repeat``:
     micro-step ops counted that many times."""
     intra = inter = 0.0
-    progs: dict = {}
+    if len(_MOE_TERMS) > 64:
+        _MOE_TERMS.clear()
+    progs = _MOE_TERMS.setdefault(spec, {})   # per cluster, across plans (advise costs many)
+    if len(progs) > 100_000:
+        progs.clear()
     gpn = spec.gpus_per_node
     for op in plan.ops:
         if not isinstance(op, CollectiveOp):
@@ -59,23 +63,30 @@ def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo, repeat: int = 1
             intra += sent * (1 - f)
             continue
         own = getattr(op, "lower", None)
-        key = ((op.cache_key, getattr(op.scopes, "glob", None), getattr(op.scopes, "m", 0),
+        key = ((op.cache_key, getattr(op.scopes, "glob", op.scopes), getattr(op.scopes, "m", 0),
                 algo) if own is not None else (op.op, op.scope, op.size_bytes, algo))
-        prog = progs.get(key)
-        if prog is None:
-            prog = progs[key] = (own(spec, algo) if own is not None
-                                 else lower(spec, op.op, op.scope, op.size_bytes, algo))
-        # a group collective's ranks are every GPU (EDP groups cover the cluster; so do
-        # the EP groups); a DeepEP phase's flows are not one per rank: its bytes per rank
-        # are its flows x bytes per flow / GPUs
+        terms = progs.get(key)
+        if terms is None:   # (bytes per rank, cross-node fraction) per phase, once per program
+            prog = (own(spec, algo) if own is not None
+                    else lower(spec, op.op, op.scope, op.size_bytes, algo))
+            # a group collective's ranks are every GPU (EDP groups cover the cluster; so do
+            # the EP groups); a DeepEP phase's flows are not one per rank: its bytes per rank
+            # are its flows x bytes per flow / GPUs
+            terms = progs[key] = [
+                (ph.bytes_per_rank * len(ph.ringset.hop_list) / spec.gpus
+                 if isinstance(op, A2AOp) else ph.bytes_per_rank,
+                 cross_node_fraction(ph.ringset, gpn)) for ph in prog.phases]
         times = 1 if op.micro_step is None else repeat
-        for ph in prog.phases:
-            f = cross_node_fraction(ph.ringset, gpn)
-            per = (ph.bytes_per_rank * len(ph.ringset.hop_list) / spec.gpus
-                   if isinstance(op, A2AOp) else ph.bytes_per_rank)
-            inter += times * per * f
-            intra += times * per * (1 - f)
+        for b, f in terms:
+            inter += times * b * f
+            intra += times * b * (1 - f)
     return intra, inter
+
+
+#: per cluster: each collective's byte terms (an all-to-all's cross-node fraction, a
+#: group collective's (bytes per rank, cross-node fraction) per phase), as
+#: :func:`moe_analytic_bytes` derives them, once per program across plans
+_MOE_TERMS: dict = {}
 
 
 def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_strategy,

@@ -311,6 +311,20 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
                                      recompute=rc == "full", micro_batch=b, accum_steps=m)
         return trainings[key]
 
+    combos: dict[tuple, list[tuple[int, int, int]]] = {}
+
+    def variants_of(tp: int, pp: int, cp: int, three_d: bool) -> list[tuple[int, int, int]]:
+        """(runtime, strategy, group nodes) indices of a layout, in the search's order."""
+        key = (tp, pp, cp, three_d)
+        if key not in combos:
+            combos[key] = [
+                (ri, si, gn) for ri, rt in enumerate(rs.runtimes)
+                for si, strat in enumerate(rs.strategies)
+                if _runtime_applies(rt, ideal[ri], strat, three_d, cp)
+                for gn in (rs.group_nodes if Level.I in (strat.p, strat.g, strat.os) else (1,))
+                if cluster_of(gn, tp, pp) is not None]
+        return combos[key]
+
     # 1. every configuration and its compute bound (no memory test yet)
     entries: list[tuple[float, int, tuple]] = []
     for tp, pp, cp, sched, v, sp in _structures(model, cluster, rs, seq_len):
@@ -336,17 +350,10 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
                                 model, tr, cluster, par0, rc == "full", bound_cache)
                         except InputError:
                             continue      # e.g. t not dividing the heads (kernel model)
-                        for ri, rt in enumerate(rs.runtimes):
-                            for si, strat in enumerate(rs.strategies):
-                                if not _runtime_applies(rt, ideal[ri], strat, three_d, cp):
-                                    continue
-                                has_i = Level.I in (strat.p, strat.g, strat.os)
-                                for gn in (rs.group_nodes if has_i else (1,)):
-                                    if cluster_of(gn, tp, pp) is None:
-                                        continue
-                                    entries.append((-ub, len(entries), (
-                                        tp, pp, cp, sched, v, sp, rc, prec, att, b, m, ri,
-                                        si, gn, three_d, d)))
+                        for ri, si, gn in variants_of(tp, pp, cp, three_d):
+                            entries.append((-ub, len(entries), (
+                                tp, pp, cp, sched, v, sp, rc, prec, att, b, m, ri, si, gn,
+                                three_d, d)))
     screened = len(entries)
     if not entries:
         ds = sorted({cluster.gpus // (tp * pp * cp)

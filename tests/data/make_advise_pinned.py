@@ -1,0 +1,54 @@
+"""Regenerate advise_pinned.json (run from the repository root).
+
+The file pins ``advise``'s whole result (counts, ranked candidates, every costed point, the
+Pareto front) on two small dense searches and one small mixture-of-experts search. It was
+written on main @d9011c0, before ``advise``'s costing caches (per-stage sums of the
+closed form by the knobs each depends on, collective byte terms across plans, memoised
+FLOPs and memory terms), which reproduce it bit for bit. Regenerate it only when
+the model (collective, compute or memory costs, the search space) changes on purpose.
+"""
+
+import json
+from pathlib import Path
+
+from parosim.io import load_cluster
+from parosim.io.model import load_model
+from parosim.spec.strategy import parse_strategy
+from parosim.studies.advise import advise
+from parosim.studies.moe_advise import MoESpace, advise_moe
+
+CASES = {
+    "llama-7b dgx-h100-ib 2 nodes, engine replays": dict(
+        model="llama-7b", cluster="dgx-h100-ib", nodes=2, global_batch=64, seq_len=2048,
+        max_micro_batch=4, engine_top=None),
+    "llama-13b dgx-h100-ib 8 nodes, closed form only": dict(
+        model="llama-13b", cluster="dgx-h100-ib", nodes=8, global_batch=256, seq_len=4096,
+        max_micro_batch=8, engine_top=0),
+    "qwen3-30b-a3b dgx-h100-ib 2 nodes, 3 x 3 strategies, MoE": dict(
+        model="qwen3-30b-a3b", cluster="dgx-h100-ib", nodes=2, global_batch=64, seq_len=2048,
+        max_micro_batch=2, engine_top=1, strategies=["NNN", "NIG", "GGG"],
+        expert_strategies=["NNN", "IIG", "GGG"]),
+}
+
+
+def run(c: dict) -> dict:
+    """One case's result as JSON has it (``wall_s`` / ``elapsed_s`` left out)."""
+    model, cluster = load_model(c["model"]), load_cluster(c["cluster"], c["nodes"])
+    if model.is_moe:
+        space = MoESpace(strategies=tuple(map(parse_strategy, c["strategies"])),
+                         expert_strategies=tuple(map(parse_strategy, c["expert_strategies"])))
+        r = advise_moe(model, cluster, c["global_batch"], c["seq_len"],
+                       engine_top=c["engine_top"], max_micro_batch=c["max_micro_batch"],
+                       space=space)
+        r.pop("elapsed_s")
+    else:
+        r = advise(model, cluster, c["global_batch"], c["seq_len"], engine_top=c["engine_top"],
+                   max_micro_batch=c["max_micro_batch"])
+        r.pop("wall_s")
+    return json.loads(json.dumps(r))
+
+
+if __name__ == "__main__":
+    out = {name: {"args": c, "result": run(c)} for name, c in CASES.items()}
+    (Path(__file__).parent / "advise_pinned.json").write_text(
+        json.dumps(out, sort_keys=True, separators=(",", ":")))
