@@ -166,9 +166,9 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, list
         state = (sorted(lane.items()), sorted((str(g), tuple(v)) for g, v in last_cons.items()))
         k += 1
         if prev_state is not None:
-            diffs = [b - a for (_, a), (_, b) in zip(prev_state[0], state[0])]
-            diffs += [b - a for (_, va), (_, vb) in zip(prev_state[1], state[1])
-                      for a, b in zip(va, vb)]
+            diffs = [b - a for (_, a), (_, b) in zip(prev_state[0], state[0], strict=True)]
+            diffs += [b - a for (_, va), (_, vb) in zip(prev_state[1], state[1], strict=True)
+                      for a, b in zip(va, vb, strict=True)]
             delta = diffs[0]
             tol = 1e-12 * max(1.0, max(v for _, v in state[0]))
             if all(abs(x - delta) <= tol for x in diffs) and k < repeat:
@@ -238,9 +238,9 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     if g0 is None:          # no reduce-scatter ever fills the gaps: every micro-step idles
         idle = [x * repeat for x in idle]
     path = (comp + a2a) * repeat
-    links_t = max((w * repeat + x for w, x in zip(work, idle)), default=0.0) + bound
-    contention = (sched + sum(c * a for c, a in zip(c_k, a_k)) * repeat * repeat / path
-                  if path > 0 else sched)
+    links_t = max(w * repeat + x for w, x in zip(work, idle, strict=True)) + bound
+    shared = sum(c * a for c, a in zip(c_k, a_k, strict=True)) * repeat * repeat
+    contention = sched + shared / path if path > 0 else sched
     step = max(sched, links_t, contention)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:
