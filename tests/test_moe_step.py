@@ -117,7 +117,7 @@ def test_engine_equals_closed_form_all_to_alls_across_nodes(two_nodes, strategy)
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
 def test_engine_equals_closed_form_every_pair(two_nodes, setting):
     """All 14 x 14 dense x expert pairs: every fitting one within 1 % (113 fit for Mixtral at
-    EP 8, 182 for Qwen3 at EP 16; about a minute each on one core)."""
+    EP 8, 182 for Qwen3 at EP 16; 17 s and 40 s on a shared 2-core machine)."""
     from parosim.spec.strategy import ALL_STRATEGIES  # deferred: only this grid needs it
 
     fits = sum(_engine_vs_closed_form(two_nodes, setting, s.short, x.short)
