@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..collectives.cost import phase_time, program_time
+from ..collectives.cost import phase_time, program_time, ring_alpha_beta
 from ..collectives.lowering import lower
 from ..collectives.types import Algo
 from ..plan.builder import COMM_GRAD, COMM_PARAM, ComputeOp
@@ -97,16 +97,17 @@ def _op_times(op, spec, algo: Algo, cache: dict) -> tuple[float, float, float]:
         prog = own(spec, algo) if own is not None else lower(spec, op.op, op.scope,
                                                               op.size_bytes, algo)
         gpn = spec.gpus_per_node
-        intra = inter = 0.0
+        w = [0.0, 0.0, 0.0, 0.0]     # intra transfer, intra latency, inter ...
         for ph in prog.phases:
             if ph.steps == 0:
                 continue
             t = phase_time(spec, ph)
-            if any(a // gpn != b // gpn for a, b in ph.ringset.hops()):
-                inter += t
-            else:
-                intra += t
-        got = cache[key] = (program_time(spec, prog), intra, inter)
+            _alpha, bw = ring_alpha_beta(spec, ph.ringset)
+            xfer = min(t, ph.bytes_per_rank / min(bw * ph.bw_eff, ph.cap_Bps))
+            k = 2 if any(a // gpn != b // gpn for a, b in ph.ringset.hops()) else 0
+            w[k] += xfer
+            w[k + 1] += t - xfer
+        got = cache[key] = (program_time(spec, prog), *w)
     return got
 
 
@@ -206,10 +207,10 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             else:
                 comp += op.duration_s
             continue
-        t, t_intra, t_inter = _op_times(op, spec, algo, cache)
+        t, x_intra, l_intra, x_inter, l_inter = _op_times(op, spec, algo, cache)
         dur[op.id] = t
         if op.micro_step is not None:
-            links[op.id] = (t_intra, t_inter)
+            links[op.id] = ((x_intra, l_intra), (x_inter, l_inter))
         if isinstance(op, A2AOp):
             a2a += t
         elif op.purpose == "sync-grad":
@@ -230,11 +231,13 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     a_k = [0.0, 0.0]        # all-to-alls' seconds on K
     for i, w in links.items():
         op = plan.ops[i]
+        alone = op.stream == COMM_PARAM and (g0 is None or start0[i] < g0)
         for kk in (0, 1):
-            work[kk] += w[kk]
-            (a_k if isinstance(op, A2AOp) else c_k)[kk] += w[kk]
-            if op.stream == COMM_PARAM and (g0 is None or start0[i] < g0):
-                idle[kk] += max(0.0, dur[i] - w[kk])
+            xfer, lat = w[kk]
+            work[kk] += xfer
+            (a_k if isinstance(op, A2AOp) else c_k)[kk] += xfer + lat
+            if alone:
+                idle[kk] += max(0.0, dur[i] - xfer)
     if g0 is None:          # no reduce-scatter ever fills the gaps: every micro-step idles
         idle = [x * repeat for x in idle]
     path = (comp + a2a) * repeat
