@@ -18,12 +18,14 @@ engine's schedule:
    gather two before it) until the state repeats shifted by one period, then extrapolated
    exactly.
 2. **Shared links** ``W_K + I_K + boundary`` for each link class K (intra-node: NVLink;
-   inter-node: the NICs): all micro-step phases that cross K (gathers, reduce-scatters and
-   all-to-alls; a phase with one node-crossing hop is on the NICs) run on one set of links,
-   so their times add up (the engine shares a link between concurrent flows). ``I_K``: the
-   time the gather stream holds phases that are not on K before the first gradient
-   reduce-scatter can start (in the forward only the gather stream uses the network, so K
-   idles meanwhile; later the reduce-scatter stream fills those gaps).
+   inter-node: the NICs; a phase with one node-crossing hop is on the NICs): every
+   micro-step phase on K (gathers, reduce-scatters and all-to-alls) shares those links, so
+   their transfer times (bytes over bandwidth) add up (the engine shares a link between
+   concurrent flows). Their latency parts (steps x alpha, launch and protocol time) overlap
+   the transfers of the other stream, except while the gathers run alone: ``I_K``, per
+   micro-step, the gather-stream ops before its first gradient reduce-scatter (plan order:
+   the forward and the first backward units) count their whole time except their
+   transfers on K (K idles while the gather stream runs latency or phases on other links).
 3. **All-to-all contention** ``R + sum_K c_K a_K / P``: the gathers and reduce-scatters (c_K
    seconds on K) run spread over the compute path ``P = t_comp + t_a2a``; the share
    ``a_K / P`` of them falls into the all-to-alls' windows on the same links and delays the
@@ -111,10 +113,9 @@ def _op_times(op, spec, algo: Algo, cache: dict) -> tuple[float, float, float]:
     return got
 
 
-def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, list[float]]:
-    """Term 1 of the module docstring: (end of the step, start of every op of the first
-    micro-step) of the streams' schedule with uncontended op times ``dur``, the plan's
-    micro-step run ``repeat`` times."""
+def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> float:
+    """Term 1 of the module docstring: the end of the streams' schedule with uncontended op
+    times ``dur``, the plan's micro-step run ``repeat`` times."""
     ops = plan.ops
     micro = [op for op in ops if op.micro_step is not None]
     m = len(micro)
@@ -132,7 +133,6 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, list
     group = {g: getattr(ops[g], "group", None) for g in gathers}
     lane: dict[str, float] = {}
     last_cons: dict = {}     # per gather group: the last two consumers' end times
-    start0 = [0.0] * m
     end = [0.0] * m
     shift = 0.0
     prev_state = None
@@ -161,8 +161,6 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, list
             e = st + dur[i]
             end[i] = e
             lane[op.stream] = e
-            if k == 0:
-                start0[i] = st
         last_cons = {g: [end[c] for c in cs[-2:]] for g, cs in new_cons.items()}
         state = (sorted(lane.items()), sorted((str(g), tuple(v)) for g, v in last_cons.items()))
         k += 1
@@ -187,7 +185,7 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, list
             st = max(st, full[d])
         full[op.id] = st + dur[op.id]
         lane[op.stream] = full[op.id]
-    return max(full, default=0.0), start0
+    return max(full, default=0.0)
 
 
 def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
@@ -221,25 +219,27 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             comm += t
     bound = sync_g + opt + sync_p
     # term 1: the streams' schedule
-    sched, start0 = _schedule(plan, dur, repeat)
+    sched = _schedule(plan, dur, repeat)
     # term 2: shared links; term 3: all-to-all contention (module docstring)
-    g0 = min((start0[op.id] for op in plan.ops if op.stream == COMM_GRAD
-              and op.micro_step is not None), default=None)
+    g0: dict = {}           # per micro-step: its first gradient reduce-scatter (plan order)
+    for op in plan.ops:
+        if op.stream == COMM_GRAD and op.micro_step is not None:
+            g0.setdefault(op.micro_step, op.id)
     work = [0.0, 0.0]       # W_K: every micro-step phase on K
     idle = [0.0, 0.0]       # I_K
     c_k = [0.0, 0.0]        # gathers' and reduce-scatters' seconds on K
     a_k = [0.0, 0.0]        # all-to-alls' seconds on K
     for i, w in links.items():
         op = plan.ops[i]
-        alone = op.stream == COMM_PARAM and (g0 is None or start0[i] < g0)
+        g = g0.get(op.micro_step)
+        alone = op.stream == COMM_PARAM and (g is None or i < g)
         for kk in (0, 1):
             xfer, lat = w[kk]
             work[kk] += xfer
             (a_k if isinstance(op, A2AOp) else c_k)[kk] += xfer + lat
             if alone:
                 idle[kk] += max(0.0, dur[i] - xfer)
-    if g0 is None:          # no reduce-scatter ever fills the gaps: every micro-step idles
-        idle = [x * repeat for x in idle]
+    idle = [x * repeat for x in idle]       # every micro-step's forward
     path = (comp + a2a) * repeat
     links_t = max(w * repeat + x for w, x in zip(work, idle, strict=True)) + bound
     shared = sum(c * a for c, a in zip(c_k, a_k, strict=True)) * repeat * repeat
