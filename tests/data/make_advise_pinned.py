@@ -2,12 +2,11 @@
 
 The file pins ``advise``'s whole result (counts, ranked candidates, every costed point, the
 Pareto front) on two small dense searches and one small mixture-of-experts search. It was
-written on main @d9011c0, before ``advise``'s costing caches (per-stage sums of the
-closed form by the knobs each depends on, collective byte terms across plans, memoised
-FLOPs and memory terms), which reproduce it bit for bit. The MoE case was regenerated after the MoE
-step closed form became the closed form of the engine's schedule (the dense cases unchanged).
-Regenerate it only when
-the model (collective, compute or memory costs, the search space) changes on purpose.
+written on main @d9011c0, before ``advise``'s costing caches (per-stage sums of the closed form
+by the knobs each depends on, collective byte terms across plans, memoised FLOPs and memory
+terms), which reproduce it bit for bit. The MoE case was regenerated after the MoE step closed
+form became the closed form of the engine's schedule (the dense cases unchanged). Regenerate it
+only when the model (collective, compute or memory costs, the search space) changes on purpose.
 """
 
 import json
