@@ -100,8 +100,8 @@ def test_every_published_3d_run_fits_in_memory():
     # weights, Nemotron-340B's bf16 optimizer states): 13 of the 14 NeMo / Megatron-Bridge
     # runs fit on the H100's nvidia-smi total (81559MiB; 12 of 14 before Nemotron-340B ran with
     # NVIDIA's benchmark recipe; 10 of 14 on the former 80e9 bytes, which also missed GPT3-175B
-    # on 512 GPUs and LLAMA3-8B CP2); the miss docs/accuracy.md ("FP8") explains. torchtitan's Float8
-    # 405B rows (FSDP2, parameters sharded 16 ways) fit since the fp8 weight cache is of the
+    # on 512 GPUs and LLAMA3-8B CP2); the miss docs/accuracy.md ("FP8") explains. torchtitan's
+    # Float8 405B rows (FSDP2, parameters sharded 16 ways) fit since the fp8 weight cache is of the
     # rank's parameter shard and the gathered layers (they were a miss when it counted the
     # whole model on every GPU).
     assert [r["config"] for r in res if not r["fits"]] == ["GPT3-20B TP2 PP1"]

@@ -241,9 +241,9 @@ def nemo_rows() -> list[dict]:
     every recipe; ``--dp-comm-overlap`` on the 3D path; the TP 1 x PP 1 rows take the
     data-parallel path, where it is not a flag); Megatron FSDP for Llama 3 8B (GGG);
     recomputation: GPT-3 and Nemotron-340B "selective" (attention core), none elsewhere;
-    Transformer Engine attention = flash; FP8 GEMMs (``precision="fp8"``). Memory settings (docs/memory.md,
-    "FP8"): ``hidden_dropout`` 0.1 for GPT-3 (launcher gpt3/*.yaml), 0.0 for Llama and
-    Nemotron; fp8 primary weights (``fp8_params``) for the two Megatron-Bridge FP8-CS runs
+    Transformer Engine attention = flash; FP8 GEMMs (``precision="fp8"``). Memory settings
+    (docs/memory.md, "FP8"): ``hidden_dropout`` 0.1 for GPT-3 (launcher gpt3/*.yaml), 0.0 for
+    Llama and Nemotron; fp8 primary weights (``fp8_params``) for the two Megatron-Bridge FP8-CS runs
     (``fp8_param_gather = True``) and Nemotron-340B, whose optimizer states are also bf16
     (``optimizer_dtype``; :data:`NEMOTRON_340B_RECIPE`); they change memory only."""
     from parosim.spec.model import ModelSpec, preset
