@@ -78,6 +78,10 @@ def test_expert_states_for_each_of_the_14_levels_by_hand():
     s = parse_strategy("IIG")
     assert expert_states_bytes(MODEL, s, lay, 1 / 16) == pytest.approx(
         2 * psi / 4 + 2 * psi / 16 / 4 + 12 * psi / 16 / 16)
+    # bf16 optimizer states (TrainingSpec.optim_state_bytes: Adam m, v in bf16): 4 bytes
+    ob = TrainingSpec(optimizer_dtype="bf16").optim_state_bytes
+    assert expert_states_bytes(MODEL, s, lay, 1.0, ob) == pytest.approx(
+        2 * psi / 4 + 2 * psi / 4 + 4 * psi / 16)
 
 
 def test_with_ep_inside_a_node_the_intra_level_shards_nothing():

@@ -38,7 +38,8 @@ from parosim.spec.training import TrainingSpec  # noqa: E402
 def run_settings(r: dict) -> dict:
     """The memory settings of a published run, as ``nemo_rows`` records them (module
     docstring)."""
-    return dict(hidden_dropout=r["hidden_dropout"], fp8_params=r["fp8_params"])
+    return dict(hidden_dropout=r["hidden_dropout"], fp8_params=r["fp8_params"],
+                optimizer_dtype=r["optimizer_dtype"])
 
 
 def worst(r: dict, training: TrainingSpec):

@@ -101,7 +101,8 @@ def training_of(row: dict, cluster=None):
     t = TrainingSpec(micro_batch=row["micro_batch"], accum_steps=row["accum"],
                      seq_len=row["seq"], recompute=row["recompute"],
                      precision=row["precision"], hidden_dropout=row["hidden_dropout"],
-                     fp8_params=row["fp8_params"], attention=row["attention"])
+                     fp8_params=row["fp8_params"], attention=row["attention"],
+                     optimizer_dtype=row["optimizer_dtype"])
     return for_fidelity(t, DEFAULT_FIDELITY, layered=not all_tables.parallel_spec(row).trivial,
                         cluster=cluster)
 

@@ -78,7 +78,6 @@ from ..spec.system import ClusterSpec
 from ..spec.training import (
     BYTES_PER_ACTIVATION,
     BYTES_PER_GRAD,
-    BYTES_PER_OPTIM_STATE,
     BYTES_PER_PARAM,
     FP8_WEIGHT_CACHE_BYTES_PER_PARAM,
     TrainingSpec,
@@ -217,7 +216,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     n, m = cluster.gpus, cluster.group_size
     psi, psi_t = model.params, model.params * training.trainable_ratio
     d_p, d_g, d_os = strategy.divisors(n, m)
-    states = model_states_bytes(strategy, psi, psi_t, n, m)
+    states = model_states_bytes(strategy, psi, psi_t, n, m, training.optim_state_bytes)
     shaped = nominal_shape(model)
     if training.precision == "fp8" and training.memory_model == "korthikanti":
         # TE keeps fp8 GEMM inputs (docs/memory.md)
@@ -249,7 +248,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         shortfall_bytes=max(0.0, total - cap),
         params_bytes=BYTES_PER_PARAM * psi / d_p + extra_params,
         grads_bytes=BYTES_PER_GRAD * psi_t / d_g,
-        optimizer_bytes=BYTES_PER_OPTIM_STATE * psi_t / d_os, recompute=recompute,
+        optimizer_bytes=training.optim_state_bytes * psi_t / d_os, recompute=recompute,
         shape_estimated=not model.has_shape, memory_model=training.memory_model,
         attention=training.attention,
         logit_bytes=training.logit_bytes or (LOGIT_BYTES if training.memory_model == "runtime"

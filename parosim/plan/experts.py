@@ -32,7 +32,7 @@ from ..errors import InputError
 from ..spec.model import ModelSpec
 from ..spec.strategy import Strategy, model_states_bytes
 from ..spec.system import ClusterSpec
-from ..spec.training import BYTES_PER_PARAM, TrainingSpec
+from ..spec.training import BYTES_PER_OPTIM_STATE, BYTES_PER_PARAM, TrainingSpec
 from .builder import LEVEL_SCOPE, SYNC_GRAD, SYNC_PARAM
 
 
@@ -159,18 +159,23 @@ def dense_params_per_gpu(model: ModelSpec, lay: ExpertLayout) -> float:
 
 
 def dense_states_bytes(model: ModelSpec, strategy: Strategy, lay: ExpertLayout,
-                       trainable_ratio: float = 1.0) -> float:
-    """Dense model states per GPU under ``--strategy`` over the DP x CP group."""
+                       trainable_ratio: float = 1.0,
+                       optim_bytes: float = BYTES_PER_OPTIM_STATE) -> float:
+    """Dense model states per GPU under ``--strategy`` over the DP x CP group
+    (``optim_bytes``: optimizer-state bytes per trainable parameter)."""
     psi = dense_params_per_gpu(model, lay)
-    return model_states_bytes(strategy, psi, psi * trainable_ratio, lay.dense_dp, lay.m_dp)
+    return model_states_bytes(strategy, psi, psi * trainable_ratio, lay.dense_dp, lay.m_dp,
+                              optim_bytes)
 
 
 def expert_states_bytes(model: ModelSpec, strategy: Strategy, lay: ExpertLayout,
-                        trainable_ratio: float = 1.0) -> float:
+                        trainable_ratio: float = 1.0,
+                        optim_bytes: float = BYTES_PER_OPTIM_STATE) -> float:
     """Expert model states per GPU: (2/d_p + 2r/d_g + 12r/d_os) x the GPU's expert
     parameters, the divisors over the EDP group (d_N = 1, d_I = m_edp, d_G = EDP)."""
     psi = expert_params_per_gpu(model, lay)
-    return model_states_bytes(strategy, psi, psi * trainable_ratio, lay.edp, lay.m_edp)
+    return model_states_bytes(strategy, psi, psi * trainable_ratio, lay.edp, lay.m_edp,
+                              optim_bytes)
 
 
 def expert_traffic(model: ModelSpec, strategy: Strategy, lay: ExpertLayout,

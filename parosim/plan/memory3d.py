@@ -26,7 +26,6 @@ from ..spec.system import ClusterSpec
 from ..spec.training import (
     BYTES_PER_ACTIVATION,
     BYTES_PER_GRAD,
-    BYTES_PER_OPTIM_STATE,
     BYTES_PER_PARAM,
     TrainingSpec,
 )
@@ -203,7 +202,8 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     d_p, d_g, d_os = strategy.divisors(lay.d, lay.m_dp)   # the same for every stage
     for k in (_peak_candidates(par.pp, sums, biggests, fp8p) if only_peak else range(par.pp)):
         psi = sums[k] / t
-        states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp)
+        states = model_states_bytes(strategy, psi, psi * r, lay.d, lay.m_dp,
+                                    training.optim_state_bytes)
         cache = fp8_weight_cache_bytes(model, training, fp8p[k], d_p,
                                        layer_fp8_params(model) / t)
         states += cache
@@ -235,7 +235,7 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         shortfall_bytes=max(0.0, total - cap),
         params_bytes=BYTES_PER_PARAM * psi / d_p - fp8_w,
         grads_bytes=BYTES_PER_GRAD * psi * r / d_g,
-        optimizer_bytes=BYTES_PER_OPTIM_STATE * psi * r / d_os, recompute=recompute,
+        optimizer_bytes=training.optim_state_bytes * psi * r / d_os, recompute=recompute,
         fp8_weight_cache_bytes=cache)
         for states, acts, bufs, margin, total, psi, fp8_w, cache in figures]
 

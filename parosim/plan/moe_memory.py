@@ -53,7 +53,6 @@ from ..spec.strategy import Strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import (
     BYTES_PER_GRAD,
-    BYTES_PER_OPTIM_STATE,
     BYTES_PER_PARAM,
     TrainingSpec,
 )
@@ -118,8 +117,9 @@ def moe_memory(model: ModelSpec, strategy: Strategy, expert_strategy: Strategy,
     """Bytes per GPU of a MoE step (module docstring)."""
     t = training_for_runtime(training, None)
     r = training.trainable_ratio
-    states = (dense_states_bytes(model, strategy, lay, r)
-              + expert_states_bytes(model, expert_strategy, lay, r))
+    ob = training.optim_state_bytes
+    states = (dense_states_bytes(model, strategy, lay, r, ob)
+              + expert_states_bytes(model, expert_strategy, lay, r, ob))
     acts = moe_activation_terms(model, training)["total"]
     up = unit_params(model)
     biggest = max(up["embed"], up["head"], up["dense_layer"], up["moe_layer"])
@@ -145,7 +145,7 @@ def moe_memory(model: ModelSpec, strategy: Strategy, expert_strategy: Strategy,
         shortfall_bytes=max(0.0, total - cap),
         params_bytes=BYTES_PER_PARAM * (pd / dp_ + pe / ep_),
         grads_bytes=BYTES_PER_GRAD * r * (pd / dg + pe / eg),
-        optimizer_bytes=BYTES_PER_OPTIM_STATE * r * (pd / dos + pe / eos), recompute=False,
+        optimizer_bytes=ob * r * (pd / dos + pe / eos), recompute=False,
         memory_model=t.memory_model, attention=t.attention or "flash",
         logit_bytes=t.logit_bytes or 4)
 

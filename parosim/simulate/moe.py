@@ -147,9 +147,11 @@ def simulate_moe_step(model: ModelSpec, cluster: ClusterSpec, strategy, expert_s
     extra = {**res.extra, "a2a_size_bytes": plan.a2a_size_bytes,
              "a2a_per_step": rep_n * sum(1 for o in plan.ops if o.stream == "comm-a2a"),
              "expert_states_bytes": expert_states_bytes(model, est, lay,
-                                                        training.trainable_ratio),
+                                                        training.trainable_ratio,
+                                                        training.optim_state_bytes),
              "dense_states_bytes": dense_states_bytes(model, strategy, lay,
-                                                      training.trainable_ratio),
+                                                      training.trainable_ratio,
+                                                      training.optim_state_bytes),
              "repeats": repeats, "seed": seed}
     if isinstance(a2a_algo, EPDispatcher) and ep > 1:
         r = deepep_routing(ep, cluster.gpus_per_node, model.moe.experts, model.moe.top_k,

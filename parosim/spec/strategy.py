@@ -172,8 +172,10 @@ def parse_strategy(text: str | Strategy) -> Strategy:
 
 
 def model_states_bytes(strategy: Strategy, params: float, trainable_params: float, n: int,
-                       m: int) -> float:
-    """Model-state bytes per GPU: 2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os (docs/model.md).
+                       m: int, optim_bytes: float = BYTES_PER_OPTIM_STATE) -> float:
+    """Model-state bytes per GPU: 2Ψ/d_p + 2Ψ'/d_g + 12Ψ'/d_os (docs/model.md);
+    ``optim_bytes``: the optimizer-state bytes per trainable parameter (12: fp32 master
+    weights and Adam moments; ``TrainingSpec.optim_state_bytes``).
 
     >>> model_states_bytes(parse_strategy("GGG"), 1e9, 1e9, n=32, m=8)
     500000000.0
@@ -183,4 +185,4 @@ def model_states_bytes(strategy: Strategy, params: float, trainable_params: floa
                          "with m dividing n")
     d_p, d_g, d_os = strategy.divisors(n, m)
     return (BYTES_PER_PARAM * params / d_p + BYTES_PER_GRAD * trainable_params / d_g
-            + BYTES_PER_OPTIM_STATE * trainable_params / d_os)
+            + optim_bytes * trainable_params / d_os)

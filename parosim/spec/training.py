@@ -27,6 +27,16 @@ BYTES_PER_ACTIVATION = 2   # fp16/bf16 activations (Korthikanti et al. 2022 coun
 # master weights and Adam states above stay; each decoder-layer GEMM weight is also cached in
 # fp8 (1 byte) with its fp8 transpose (1 byte), refreshed once per optimizer step.
 FP8_WEIGHT_CACHE_BYTES_PER_PARAM = 2
+# Optimizer-state precisions (``TrainingSpec.optimizer_dtype``, docs/memory.md "Optimizer
+# states"): "fp32" = the 12 bytes above; "bf16" = Apex ``DistributedFusedAdam`` with
+# ``dtype=bf16`` as NeMo sets it up (``setup_optimization`` in NVIDIA/NeMo
+# ``nemo/collections/nlp/models/language_modeling/megatron_base_model.py``): Adam m and v in
+# bf16 (2 + 2 bytes) and no master copy when the parameters are bf16 too (``store_params =
+# False``), a bf16 master copy (2 bytes) when the GEMM weights are fp8 (``fp8_params``:
+# ``store_params = True``).
+OPTIMIZER_DTYPES = ("fp32", "bf16")
+BF16_ADAM_STATE_BYTES = 4
+BF16_MASTER_BYTES = 2
 
 # Training precisions: "bf16" (mixed precision, every GEMM in bf16) or "fp8" (decoder-layer
 # weight GEMMs on the FP8 tensor cores; attention and the LM head stay bf16).
@@ -220,6 +230,10 @@ class TrainingSpec:
     # ``--fp8-param-gather``, Transformer Engine ``fp8_model_init``): 1 byte per weight and no
     # bf16 copy; Transformer Engine caches the fp8 transpose (1 byte) beside it.
     fp8_params: bool = False
+    # Memory only (docs/memory.md "Optimizer states"): the optimizer's state precision, "fp32"
+    # (fp32 master weights + Adam m, v: 12 bytes per trainable parameter) or "bf16" (NeMo's
+    # Apex distributed Adam with ``optim.dtype: bf16``: 4 bytes, 6 with ``fp8_params``).
+    optimizer_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         _pos_int(self.micro_batch, "micro_batch")
@@ -266,6 +280,9 @@ class TrainingSpec:
         if self.fp8_params and self.precision != "fp8":
             raise InputError("fp8_params = True stores the GEMM weights in fp8; expected "
                              "precision = 'fp8' with it")
+        if self.optimizer_dtype not in OPTIMIZER_DTYPES:
+            raise InputError(f"optimizer_dtype = {self.optimizer_dtype!r} is not known; "
+                             f"expected {' or '.join(OPTIMIZER_DTYPES)}")
         if self.memory_model not in (None, "runtime", "korthikanti"):
             raise InputError(f"memory_model = {self.memory_model!r} is not known; expected "
                              "runtime or korthikanti (or None: the runtime profile's)")
@@ -296,6 +313,21 @@ class TrainingSpec:
                        memory_model=self.memory_model or memory_model,
                        logit_bytes=(self.logit_bytes if self.logit_bytes is not None
                                     else logit_bytes))
+
+    @property
+    def optim_state_bytes(self) -> int:
+        """Optimizer-state bytes per trainable parameter (``optimizer_dtype``): 12 for fp32
+        (master weights, Adam m and v); for bf16 4 (m, v), plus a 2-byte bf16 master copy
+        with ``fp8_params``.
+
+        >>> TrainingSpec().optim_state_bytes, TrainingSpec(optimizer_dtype="bf16").optim_state_bytes
+        (12, 4)
+        >>> TrainingSpec(precision="fp8", fp8_params=True, optimizer_dtype="bf16").optim_state_bytes
+        6
+        """
+        if self.optimizer_dtype == "fp32":
+            return BYTES_PER_OPTIM_STATE
+        return BF16_ADAM_STATE_BYTES + (BF16_MASTER_BYTES if self.fp8_params else 0)
 
     def with_micro_batch(self, b: int) -> TrainingSpec:
         return replace(self, micro_batch=b)
