@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,9 @@ def read_yaml(path: str | Path, what: str) -> dict[str, Any]:
         line = raw[:e.start].count(b"\n") + 1
         raise InputError(f"{what} file {str(p)!r} is not UTF-8 text (byte {raw[e.start]:#04x} "
                          f"at line {line}); expected a UTF-8 YAML file") from None
+    hit = _PARSED.get(text)
+    if hit is not None:   # the same text parsed before (a sweep reads one preset per point)
+        return copy.deepcopy(hit)
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
@@ -71,7 +75,16 @@ def read_yaml(path: str | Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{what} file {str(p)!r} must hold a mapping of keys, got "
                          f"{type(data).__name__}")
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[text] = copy.deepcopy(data)   # callers may change what they get
     return data
+
+
+# Parsed mappings by file text (the text, not the path: an edited file is parsed again);
+# read_yaml hands out copies.
+_PARSED: dict[str, dict[str, Any]] = {}
+_PARSED_MAX = 64
 
 
 def section(data: dict[str, Any], key: str, allowed: set[str], where: str,
