@@ -32,6 +32,16 @@ from ..fabric.engine import (
 from ..fabric.folded import network_graph
 from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period, to_ps
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan
+from .periodic import (
+    PLAN_LANE,
+    ProbedEnvironment,
+    Unproved,
+    canon,
+    fingerprint,
+    frames_of,
+    micro_layout,
+    shortened,
+)
 from ..spec.system import ClusterSpec
 
 
@@ -93,14 +103,45 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     """Run ``plan`` on the cluster with collective algorithm ``algo``. ``record_links``:
     fill ``link_timeline`` with the utilisation over time of the hottest links.
     ``period_nodes``: the symmetry period of the plan's ring sets (default: the cluster's,
-    right for data-parallel plans; 3D plans pass their own, :mod:`parosim.plan.threed`)."""
-    env = CountingEnvironment()
+    right for data-parallel plans; 3D plans pass their own, :mod:`parosim.plan.threed`).
+
+    A data-parallel step of at least 4 micro-steps replays its identical micro-steps once
+    when that is proved exact (:mod:`parosim.evaluate.periodic`); the result is the same,
+    bit for bit, as the full replay's."""
     cache = ProgramCache(spec, algo)
     period = period_nodes if period_nodes is not None else plan_period(plan, spec, cache)
     g = graph if graph is not None else network_graph(spec, period)
+    if (PERIODIC[0] and overlap_slowdown == 1.0 and not trace and not record_links
+            and not spec.collective.serial_progress and not hasattr(plan, "layout")):
+        res = _periodic_replay(plan, spec, cache, period, g)
+        if res is not None:
+            return res
+    env = CountingEnvironment()
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
     net.record_links = record_links
     ops = plan.ops
+    run = _simulate(ops, plan, spec, cache, env, net, overlap_slowdown, trace)
+    env.run()
+    return _finish(run, ops, env, net, overlap_slowdown, record_links)
+
+
+# the switch of the identical-micro-step shortcut (tests turn it off to compare)
+PERIODIC = [True]
+
+
+@dataclass
+class _Run:
+    busy: list[int]
+    last: list[int]
+    start_ps: list[int]
+    end_ps: list[int]
+    records: list[Record]
+    done: list
+
+
+def _simulate(ops, plan, spec: ClusterSpec, cache: ProgramCache, env, net: Network,
+              overlap_slowdown: float, trace: bool, on_start=None) -> _Run:
+    """Start the processes replaying ``ops`` on ``env`` (the caller runs it)."""
     records: list[Record] = []
     busy = [0]
     gate = OverlapGate(env, overlap_slowdown)
@@ -137,6 +178,8 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     def body(i: int):
         op = ops[i]
         start_ps[i] = env.now
+        if on_start is not None:
+            on_start(i)
         if isinstance(op, ComputeOp):
             yield from compute(op)
         else:
@@ -155,20 +198,169 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     lane: Callable[[int], str] = lambda i: ops[i].stream
     done = run_lanes(env, ops, lane, lambda i: ops[i].deps, lambda i: ops[i].name, body,
                      records.append if trace else None, kind)
-    env.run()
+    return _Run(busy, last, start_ps, end_ps, records, done)
+
+
+def _finish(run: _Run, ops, env, net: Network, overlap_slowdown: float,
+            record_links: bool, events: int | None = None) -> ReplayResult:
+    """The result of a finished run (``events``: the count, when not the environment's)."""
     if env.now > MAX_PS:
         raise horizon_error(env.now / PS)
-    check_finished(done, lambda i: ops[i].name, lambda i: ops[i].deps, lane, env)
+    if run.done is not None:
+        check_finished(run.done, lambda i: ops[i].name, lambda i: ops[i].deps,
+                       lambda i: ops[i].stream, env)
     st = net.link_stats()
-    step = (last[0] if overlap_slowdown != 1.0 else env.now) / PS
-    busy_s = busy[0] / PS
-    critical = critical_collectives(ops, start_ps, end_ps)
-    res = ReplayResult(step, busy_s, max(0.0, step - busy_s), env.events, st.bytes,
-                       st.busy_s, st.gpu_egress, records, net.hot_links(step, 5, critical),
-                       net.period)
+    step = (run.last[0] if overlap_slowdown != 1.0 else env.now) / PS
+    busy_s = run.busy[0] / PS
+    critical = critical_collectives(ops, run.start_ps, run.end_ps)
+    res = ReplayResult(step, busy_s, max(0.0, step - busy_s),
+                       env.events if events is None else events, st.bytes,
+                       st.busy_s, st.gpu_egress, run.records,
+                       net.hot_links(step, 5, critical), net.period)
     if record_links:
         res.link_timeline = net.link_timeline([h["link"] for h in res.hot_links])
     return res
+
+
+def _periodic_replay(plan, spec: ClusterSpec, cache: ProgramCache, period: int, g
+                     ) -> ReplayResult | None:
+    """The replay with micro-steps 2 .. s - 2 cut out and put back, when proved exact
+    (:mod:`parosim.evaluate.periodic`); None when not (the caller replays in full)."""
+    ops = plan.ops
+    layout = micro_layout(ops)
+    if layout is None:
+        return None
+    first, p = layout
+    s = len(first)
+    jn = s - 3                      # periods cut out
+    cut = first[2]
+    try:
+        short = shortened(ops, first, p)
+    except Unproved:
+        return None
+    env = ProbedEnvironment()
+    probe = env.probe
+    probe.ops = short
+    net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
+    marks: dict[int, int] = {first[1]: 1, cut: 2}
+    snaps: dict[int, dict] = {}
+    started = [-1]
+    pending: list[int] = []
+    run: _Run
+
+    def on_start(i: int) -> None:
+        started[0] = max(started[0], i)
+        if i in marks:
+            pending.append(marks[i])
+
+    def snapshot() -> None:
+        m = pending.pop()
+        base = first[m]
+        try:
+            fp = fingerprint(env, net, probe, base)
+        except Unproved:
+            fp = None
+        reached = [fr.f_locals["i"] for pr in probe.procs if pr.is_alive
+                   for fr in frames_of(pr) if fr.f_code.co_qualname == PLAN_LANE]
+        snaps[m] = {"t": env._now, "eid": env.events, "busy": run.busy[0], "fp": fp,
+                    "key_dt": {k: v[1] for k, v in net._key_time.items()},
+                    "paces": len(net._paces),
+                    "lo": next((i for i, ev in enumerate(probe.done) if not ev.triggered),
+                               len(short)),
+                    "hi": max([started[0], *reached]) + 1}
+
+    run = _simulate(short, plan, spec, cache, env, net, 1.0, False, on_start)
+    probe.done = run.done
+    env.run_cuts(pending, snapshot)
+    if 1 not in snaps or 2 not in snaps or snaps[1]["fp"] is None \
+            or snaps[1]["fp"] != snaps[2]["fp"]:
+        return None
+    t1, t2 = snaps[1]["t"], snaps[2]["t"]
+    dt = t2 - t1
+    lo, hi = snaps[1]["lo"], snaps[2]["hi"]
+    prog = {}
+
+    def canon_of(op, shift):
+        if not isinstance(op, ComputeOp):
+            pr = prog.get(op.id)
+            if pr is None:
+                pr = prog[op.id] = cache.get(op)
+            return canon(op, shift, pr)
+        return canon(op, shift, None)
+
+    # the ops looked at up to T_2 are those of the full plan; each later period sees the
+    # same ops, shifted
+    if hi > len(short) or any(not ev.triggered for ev in run.done):
+        return None
+
+    def canon_short(i: int) -> tuple:
+        op = short[i]
+        return canon(op, 0, None if isinstance(op, ComputeOp) else cache.get(op))
+
+    if any(canon_of(ops[i], 0) != canon_short(i) for i in range(cut, hi)):
+        return None
+    for k in range(1, jn + 1):
+        for i in range(lo, hi):
+            if i + k * p >= len(ops) or canon_of(ops[i + k * p], k * p) != canon_of(ops[i], 0):
+                return None
+    return _splice(ops, short, run, env, net, snaps, jn, p, dt, cut)
+
+
+def _splice(ops, short, run: _Run, env, net: Network, snaps: dict, jn: int, p: int, dt: int,
+            cut: int) -> ReplayResult | None:
+    """The full replay's record from the shortened one's: events up to T_1 as they are,
+    those of (T_1, T_2] also repeated jn times shifted by k(dt, p), the rest shifted by
+    jn(dt, p)."""
+    t1, t2 = snaps[1]["t"], snaps[2]["t"]
+    jdt, jp = jn * dt, jn * p
+    n = len(ops)
+    start: list = [None] * n
+    end: list = [None] * n
+    for src, dst in ((run.start_ps, start), (run.end_ps, end)):
+        for o, t in enumerate(src):
+            if t <= t2:
+                if dst[o] is not None:
+                    return None
+                dst[o] = t
+                if t > t1:
+                    for k in range(1, jn + 1):
+                        if dst[o + k * p] is not None:
+                            return None
+                        dst[o + k * p] = t + k * dt
+            else:
+                if dst[o + jp] is not None:
+                    return None
+                dst[o + jp] = t + jdt
+    if any(x is None for x in start) or any(x is None for x in end):
+        return None
+    # rate regimes: the window's repeated, the rest shifted
+    paces = net._paces
+    a, b = snaps[1]["paces"], snaps[2]["paces"]
+    if any(t <= t1 for t, _, _ in paces[a:b]) or any(t > t2 for t, _, _ in paces[a:b]) \
+            or any(t <= t2 for t, _, _ in paces[b:]):
+        return None
+
+    def moved(pace, dt_, dp):
+        t, owners, bns = pace
+        return (t + dt_, tuple(None if o is None else o + dp for o in owners), bns)
+
+    full = paces[:b]
+    for k in range(1, jn + 1):
+        full.extend(moved(x, k * dt, k * p) for x in paces[a:b])
+    full.extend(moved(x, jdt, jp) for x in paces[b:])
+    net._paces = full
+    # time under each rate regime: the window's added jn more times
+    k1, k2 = snaps[1]["key_dt"], snaps[2]["key_dt"]
+    for key, entry in net._key_time.items():
+        entry[1] += jn * (k2.get(key, 0) - k1.get(key, 0))
+    if env._now + jdt > MAX_PS:
+        return None          # the full replay says where the clock runs out
+    net._last += jdt
+    env._now += jdt
+    events = env.events + jn * (snaps[2]["eid"] - snaps[1]["eid"])
+    busy = run.busy[0] + jn * (snaps[2]["busy"] - snaps[1]["busy"])
+    full_run = _Run([busy], [0], start, end, [], None)
+    return _finish(full_run, ops, env, net, 1.0, False, events)
 
 
 def critical_collectives(ops, start_ps: list[int], end_ps: list[int]
