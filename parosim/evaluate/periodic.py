@@ -71,11 +71,12 @@ def micro_layout(ops: Sequence) -> tuple[list[int], int] | None:
     return first, p
 
 
-def shortened(ops: Sequence, first: list[int], p: int) -> list:
-    """The plan's ops with micro-steps 2 .. s - 2 cut out (J = s - 3 periods): ops before
-    micro-step 2 as they are, the rest renumbered down by J·P with their deps."""
-    cut = first[2]
-    jp = (len(first) - 3) * p
+def shortened(ops: Sequence, first: list[int], p: int, keep: int) -> list:
+    """The plan's ops with micro-steps ``keep`` .. s - 2 cut out (J = s - 1 - keep
+    periods): ops before micro-step ``keep`` as they are, the rest renumbered down by J·P
+    with their deps."""
+    cut = first[keep]
+    jp = (len(first) - 1 - keep) * p
     out = list(ops[:cut])
     for op in ops[cut + jp:]:
         deps = tuple(d - jp for d in op.deps)
@@ -134,6 +135,7 @@ class Probe:
         self.procs: list[simpy.Process] = []
         self.done: list[simpy.Event] = []
         self.ops: list = []
+        self.tail = 0    # the first accumulation-boundary op (after the last micro-step)
 
 
 PLAN_LANE = "run_lanes.<locals>.lane_proc"
@@ -155,13 +157,20 @@ def frames_of(proc: simpy.Process):
         gen = gen.gi_yieldfrom
 
 
-def fingerprint(env, net: Network, probe: Probe, base: int) -> tuple:
+def fingerprint(env, net: Network, probe: Probe, base: int, hi: int) -> tuple:
     """The simulation's state at the end of the current instant, op indices relative to
     ``base`` and times to now (module docstring). Raises :class:`Unproved` on anything it
-    does not know."""
+    does not know.
+
+    A lane parked before an accumulation-boundary op (its deps not all done) is written
+    relative to the boundary (``probe.tail``), and so are the pending ops only it waits
+    for, which must lie at or past ``hi`` (the ops reached so far): in every period such
+    a lane waits on the same op and nothing it waits for happens."""
     now = env._now
     if net._pending or net._update_scheduled:
         raise Unproved("network update pending")
+    tail = probe.tail
+    parked: set[int] = set()
 
     def rel(i):
         return None if i is None else i - base
@@ -173,8 +182,14 @@ def fingerprint(env, net: Network, probe: Probe, base: int) -> tuple:
         for fr in frames_of(p):
             name, loc = fr.f_code.co_qualname, fr.f_locals
             if name == PLAN_LANE:
-                d.append((name, fr.f_lasti, probe.ops[loc["idx"][0]].stream, rel(loc["i"]),
-                          loc["start"] - now if "start" in loc else None))
+                i = loc["i"]
+                if i >= tail and "start" not in loc:
+                    parked.add(id(p))
+                    d.append((name, fr.f_lasti, probe.ops[loc["idx"][0]].stream,
+                              "parked", i - tail))
+                else:
+                    d.append((name, fr.f_lasti, probe.ops[loc["idx"][0]].stream, rel(i),
+                              loc["start"] - now if "start" in loc else None))
             elif name == _BODY:
                 d.append((name, fr.f_lasti, rel(loc["i"])))
             elif name == _COMPUTE:
@@ -219,10 +234,22 @@ def fingerprint(env, net: Network, probe: Probe, base: int) -> tuple:
     transfers = tuple((t.key, t.total, t.remaining, t.rate, rel(t.owner),
                        tuple(waiter(c) for c in t.event.callbacks)) for t in net._active)
     # waiters on pending plan ops (their order decides who resumes first)
+    parked_ranks = {rank[k] for k in parked}
+
+    def only_parked(w) -> bool:
+        return w[0] == "c" and all(x[0] == "own" or (x[0] == "p" and x[1] in parked_ranks)
+                                   for x in w[4])
+
     waits = []
     for i, ev in enumerate(probe.done):
         if not ev.triggered and ev.callbacks:
-            waits.append((i - base, tuple(waiter(c) for c in ev.callbacks)))
+            ws = tuple(waiter(c) for c in ev.callbacks)
+            if ws and all(only_parked(w) for w in ws):
+                if i < hi:
+                    raise Unproved("a parked lane waits for an op the period reaches")
+                waits.append(("parked", i - tail, ws))
+            else:
+                waits.append((i - base, ws))
     # every process's target: what it waits on, and that target's other waiters
     targets = []
     for k in order:
@@ -236,5 +263,8 @@ def fingerprint(env, net: Network, probe: Probe, base: int) -> tuple:
                 phase_waits.append((k, tuple(
                     (ev.triggered, tuple(waiter(c) for c in (ev.callbacks or ())))
                     for ev in fr.f_locals["done"])))
+    # the network's clock matters only while something moves (an idle network's last
+    # update time is never read)
     return (tuple(descs[k] for k in order), tuple(queue), transfers,
-            now - net._last, tuple(waits), tuple(targets), tuple(phase_waits))
+            now - net._last if net._active else None, tuple(waits), tuple(targets),
+            tuple(phase_waits))

@@ -222,27 +222,29 @@ def _finish(run: _Run, ops, env, net: Network, overlap_slowdown: float,
     return res
 
 
-def _periodic_replay(plan, spec: ClusterSpec, cache: ProgramCache, period: int, g
-                     ) -> ReplayResult | None:
-    """The replay with micro-steps 2 .. s - 2 cut out and put back, when proved exact
-    (:mod:`parosim.evaluate.periodic`); None when not (the caller replays in full)."""
+def _periodic_replay(plan, spec: ClusterSpec, cache: ProgramCache, period: int, g,
+                     keep: int = 2) -> ReplayResult | None:
+    """The replay with micro-steps ``keep`` .. s - 2 cut out and put back, when proved exact
+    (:mod:`parosim.evaluate.periodic`); None when not (the caller replays in full). The
+    shortened replay is probed at the starts of micro-steps 1 .. ``keep``; the first two
+    consecutive equal states give the period."""
     ops = plan.ops
     layout = micro_layout(ops)
-    if layout is None:
+    if layout is None or len(layout[0]) < keep + 2:
         return None
     first, p = layout
-    s = len(first)
-    jn = s - 3                      # periods cut out
-    cut = first[2]
+    jn = len(first) - 1 - keep      # periods cut out
+    cut = first[keep]
     try:
-        short = shortened(ops, first, p)
+        short = shortened(ops, first, p, keep)
     except Unproved:
         return None
     env = ProbedEnvironment()
     probe = env.probe
     probe.ops = short
+    probe.tail = cut + p            # the shortened plan's boundary ops start here
     net = Network(env, g, spec.nodes, period, spec.gpus_per_node)
-    marks: dict[int, int] = {first[1]: 1, cut: 2}
+    marks = {first[m]: m for m in range(1, keep + 1)}
     snaps: dict[int, dict] = {}
     started = [-1]
     pending: list[int] = []
@@ -255,63 +257,71 @@ def _periodic_replay(plan, spec: ClusterSpec, cache: ProgramCache, period: int, 
 
     def snapshot() -> None:
         m = pending.pop()
-        base = first[m]
-        try:
-            fp = fingerprint(env, net, probe, base)
-        except Unproved:
-            fp = None
         reached = [fr.f_locals["i"] for pr in probe.procs if pr.is_alive
                    for fr in frames_of(pr) if fr.f_code.co_qualname == PLAN_LANE]
+        hi = max([started[0], *(i for i in reached if i < probe.tail)]) + 1
+        try:
+            fp = fingerprint(env, net, probe, first[m], hi)
+        except Unproved:
+            fp = None
         snaps[m] = {"t": env._now, "eid": env.events, "busy": run.busy[0], "fp": fp,
                     "key_dt": {k: v[1] for k, v in net._key_time.items()},
                     "paces": len(net._paces),
                     "lo": next((i for i, ev in enumerate(probe.done) if not ev.triggered),
                                len(short)),
-                    "hi": max([started[0], *reached]) + 1}
+                    "hi": hi}
+        if m == keep and not any(
+                snaps.get(k) is not None and snaps[k]["fp"] is not None
+                and snaps[k]["fp"] == snaps.get(k + 1, {}).get("fp") for k in range(1, keep)):
+            raise Unproved("no two micro-steps start in the same state")
 
     run = _simulate(short, plan, spec, cache, env, net, 1.0, False, on_start)
     probe.done = run.done
-    env.run_cuts(pending, snapshot)
-    if 1 not in snaps or 2 not in snaps or snaps[1]["fp"] is None \
-            or snaps[1]["fp"] != snaps[2]["fp"]:
+    try:
+        env.run_cuts(pending, snapshot)
+    except Unproved:
         return None
-    t1, t2 = snaps[1]["t"], snaps[2]["t"]
+    if any(not ev.triggered for ev in run.done):
+        return None
+    prog: dict[int, object] = {}
+
+    def canon_of(op, shift: int) -> tuple:
+        if isinstance(op, ComputeOp):
+            return canon(op, shift, None)
+        pr = prog.get(id(op))
+        if pr is None:
+            pr = prog[id(op)] = cache.get(op)
+        return canon(op, shift, pr)
+
+    for m in range(1, keep):
+        s1, s2 = snaps.get(m), snaps.get(m + 1)
+        if s1 is None or s2 is None or s1["fp"] is None or s1["fp"] != s2["fp"]:
+            continue
+        lo, hi = s1["lo"], s2["hi"]
+        # up to T_m+1 the shortened replay looked at the full plan's ops; each later
+        # period looks at the same ops shifted; after the splice the shortened plan's
+        # ops are the full plan's shifted by jn periods
+        if hi > len(short) or lo > hi:
+            continue
+        if any(canon_of(ops[i], 0) != canon_of(short[i], 0) for i in range(cut, hi)):
+            continue
+        if any(i + k * p >= len(ops) or canon_of(ops[i + k * p], k * p) != canon_of(ops[i], 0)
+               for k in range(1, jn + 1) for i in range(lo, hi)):
+            continue
+        if any(canon_of(ops[i + jn * p], jn * p) != canon_of(ops[i], 0)
+               for i in range(lo, cut)):
+            continue
+        return _splice(ops, run, env, net, s1, s2, jn, p)
+    return None
+
+
+def _splice(ops, run: _Run, env, net: Network, s1: dict, s2: dict, jn: int, p: int
+            ) -> ReplayResult | None:
+    """The full replay's record from the shortened one's: events up to T_1 (snapshot
+    ``s1``) as they are, those of (T_1, T_2] (``s2``) also repeated jn times shifted by
+    k(dt, p), the rest shifted by jn(dt, p)."""
+    t1, t2 = s1["t"], s2["t"]
     dt = t2 - t1
-    lo, hi = snaps[1]["lo"], snaps[2]["hi"]
-    prog = {}
-
-    def canon_of(op, shift):
-        if not isinstance(op, ComputeOp):
-            pr = prog.get(op.id)
-            if pr is None:
-                pr = prog[op.id] = cache.get(op)
-            return canon(op, shift, pr)
-        return canon(op, shift, None)
-
-    # the ops looked at up to T_2 are those of the full plan; each later period sees the
-    # same ops, shifted
-    if hi > len(short) or any(not ev.triggered for ev in run.done):
-        return None
-
-    def canon_short(i: int) -> tuple:
-        op = short[i]
-        return canon(op, 0, None if isinstance(op, ComputeOp) else cache.get(op))
-
-    if any(canon_of(ops[i], 0) != canon_short(i) for i in range(cut, hi)):
-        return None
-    for k in range(1, jn + 1):
-        for i in range(lo, hi):
-            if i + k * p >= len(ops) or canon_of(ops[i + k * p], k * p) != canon_of(ops[i], 0):
-                return None
-    return _splice(ops, short, run, env, net, snaps, jn, p, dt, cut)
-
-
-def _splice(ops, short, run: _Run, env, net: Network, snaps: dict, jn: int, p: int, dt: int,
-            cut: int) -> ReplayResult | None:
-    """The full replay's record from the shortened one's: events up to T_1 as they are,
-    those of (T_1, T_2] also repeated jn times shifted by k(dt, p), the rest shifted by
-    jn(dt, p)."""
-    t1, t2 = snaps[1]["t"], snaps[2]["t"]
     jdt, jp = jn * dt, jn * p
     n = len(ops)
     start: list = [None] * n
@@ -335,7 +345,7 @@ def _splice(ops, short, run: _Run, env, net: Network, snaps: dict, jn: int, p: i
         return None
     # rate regimes: the window's repeated, the rest shifted
     paces = net._paces
-    a, b = snaps[1]["paces"], snaps[2]["paces"]
+    a, b = s1["paces"], s2["paces"]
     if any(t <= t1 for t, _, _ in paces[a:b]) or any(t > t2 for t, _, _ in paces[a:b]) \
             or any(t <= t2 for t, _, _ in paces[b:]):
         return None
@@ -350,15 +360,15 @@ def _splice(ops, short, run: _Run, env, net: Network, snaps: dict, jn: int, p: i
     full.extend(moved(x, jdt, jp) for x in paces[b:])
     net._paces = full
     # time under each rate regime: the window's added jn more times
-    k1, k2 = snaps[1]["key_dt"], snaps[2]["key_dt"]
+    k1, k2 = s1["key_dt"], s2["key_dt"]
     for key, entry in net._key_time.items():
         entry[1] += jn * (k2.get(key, 0) - k1.get(key, 0))
     if env._now + jdt > MAX_PS:
         return None          # the full replay says where the clock runs out
     net._last += jdt
     env._now += jdt
-    events = env.events + jn * (snaps[2]["eid"] - snaps[1]["eid"])
-    busy = run.busy[0] + jn * (snaps[2]["busy"] - snaps[1]["busy"])
+    events = env.events + jn * (s2["eid"] - s1["eid"])
+    busy = run.busy[0] + jn * (s2["busy"] - s1["busy"])
     full_run = _Run([busy], [0], start, end, [], None)
     return _finish(full_run, ops, env, net, 1.0, False, events)
 
