@@ -113,7 +113,7 @@ def replay(plan: Plan, spec: ClusterSpec, algo: Algo, overlap_slowdown: float = 
     g = graph if graph is not None else network_graph(spec, period)
     if (PERIODIC[0] and overlap_slowdown == 1.0 and not trace and not record_links
             and not spec.collective.serial_progress and not hasattr(plan, "layout")):
-        res = _periodic_replay(plan, spec, cache, period, g)
+        res = periodic_replay(plan, spec, cache, period, g)
         if res is not None:
             return res
     env = CountingEnvironment()
@@ -222,7 +222,7 @@ def _finish(run: _Run, ops, env, net: Network, overlap_slowdown: float,
     return res
 
 
-def _periodic_replay(plan, spec: ClusterSpec, cache: ProgramCache, period: int, g,
+def periodic_replay(plan, spec: ClusterSpec, cache: ProgramCache, period: int, g,
                      keep: int = 2) -> ReplayResult | None:
     """The replay with micro-steps ``keep`` .. s - 2 cut out and put back, when proved exact
     (:mod:`parosim.evaluate.periodic`); None when not (the caller replays in full). The
@@ -352,7 +352,7 @@ def _splice(ops, run: _Run, env, net: Network, s1: dict, s2: dict, jn: int, p: i
 
     def moved(pace, dt_, dp):
         t, owners, bns = pace
-        return (t + dt_, tuple(None if o is None else o + dp for o in owners), bns)
+        return (t + dt_, tuple([None if o is None else o + dp for o in owners]), bns)
 
     full = paces[:b]
     for k in range(1, jn + 1):
