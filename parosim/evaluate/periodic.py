@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
-
 from heapq import heappop
+from typing import Any
 
 import simpy
 

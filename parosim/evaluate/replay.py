@@ -32,6 +32,7 @@ from ..fabric.engine import (
 from ..fabric.folded import network_graph
 from ..fabric.network import MAX_PS, PS, Network, horizon_error, symmetry_period, to_ps
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan
+from ..spec.system import ClusterSpec
 from .periodic import (
     PLAN_LANE,
     ProbedEnvironment,
@@ -42,7 +43,6 @@ from .periodic import (
     micro_layout,
     shortened,
 )
-from ..spec.system import ClusterSpec
 
 
 @dataclass

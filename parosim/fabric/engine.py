@@ -13,9 +13,9 @@ Observation is injected: ``on_record(Record)`` receives one typed record per fin
 from __future__ import annotations
 
 import itertools
-from heapq import heappop
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from heapq import heappop
 from typing import TYPE_CHECKING
 
 import simpy

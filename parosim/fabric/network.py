@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from heapq import heappush
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from heapq import heappush
 from typing import TYPE_CHECKING
 
 import numpy as np
