@@ -275,12 +275,12 @@ def periodic_replay(plan, spec: ClusterSpec, cache: ProgramCache, period: int, g
                 and snaps[k]["fp"] == snaps.get(k + 1, {}).get("fp") for k in range(1, keep)):
             raise Unproved("no two micro-steps start in the same state")
 
-    run = _simulate(short, plan, spec, cache, env, net, 1.0, False, on_start)
-    probe.done = run.done
     try:
+        run = _simulate(short, plan, spec, cache, env, net, 1.0, False, on_start)
+        probe.done = run.done
         env.run_cuts(pending, snapshot)
-    except Unproved:
-        return None
+    except Exception:  # noqa: BLE001 - Unproved, or an error the full replay raises itself
+        return None    # (with the full plan's times in its message)
     if any(not ev.triggered for ev in run.done):
         return None
     prog: dict[int, object] = {}
