@@ -23,7 +23,7 @@ between T_m and T_m+1 is the one between T_1 and T_2 shifted by (m - 1)(Δ, P), 
 T_s-1 on it is the shortened replay's rest shifted by (s - 3)(Δ, P). Integer sums (busy time,
 link busy time per rate regime, the event count) scale exactly; per-link bytes and the
 critical-path credit are summed by the same code over the same reconstructed terms in the
-same order, so every output is bit-identical to the full replay (tests/test_engine.py
+same order, so every output is bit-identical to the full replay (tests/test_periodic.py
 compares them).
 """
 
