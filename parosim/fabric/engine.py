@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from heapq import heappop
 from typing import TYPE_CHECKING
 
 import simpy
@@ -48,6 +49,23 @@ class CountingEnvironment(simpy.Environment):
         n = next(self._eid)
         self._eid = itertools.count(n)   # put back: the next event still gets number n
         return n
+
+    def run(self, until=None):
+        """``simpy.Environment.run``; without ``until``, its loop of :meth:`step` inlined
+        (the same events processed in the same order, one call less per event)."""
+        if until is not None:
+            return super().run(until)
+        queue = self._queue
+        while queue:
+            self._now, _, _, event = heappop(queue)
+            callbacks, event.callbacks = event.callbacks, None
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):
+                exc = type(event._value)(*event._value.args)   # as Environment.step
+                exc.__cause__ = event._value
+                raise exc
+        return None
 
 
 @dataclass(frozen=True)
@@ -159,15 +177,23 @@ def check_finished(done: list[simpy.Event], name_of: Callable[[int], str],
 def run_phase(env: simpy.Environment, net: Network, phase: Phase, tuning: CollectiveTuning,
               owner: int | None = None):
     """Body of one phase: bandwidth part on the network, then the ring's step latencies and
-    the phase's launch overhead. ``owner``: the plan op it belongs to (link attribution)."""
+    the phase's launch overhead. ``owner``: the plan op it belongs to (link attribution).
+    A phase's flow set, wire bytes, rate cap and latency are worked out once per network
+    (``Network.phase_consts``: the same figures, as layers repeat their collectives)."""
     if phase.steps == 0:
         return
-    fs = net.flowset(phase.ringset)
-    # a protocol moves bytes / bw_eff on the wire, its data rate capped at cap_Bps
-    yield net.transfer(fs, phase.bytes_per_rank / phase.bw_eff, phase.cap_Bps / phase.bw_eff,
-                       owner)
-    latency = to_ps(phase.steps * (fs.alpha_s + tuning.step_latency_s)
-                    + tuning.phase_overhead_s + phase.fixed_s)
+    key = (id(phase), id(tuning))
+    c = net.phase_consts.get(key)
+    if c is None:
+        fs = net.flowset(phase.ringset)
+        # a protocol moves bytes / bw_eff on the wire, its data rate capped at cap_Bps
+        c = net.phase_consts[key] = [fs, phase.bytes_per_rank / phase.bw_eff,
+                                     phase.cap_Bps / phase.bw_eff, None, phase, tuning]
+    yield net.transfer(c[0], c[1], c[2], owner)
+    latency = c[3]
+    if latency is None:   # after the first transfer, where it was computed before
+        latency = c[3] = to_ps(phase.steps * (c[0].alpha_s + tuning.step_latency_s)
+                               + tuning.phase_overhead_s + phase.fixed_s)
     if tuning.serial_progress:  # one progress thread per rank: latency parts queue (FIFO)
         with net.progress.request() as req:
             yield req
@@ -185,11 +211,43 @@ def run_program(env: simpy.Environment, net: Network, program: Program,
     if tuning.call_overhead_s:
         yield env.timeout(to_ps(tuning.call_overhead_s))
     ph = program.phases
-    done = run_lanes(env, ph, lambda i: prefix + ph[i].lane, lambda i: ph[i].deps,
-                     lambda i: prefix + ph[i].name,
-                     lambda i: run_phase(env, net, ph[i], tuning, owner), on_record)
+    if on_record is None:
+        done = _run_phases(env, net, program, tuning, owner)
+    else:
+        done = run_lanes(env, ph, lambda i: prefix + ph[i].lane, lambda i: ph[i].deps,
+                         lambda i: prefix + ph[i].name,
+                         lambda i: run_phase(env, net, ph[i], tuning, owner), on_record)
     if done:
         yield env.all_of(done)
+
+
+def _run_phases(env: simpy.Environment, net: Network, program: Program,
+                tuning: CollectiveTuning, owner: int | None) -> list[simpy.Event]:
+    """:func:`run_lanes` of a program's phases without records: the same processes, started
+    in the same order, waiting on the same events, with the lanes grouped once per program
+    (``Network.program_lanes``) instead of once per call."""
+    ph = program.phases
+    lanes = net.program_lanes.get(id(program))
+    if lanes is None or lanes[0] is not program:
+        groups: dict[str, list[int]] = {}
+        for i, p in enumerate(ph):
+            groups.setdefault(p.lane, []).append(i)
+        lanes = net.program_lanes[id(program)] = (program, list(groups.values()),
+                                                  [tuple(p.deps) for p in ph])
+    _, groups_, deps = lanes
+    done = [simpy.Event(env) for _ in ph]
+
+    def lane_proc(idx: list[int]):
+        for i in idx:
+            d = deps[i]
+            if d:
+                yield env.all_of([done[j] for j in d])
+            yield from run_phase(env, net, ph[i], tuning, owner)
+            done[i].succeed()
+
+    for idx in groups_:
+        env.process(lane_proc(idx))
+    return done
 
 
 def run_counted(env: simpy.Environment, net: Network, program: Program,

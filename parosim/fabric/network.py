@@ -42,6 +42,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from heapq import heappush
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -100,20 +101,27 @@ class _Transfer:
     rate: float = 0.0      # bytes per picosecond per flow
     cap: float = math.inf  # most bytes per picosecond per flow
     owner: int | None = None  # the plan op it belongs to (critical-path attribution)
+    key: tuple = ()        # (fs.id, cap): its part of the rate cache's key
 
 
 _NO_LINKS = np.zeros(0, dtype=np.int64)
 
 
 class _Late(simpy.Event):
-    """An event processed after all normal events of its instant (simpy priority 2)."""
+    """An event processed after all normal events of its instant (simpy priority 2).
+
+    ``simpy.Event.__init__`` and ``Environment.schedule`` inlined (the engine makes one per
+    rate change): the same attributes, and the same queue entry (time, priority, event
+    number, event)."""
+
+    gen = 0   # the network's rate generation when a completion timer was set
 
     def __init__(self, env: simpy.Environment, delay: int, callback):
-        super().__init__(env)
+        self.env = env
+        self.callbacks = [callback]
         self._ok = True
         self._value = None
-        self.callbacks.append(callback)
-        env.schedule(self, priority=2, delay=delay)
+        heappush(env._queue, (env._now + delay, 2, next(env._eid), self))
 
 
 @dataclass
@@ -160,6 +168,10 @@ class Network:
         self._orbit: list[int] = []
         self._egress: list[str] = []  # "intra" / "inter" for links leaving a GPU, else ""
         self._flowsets: dict[RingSet, FlowSet] = {}
+        # per phase and tuning, and per program (parosim.fabric.engine.run_phase /
+        # run_program): figures worked out once; keyed by id, each entry holds its objects
+        self.phase_consts: dict[tuple[int, int], list] = {}
+        self.program_lanes: dict[int, tuple] = {}
         # max-min rates depend only on which flow sets are active: cache them by that multiset
         self._fill_cache: dict[tuple, tuple[list[float], np.ndarray, list[np.ndarray]]] = {}
         self._key: tuple[int, ...] = ()
@@ -335,9 +347,12 @@ class Network:
             ev.succeed()
             return ev
         self._seq += 1
-        self._pending.append(_Transfer(self._seq, fs, nbytes, nbytes, ev,
-                                       cap=max_rate_Bps / PS, owner=owner))
-        self._schedule_update(0)
+        cap = max_rate_Bps / PS
+        self._pending.append(_Transfer(self._seq, fs, nbytes, nbytes, ev, 0.0, cap, owner,
+                                       (fs.id, cap)))
+        if not self._update_scheduled:   # _schedule_update(0), inlined
+            self._update_scheduled = True
+            _Late(self.env, 0, self._update)
         return ev
 
     def _schedule_update(self, delay: int) -> None:
@@ -349,11 +364,11 @@ class Network:
         else:
             if self.env.now + delay > MAX_PS:
                 raise horizon_error((self.env.now + delay) / PS)
-            gen = self._gen
-            _Late(self.env, delay, lambda ev: self._wake(gen))
+            _Late(self.env, delay, self._wake).gen = self._gen
 
-    def _wake(self, gen: int) -> None:
-        if gen == self._gen and not self._update_scheduled:
+    def _wake(self, ev: _Late) -> None:
+        """A completion timer: recompute unless rates changed since it was set (``gen``)."""
+        if ev.gen == self._gen and not self._update_scheduled:
             self._update(None)
 
     def _advance(self) -> None:
@@ -379,28 +394,31 @@ class Network:
                 t.event.succeed()
             else:
                 still.append(t)
-        self._active = still + self._pending
+        active = self._active = still + self._pending
         self._pending = []
         self._gen += 1
         self._waterfill()
-        if self._active:
-            nxt = min(max(1, math.ceil(t.remaining / t.rate)) for t in self._active)
-            self._schedule_update(nxt)
+        if active:
+            ceil = math.ceil
+            nxt = min([ceil(t.remaining / t.rate) for t in active])
+            self._schedule_update(max(1, nxt))
 
     def _waterfill(self) -> None:
         """Weighted max-min fair rates by progressive filling (cached per active multiset;
         the active list is in start order, and equal flow sets get equal rates)."""
-        key = tuple((t.fs.id, t.cap) for t in self._active)
+        active = self._active
+        key = tuple([t.key for t in active])
         hit = self._fill_cache.get(key)
         if hit is None:
             hit = self._fill_cache[key] = self._progressive_filling(
-                [t.fs for t in self._active], [t.cap for t in self._active])
+                [t.fs for t in active], [t.cap for t in active])
         rates, self._load, bottlenecks = hit
         self._key = key
+        now = self.env._now
         if self.record_links:
-            self._segments.append((self.env.now, self._load))
-        self._paces.append((self.env.now, tuple(t.owner for t in self._active), bottlenecks))
-        for t, r in zip(self._active, rates, strict=True):
+            self._segments.append((now, self._load))
+        self._paces.append((now, tuple([t.owner for t in active]), bottlenecks))
+        for t, r in zip(active, rates, strict=True):
             t.rate = r
 
     def _progressive_filling(self, sets: list[FlowSet], caps: list[float] | None = None

@@ -9,6 +9,7 @@ every other file, and every failure, goes through PyYAML as before.
 
 from __future__ import annotations
 
+import copy
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -78,6 +79,9 @@ def read_yaml(path: str | Path, what: str, parsed_copy: bool = True) -> dict[str
     data = _parsed_copy(p, text) if parsed_copy else None
     if data is not None:
         return data
+    hit = _PARSED.get(text)
+    if hit is not None:   # the same text parsed before (a sweep reads one preset per point)
+        return copy.deepcopy(hit)
     import yaml  # deferred: PyYAML is imported only when a file is parsed (start-up)
 
     try:
@@ -93,7 +97,16 @@ def read_yaml(path: str | Path, what: str, parsed_copy: bool = True) -> dict[str
     if not isinstance(data, dict):
         raise InputError(f"{what} file {str(p)!r} must hold a mapping of keys, got "
                          f"{type(data).__name__}")
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[text] = copy.deepcopy(data)   # callers may change what they get
     return data
+
+
+# Parsed mappings by file text (the text, not the path: an edited file is parsed again);
+# read_yaml hands out copies.
+_PARSED: dict[str, dict[str, Any]] = {}
+_PARSED_MAX = 64
 
 
 def section(data: dict[str, Any], key: str, allowed: set[str], where: str,
@@ -155,9 +168,9 @@ def _same(a: Any, b: Any) -> bool:
 def _parsed_copy(path: Path, text: str) -> dict[str, Any] | None:
     """The mapping of ``path`` from its directory's parsed copy, if that holds an entry for
     exactly this text (else None: the caller parses the file)."""
-    copy = path.parent / PARSED_NAME
+    stored_at = path.parent / PARSED_NAME
     try:
-        stored = copy.read_text(encoding="utf-8")
+        stored = stored_at.read_text(encoding="utf-8")
     except OSError:
         return None
     try:
