@@ -57,10 +57,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..collectives.cost import phase_time, program_time, ring_alpha_beta
-from ..collectives.lowering import lower
 from ..collectives.types import Algo
 from ..plan.builder import COMM_GRAD, COMM_PARAM, ComputeOp
-from ..plan.moe_step import A2AOp, MoEPlan, balanced_rows, moe_uses
+from ..plan.moe_step import A2AOp, MoEPlan, balanced_rows, moe_uses, op_program, program_key
 from ..spec.model import ModelSpec
 from ..spec.training import TrainingSpec
 from .analytic import overlapped_time
@@ -91,13 +90,10 @@ class MoEAnalytic:
 def _op_times(op, spec, algo: Algo, cache: dict) -> tuple[float, float, float]:
     """(program time, seconds of its phases on intra-node links, on the NICs) of one
     collective op, cached by cluster and op key."""
-    own = getattr(op, "lower", None)
-    key = ((op.cache_key, getattr(op.scopes, "glob", None), getattr(op.scopes, "m", 0),
-            algo) if own is not None else (op.op, op.scope, op.size_bytes, algo))
+    key = program_key(op, algo)
     got = cache.get(key)
     if got is None:
-        prog = own(spec, algo) if own is not None else lower(spec, op.op, op.scope,
-                                                              op.size_bytes, algo)
+        prog = op_program(op, spec, algo)
         gpn = spec.gpus_per_node
         w = [0.0, 0.0, 0.0, 0.0]     # intra transfer, intra latency, inter ...
         for ph in prog.phases:

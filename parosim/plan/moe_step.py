@@ -58,6 +58,7 @@ from ..collectives.deepep import (
     deepep_routing,
     lower_ep_groups,
 )
+from ..collectives.lowering import lower
 from ..collectives.types import Algo, Op, Scope, parse_enum
 from ..cost.compute import ADAM_BYTES_PER_PARAM, compute_model, compute_seconds
 from ..errors import InputError
@@ -147,6 +148,23 @@ def _ep_program(spec: ClusterSpec, disp: EPDispatcher, direction: str, tokens: i
 
 
 @lru_cache(maxsize=256)
+def program_key(op, algo: Algo) -> tuple:
+    """The key under which a collective op's lowered program is cached across the plans of
+    one cluster: equal keys lower to equal programs (a group op's scopes by their groups, an
+    all-to-all by its EP groups, a plain collective by op, scope, bytes and algorithm)."""
+    if getattr(op, "lower", None) is None:
+        return (op.op, op.scope, op.size_bytes, algo)
+    return (op.cache_key, getattr(op.scopes, "glob", op.scopes), getattr(op.scopes, "m", 0),
+            algo)
+
+
+def op_program(op, spec: ClusterSpec, algo: Algo):
+    """The lowered :class:`~parosim.collectives.types.Program` of one collective op."""
+    own = getattr(op, "lower", None)
+    return own(spec, algo) if own is not None else lower(spec, op.op, op.scope,
+                                                         op.size_bytes, algo)
+
+
 def expert_scopes(cluster: ClusterSpec, experts: int, ep: int):
     """(layout, EDP group scopes, EP groups) of EP on ``cluster``, built once per layout:
     the lowered group collectives are cached by the scopes' identity."""

@@ -15,7 +15,6 @@ import numpy as np
 
 from ..collectives.alltoall import lower_p2p
 from ..collectives.deepep import EPDispatcher, bf16_token_bytes, deepep_routing
-from ..collectives.lowering import lower
 from ..collectives.types import Algo, Scope, parse_enum
 from ..errors import InputError
 from ..evaluate.moe_layer import Routing
@@ -25,7 +24,14 @@ from ..fabric.network import MAX_SIM_SECONDS, horizon_error
 from ..plan.builder import CollectiveOp
 from ..plan.experts import ExpertLayout, dense_states_bytes, expert_states_bytes
 from ..plan.moe_memory import moe_memory
-from ..plan.moe_step import A2AOp, build_moe_plan, check_moe_step, parse_a2a_algo
+from ..plan.moe_step import (
+    A2AOp,
+    build_moe_plan,
+    check_moe_step,
+    op_program,
+    parse_a2a_algo,
+    program_key,
+)
 from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import parse_strategy
@@ -62,13 +68,10 @@ def moe_analytic_bytes(plan, spec: ClusterSpec, algo: Algo, repeat: int = 1
             inter += sent * f
             intra += sent * (1 - f)
             continue
-        own = getattr(op, "lower", None)
-        key = ((op.cache_key, getattr(op.scopes, "glob", op.scopes), getattr(op.scopes, "m", 0),
-                algo) if own is not None else (op.op, op.scope, op.size_bytes, algo))
+        key = program_key(op, algo)
         terms = progs.get(key)
         if terms is None:   # (bytes per rank, cross-node fraction) per phase, once per program
-            prog = (own(spec, algo) if own is not None
-                    else lower(spec, op.op, op.scope, op.size_bytes, algo))
+            prog = op_program(op, spec, algo)
             # a group collective's ranks are every GPU (EDP groups cover the cluster; so do
             # the EP groups); a DeepEP phase's flows are not one per rank: its bytes per rank
             # are its flows x bytes per flow / GPUs
