@@ -96,8 +96,12 @@ def test_docs_index_lists_every_page():
 
 
 def test_no_reference_outside_the_repository():
+    """User-facing text names no folder beside the checkout (relative, ``../NAME/``, or by
+    its absolute path): users have the repository only."""
+    siblings = sorted(p.name for p in ROOT.parent.iterdir() if p.is_dir() and p != ROOT)
+    outside = [f"../{n}/" for n in siblings] + [f"{ROOT.parent / n}/" for n in siblings]
     for name, text in user_facing_texts():
-        assert "../shared/" not in text and "/shared/" not in text.replace("://", ""), name
+        assert not [o for o in outside if o in text], name
 
 
 # --- cluster YAML: every key the strict reader accepts is documented -------------------------
