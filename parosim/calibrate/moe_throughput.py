@@ -56,6 +56,13 @@ EXCLUDED = {
     "NVFP4": "NVFP4 precision: no FP4 peak in the GPU specs",
     "precision not stated": "precision not stated in the row",
 }
+# a note in the row naming a known software regression of that run: the run measured a bug
+# its publisher says the next container fixes, not the hardware or the layout. Such a row is
+# excluded, but keeps its place in its family's fit / held-out alternation, so the split of
+# every other row is the one it would be without the exclusion.
+REGRESSION_NOTE = "Performance regression"
+REGRESSION_REASON = ("the source's footnote reports a known performance regression of this "
+                     "run (fixed in the next container)")
 HARDWARE = {
     "DGX-H100": ("dgx-h100-ib", 8),
     "DGX-B200": ("dgx-b200-ib", 8),
@@ -109,6 +116,12 @@ def parse_rows(path: Path | str = DATA) -> tuple[list[BridgeRow], list[tuple[int
                 reason = f"{fam}: no preset"
             if reason:
                 excluded.append((i, fam, reason))
+                continue
+            if REGRESSION_NOTE in r["note"]:
+                # counted in the alternation (see REGRESSION_NOTE), then set aside
+                family = FAMILIES[fam]
+                seen[family] = seen.get(family, 0) + 1
+                excluded.append((i, fam, REGRESSION_REASON))
                 continue
             lay = re.search(r"TP(\d+) PP(\d+) CP(\d+) VP(\S+) EP(\d+)", r["strategy_or_op"])
             tp, pp, cp, vp, ep = lay.groups()
@@ -164,18 +177,20 @@ GPU_HARDWARE = {"H100-SXM5-80GB": "H100", "B200": "B200", "B300": "B300", "GB200
 _SOURCE = ("fitted on the even Megatron-Bridge rows, parameter set chosen by cross-validation "
            "inside them (docs/moe.md; experiments/17_moe_throughput/out/fit.json)")
 # the chosen variant's fit (:func:`calibrate`), rounded to 6 decimals;
-# tests/test_moe_bridge.py (slow) refits and checks these. Its release factor for the newest
-# release of each platform (NeMo 26.06 on DGX, 26.08 on NVL72) is 1: these predict those
-# releases.
+# tests/test_moe_bridge.py (slow) refits and checks these. The chosen variant has one
+# throughput factor per NeMo release, the newest release's (26.08) fixed at 1: these constants
+# predict that release.
 FITTED = {
-    hw: KernelEfficiency(gemm_efficiency=g, moe_layer_overhead_s=o, a2a_exposed=0.326995,
+    hw: KernelEfficiency(gemm_efficiency=g, moe_layer_overhead_s=o, a2a_exposed=0.370948,
                          attention_efficiency=1.0, hbm_efficiency=1.0,
                          fp8_gemm_efficiency=1.0, source=_SOURCE)
-    for hw, g, o in (("H100", 0.459773, 0.004013), ("B200", 0.333589, 0.004255),
-                     ("B300", 0.286167, 0.0), ("GB200", 0.399243, 0.0),
-                     ("GB300", 0.713238, 0.002792))
+    for hw, g, o in (("H100", 0.461507, 0.001367),
+                     ("B200", 0.459622, 0.004303),
+                     ("B300", 0.368913, 0.0),
+                     ("GB200", 0.410811, 0.000584),
+                     ("GB300", 0.625761, 0.002))
 }
-FITTED_RELEASE = {"DGX": "26.06", "NVL72": "26.08"}
+FITTED_RELEASE = "26.08"
 
 
 def fitted_efficiency(gpu_model: str) -> tuple[str, KernelEfficiency]:

@@ -61,7 +61,6 @@ def cmd_simulate_moe_parallel(a: argparse.Namespace, model, cluster, training) -
     honour is refused in one line."""
     from ..calibrate.moe_throughput import (  # deferred: loaded when the command runs
         FITTED_RELEASE,
-        PLATFORM,
         fitted_efficiency,
     )
     from ..evaluate.moe_parallel import (  # deferred: loaded when the command runs
@@ -99,7 +98,6 @@ def cmd_simulate_moe_parallel(a: argparse.Namespace, model, cluster, training) -
     gbs = training.micro_batch * dp * training.accum_steps
     st = moe_step_time(model, cluster, par, gbs, training.micro_batch, training.seq_len,
                        a.precision, eff)
-    platform = PLATFORM[hardware]
     stage = {k: getattr(st, k) for k in ("gemm_s", "grouped_gemm_s", "attention_s",
                                           "memory_s", "a2a_s", "tp_s", "host_s")}
     return {
@@ -116,7 +114,7 @@ def cmd_simulate_moe_parallel(a: argparse.Namespace, model, cluster, training) -
         "memory_checked": False,
         "calibration": {
             "hardware": hardware,
-            "release": f"NeMo {FITTED_RELEASE[platform]} on {platform}",
+            "release": f"NeMo {FITTED_RELEASE}",
             **{k: getattr(eff, k) for k in ("gemm_efficiency", "moe_layer_overhead_s",
                                             "a2a_exposed", "attention_efficiency",
                                             "hbm_efficiency", "fp8_gemm_efficiency")},
