@@ -30,6 +30,10 @@ the source's own numbers, never fitted:
   parameters per GPU, at the kernel model's HBM rate. It did not exist on 02-23: the
   chronicles' 'Rebalancing layers' section (02-28) says testing uses the BF16 optimizer "that
   was just written" from then on.
+* **The TP layer-norm weight sync**: every LayerNorm's weight and bias all-reduced over the
+  TP group before each forward (train/tr11-176B-ml/chronicles.md, 2022-03-24 and 03-30, a
+  band-aid later made ``--sync-tp-duplicated-parameters``): it came after 02-23; sized as 8
+  small blocking all-reduces per layer and slot (forward and recomputed forward).
 * **CUDA_LAUNCH_BLOCKING=1** (set in train/tr11-176B-ml/tr11-176B-ml.slurm: "do not remove or
   the training will hang"): every kernel launch waits for the GPU, so host time per kernel
   is exposed. Its size is bounded by the source's own A/B test (chronicles-prequel.md,
@@ -182,9 +186,13 @@ def _parts(row: dict) -> dict:
                 + program_time(cluster, lower_group(cluster, Op.ALL_GATHER, Scope.GLOBAL, size,
                                                     Algo.RING, lay.tp_scopes(1))))
     whole = program_time(cluster, lower_p2p(lay.pairs(0, 1), size))   # not partitioned
+    # one bf16 LayerNorm weight (or bias) all-reduced over the TP group
+    norm_sync = program_time(cluster, lower_group(cluster, Op.ALL_REDUCE, Scope.GLOBAL,
+                                                  2.0 * row["model"].hidden, Algo.RING,
+                                                  lay.tp_scopes(1)))
     comp = cluster.compute
     return {"step": ed.predict(row)["predicted"], "stages": a.stage_time_s,
-            "transfer": transfer, "whole": whole, "params": stage_params(row["model"], par)[1],
+            "transfer": transfer, "whole": whole, "norm_sync": norm_sync, "params": stage_params(row["model"], par)[1],
             "hbm": cluster.gpu.hbm_bandwidth_Bps * comp.hbm_efficiency,
             "m": tr.accum_steps, "p": par.pp, "layers": row["model"].layers // par.pp}
 
@@ -231,6 +239,12 @@ def candidates(small: int = 0, large: int = 1) -> dict:
         return x["m"] * ACCUMULATE_BYTES_PER_PARAM * x["params"] / x["hbm"]
     out["bf16_accumulation"] = (acc(x2) - acc(x4), acc(x4))
 
+    # the TP layer-norm sync (absent on 02-23): weight and bias of both norms of every layer
+    # all-reduced before each forward, the recomputed one included, blocking
+    def sync(x, n):
+        return 2 * 2 * 2 * x["layers"] * x["norm_sync"] * n
+    out["norm_sync"] = (sync(x2, slots["2"]) - sync(x4, slots["4"]), sync(x4, slots["4"]))
+
     # CUDA_LAUNCH_BLOCKING: at most the source's larger A/B slowdown, per layer and slot
     per_layer = BLOCKING_SLOWDOWN * BLOCKING_SLOT_S / BLOCKING_LAYERS_PER_STAGE
 
@@ -249,6 +263,7 @@ LABELS = {
     "p2p_whole_grad": "the same, gradients not partitioned over TP",
     "lm_head_in_model": "LM head + loss on the last stage (in the model)",
     "bf16_accumulation": "bf16 optimizer fp32 accumulation (absent on 02-23)",
+    "norm_sync": "TP layer-norm sync before every forward (absent on 02-23)",
     "launch_blocking_bound": "CUDA_LAUNCH_BLOCKING=1, upper bound",
 }
 
@@ -269,6 +284,7 @@ def main() -> int:
         assert abs(c["p2p"][0]) < 0.1 and c["p2p"][1] < 0.1 * gap4       # MBS-neutral
         assert abs(c["p2p_whole_grad"][0]) < 0.5 and c["p2p_whole_grad"][1] < 0.25 * gap4
         assert c["bf16_accumulation"][0] < 0.25 * gap2
+        assert c["norm_sync"][0] < 0.1 * gap2
         assert c["launch_blocking_bound"][0] < 0.35 * gap2
         assert c["launch_blocking_bound"][1] < 0.25 * gap4
         assert c["lm_head_in_model"][1] > 0                 # the last stage is the slowest
