@@ -192,7 +192,8 @@ def _parts(row: dict) -> dict:
                                                   lay.tp_scopes(1)))
     comp = cluster.compute
     return {"step": ed.predict(row)["predicted"], "stages": a.stage_time_s,
-            "transfer": transfer, "whole": whole, "norm_sync": norm_sync, "params": stage_params(row["model"], par)[1],
+            "transfer": transfer, "whole": whole, "norm_sync": norm_sync,
+            "params": stage_params(row["model"], par)[1],
             "hbm": cluster.gpu.hbm_bandwidth_Bps * comp.hbm_efficiency,
             "m": tr.accum_steps, "p": par.pp, "layers": row["model"].layers // par.pp}
 
