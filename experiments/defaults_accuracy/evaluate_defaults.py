@@ -29,9 +29,10 @@ even rows of the two Megatron-LM tables (odd rows held out; used by the runs tha
 eager attention), the runtime memory model's allocator margin on the even half of
 llm-foundry (odd half held out), the Korthikanti estimate's allocator margin (the memory of
 the TP / PP / CP runs) on the even rows of the tables whose runs take that path (odd rows held
-out; experiments/08_memory/fit_korthikanti_margin.py), ``fp8_gemm_efficiency`` on the even NeMo rows (fit_fp8.py),
-and the compute scale of torchtitan's fleet preset ``h100-hbm2e-500w`` on that fleet's own
-Llama 3 70B benchmark (fit_fleet.py; the 405B table is held out). Nothing else is fitted.
+out; experiments/08_memory/fit_korthikanti_margin.py), ``fp8_gemm_efficiency`` on the even
+NeMo rows (fit_fp8.py), and the compute scale of torchtitan's fleet preset
+``h100-hbm2e-500w`` on that fleet's own Llama 3 70B benchmark (fit_fleet.py; the 405B table
+is held out). Nothing else is fitted.
 
 Run: ``PYTHONPATH=$PWD python experiments/defaults_accuracy/evaluate_defaults.py [--rows]
 [--calibrated]`` (writes ``out/defaults.md``); ``tests/test_defaults_accuracy.py`` asserts

@@ -120,7 +120,8 @@ def korthikanti_margin(training: TrainingSpec) -> float:
     """The Korthikanti estimate's allocator margin, a fraction of states + activations +
     buffers: ``training.korthikanti_margin``, :data:`MARGIN_FRACTION` when unset.
 
-    >>> korthikanti_margin(TrainingSpec()), korthikanti_margin(TrainingSpec(korthikanti_margin=0.105))
+    >>> t = TrainingSpec(korthikanti_margin=0.105)
+    >>> korthikanti_margin(TrainingSpec()), korthikanti_margin(t)
     (0.1, 0.105)
     """
     k = training.korthikanti_margin

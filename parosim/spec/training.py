@@ -206,10 +206,11 @@ class TrainingSpec:
     fsdp), :data:`DEFAULT_ATTENTION` without one.
 
     ``memory_model``: ``"korthikanti"`` (Korthikanti et al. 2022 eq. 1, fp32 logits,
-    ``korthikanti_margin`` + 1 GiB margin) or ``"runtime"`` (activations as PyTorch runtimes keep them, itemised per
-    saved tensor; logits in the precision the framework keeps; fitted allocator margin; see
-    :mod:`parosim.cost.memory`). ``None`` (the default): the runtime profile's (korthikanti for
-    ideal, runtime for deepspeed / fsdp / paro), :data:`DEFAULT_MEMORY_MODEL` without one.
+    ``korthikanti_margin`` + 1 GiB margin) or ``"runtime"`` (activations as PyTorch runtimes
+    keep them, itemised per saved tensor; logits in the precision the framework keeps;
+    fitted allocator margin; see :mod:`parosim.cost.memory`). ``None`` (the default): the
+    runtime profile's (korthikanti for ideal, runtime for deepspeed / fsdp / paro),
+    :data:`DEFAULT_MEMORY_MODEL` without one.
     ``logit_bytes``: bytes per logit live at the loss; ``None`` = the runtime profile's, else
     the memory model's own (4: fp32 logits for korthikanti; 10 for runtime: bf16 logits, an
     fp32 upcast and the fp32 log-softmax); 2 for a fused bf16 cross-entropy that writes its
