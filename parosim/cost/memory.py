@@ -26,9 +26,9 @@
   ``2 x 2·max_layer_trainable``. Boundary syncs run in place on the flat buffers (no extra).
   "Layer" includes the embedding and head pseudo-layers.
 * **Margin**: a fraction of the rest (PyTorch caching-allocator fragmentation) plus
-  :data:`RUNTIME_RESERVE_BYTES` (CUDA context, cuBLAS workspaces, NCCL buffers; 1 GiB, a
-  literature-style default, not calibrated). The fraction is ``training.korthikanti_margin``
-  (:func:`korthikanti_margin`): under ``--fidelity accurate``
+  :data:`RUNTIME_RESERVE_BYTES` (CUDA context, cuBLAS workspaces, NCCL buffers; 1 GiB, an
+  uncalibrated default that no source we found measures). The fraction is
+  ``training.korthikanti_margin`` (:func:`korthikanti_margin`): under ``--fidelity accurate``
   :data:`parosim.spec.training.KORTHIKANTI_MARGIN_FRACTION`, fitted one-sided on the even
   rows of the published TP / PP / CP tables (docs/memory.md); unset (the Python API's
   default and ``--fidelity paper``) :data:`MARGIN_FRACTION`, the former 10 %, a choice kept
