@@ -377,7 +377,7 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
     ``profile``: kernel-parameter overrides (the fit scripts)."""
     from parosim.io import load_cluster
     from parosim.simulate.step import simulate_step
-    from parosim.spec.training import TrainingSpec
+    from parosim.spec.training import KORTHIKANTI_MARGIN_FRACTION, TrainingSpec
     from parosim.units import parse_size
 
     cluster = load_cluster(row["cluster"], row["nodes"])
@@ -399,7 +399,8 @@ def predict(row: dict, mode: str = "analytic", scale: float = 1.0,
                       seq_len=row["seq"], recompute=row["recompute"],
                       compute_model="kernel", attention=row["attention"],
                       precision=row["precision"], hidden_dropout=row["hidden_dropout"],
-                      fp8_params=row["fp8_params"], optimizer_dtype=row["optimizer_dtype"])
+                      fp8_params=row["fp8_params"], optimizer_dtype=row["optimizer_dtype"],
+                      korthikanti_margin=KORTHIKANTI_MARGIN_FRACTION)   # the fitted margin
     r = simulate_step(row["model"], cluster, row["strategy"], tr, "ring", mode, parallel=par)
     fits = r.fits
     if not fits:

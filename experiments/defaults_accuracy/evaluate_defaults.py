@@ -27,9 +27,12 @@ kernel model's ``gemm_k_half``, ``attention_efficiency`` and ``hbm_efficiency`` 
 half of llm-foundry's MPT table (odd half held out), ``eager_attention_efficiency`` on the
 even rows of the two Megatron-LM tables (odd rows held out; used by the runs that ran
 eager attention), the runtime memory model's allocator margin on the even half of
-llm-foundry (odd half held out), ``fp8_gemm_efficiency`` on the even NeMo rows (fit_fp8.py),
-and the compute scale of torchtitan's fleet preset ``h100-hbm2e-500w`` on that fleet's own
-Llama 3 70B benchmark (fit_fleet.py; the 405B table is held out). Nothing else is fitted.
+llm-foundry (odd half held out), the Korthikanti estimate's allocator margin (the memory of
+the TP / PP / CP runs) on the even rows of the tables whose runs take that path (odd rows held
+out; experiments/08_memory/fit_korthikanti_margin.py), ``fp8_gemm_efficiency`` on the even
+NeMo rows (fit_fp8.py), and the compute scale of torchtitan's fleet preset
+``h100-hbm2e-500w`` on that fleet's own Llama 3 70B benchmark (fit_fleet.py; the 405B table
+is held out). Nothing else is fitted.
 
 Run: ``PYTHONPATH=$PWD python experiments/defaults_accuracy/evaluate_defaults.py [--rows]
 [--calibrated]`` (writes ``out/defaults.md``); ``tests/test_defaults_accuracy.py`` asserts
@@ -107,18 +110,26 @@ def training_of(row: dict, cluster=None):
                         cluster=cluster)
 
 
-def predict(row: dict, scale: float = 1.0, profile: dict | None = None) -> dict:
-    """fits, predicted metric and error (%) of one row under the defaults; ``scale``: the
-    one-factor cluster calibration; ``profile``: kernel-parameter overrides (fit_fp8.py)."""
-    from parosim.collectives import Algo
+def cluster_of(row: dict):
+    """The cluster preset the run used, at its node count (and its GPU memory where the row
+    states one)."""
     from parosim.io import load_cluster
-    from parosim.simulate.step import simulate_step
     from parosim.units import parse_size
 
     cluster = load_cluster(row["cluster"], row["nodes"])
     if row["gpu_memory"]:
         cluster = replace(cluster, gpu=replace(cluster.gpu,
                                                memory_bytes=parse_size(row["gpu_memory"])))
+    return cluster
+
+
+def predict(row: dict, scale: float = 1.0, profile: dict | None = None) -> dict:
+    """fits, predicted metric and error (%) of one row under the defaults; ``scale``: the
+    one-factor cluster calibration; ``profile``: kernel-parameter overrides (fit_fp8.py)."""
+    from parosim.collectives import Algo
+    from parosim.simulate.step import simulate_step
+
+    cluster = cluster_of(row)
     if profile:
         cluster = replace(cluster, compute=replace(cluster.compute, **profile))
     if scale != 1.0:

@@ -14,10 +14,10 @@ from ..cost.compute import fp8_peak_flops, layer_fp8_params
 from ..cost.decompose import chunk_units
 from ..cost.fp8mem import fp8_layer_activation_bytes, korthikanti_mask_bytes
 from ..cost.memory import (
-    MARGIN_FRACTION,
     RUNTIME_RESERVE_BYTES,
     MemoryBreakdown,
     fp8_weight_cache_bytes,
+    korthikanti_margin,
 )
 from ..errors import InputError
 from ..spec.model import ModelSpec
@@ -196,6 +196,7 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
     no_rc_layer = layer_activation_bytes_3d(model, training, t, sp, False)
     kept = BYTES_PER_ACTIVATION * s * b * h / (t if sp else 1) if recompute else full_layer
     figures = []
+    frac = korthikanti_margin(training)
     cap = float(cluster.gpu.memory_bytes)
     fp8p = stage_fp8_params(model, par)
     sums, biggests = _stage_sums(model, par)
@@ -224,7 +225,7 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             bufs += userbuffer_bytes(training, h)
         if par.cp > 1:   # TE's CP backward: two [K/V, dK/dV] receive buffers (4 messages)
             bufs += 4 * cp_kv_bytes(model, training, par)
-        margin = MARGIN_FRACTION * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
+        margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
         total = states + acts + bufs + margin
         figures.append((states, acts, bufs, margin, total, psi, fp8_w, cache))
     if only_peak:   # max() keeps the first of equal totals, as max over the breakdowns

@@ -31,7 +31,8 @@ more (the token-imbalance draws of a step), which this estimate does not reserve
 Buffers: as the dense memory model, two gathered units of bf16 parameters for p = I / G and
 two of bf16 gradients for g = I / G, dense and expert units apart (none for a level whose
 scope is one rank: I with one EDP rank per PaRO group shards, gathers and buffers nothing).
-Margin: the dense model's fraction of everything else (``MARGIN_FRACTION``, or
+Margin: the dense model's fraction of everything else (``training.korthikanti_margin``,
+``MARGIN_FRACTION`` = 10 % when unset, as MoE commands run the paper fidelity's models; or
 ``FRAGMENTATION_FRACTION`` under the runtime memory model) plus the 1 GiB runtime reserve.
 """
 
@@ -42,9 +43,9 @@ from dataclasses import replace
 
 from ..cost.memory import (
     FRAGMENTATION_FRACTION,
-    MARGIN_FRACTION,
     RUNTIME_RESERVE_BYTES,
     MemoryBreakdown,
+    korthikanti_margin,
 )
 from ..io.runtime import training_for_runtime
 from ..spec.model import ModelSpec
@@ -132,7 +133,7 @@ def moe_memory(model: ModelSpec, strategy: Strategy, expert_strategy: Strategy,
             bufs += 2 * BYTES_PER_PARAM * unit
         if s.g.divisor(k, m) > 1:
             bufs += 2 * BYTES_PER_GRAD * unit * r
-    frac = FRAGMENTATION_FRACTION if t.memory_model == "runtime" else MARGIN_FRACTION
+    frac = FRAGMENTATION_FRACTION if t.memory_model == "runtime" else korthikanti_margin(t)
     margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
     total = states + acts + bufs + margin
     cap = float(cluster.min_gpu_memory_bytes)

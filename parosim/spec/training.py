@@ -70,6 +70,14 @@ ACCURATE_SETTINGS = {"compute_model": "kernel", "attention": "flash",
 # (experiments/08_memory/check_memory.py --fit-logit-bytes; runtimes/fsdp.yaml). PyTorch's
 # unfused F.cross_entropy keeps 10 (--logit-bytes 10).
 ACCURATE_LOGIT_BYTES = 6
+# Allocator margin of the Korthikanti memory estimate (TP / PP / CP / selective layouts, and
+# ``memory_model = "korthikanti"``) under "accurate", a fraction of states + activations +
+# buffers: fitted one-sided on the even rows of the published tables whose runs take that
+# path (Narayanan, Korthikanti, BigScience, torchtitan 405B and its fleet's 70B benchmark,
+# NeMo / Megatron-Bridge FP8): the largest fraction, in 0.5 % steps, under which every
+# fit-row run still fits; odd rows held out (experiments/08_memory/fit_korthikanti_margin.py,
+# docs/memory.md). "paper" keeps the former 10 % (parosim.cost.memory.MARGIN_FRACTION).
+KORTHIKANTI_MARGIN_FRACTION = 0.105
 ACCURATE_ALGO = "nccl"      # collective algorithm of the ideal runtime under "accurate"
 PAPER_ALGO = "ho-ring"
 
@@ -91,7 +99,8 @@ def for_fidelity(training: TrainingSpec, fidelity: str, runtime=None,
     """``training`` with the settings it leaves unset (None) filled in as ``fidelity`` says.
 
     "paper" returns it unchanged (the runtime profile and the cluster decide, as before).
-    "accurate" sets an unset compute model to kernel and, unless a runtime profile other
+    "accurate" sets an unset compute model to kernel, an unset ``korthikanti_margin`` to the
+    fitted :data:`KORTHIKANTI_MARGIN_FRACTION` and, unless a runtime profile other
     than the ideal one states how its framework keeps memory (deepspeed, fsdp, paro:
     runtimes/*.yaml), an unset attention to flash and memory model to runtime. ``layered``
     (tensor / pipeline / context parallelism or selective recomputation): the memory model
@@ -99,8 +108,8 @@ def for_fidelity(training: TrainingSpec, fidelity: str, runtime=None,
     A ``cluster`` whose YAML states ``compute.model`` keeps its compute model.
 
     >>> t = for_fidelity(TrainingSpec(), "accurate")
-    >>> t.compute_model, t.attention, t.memory_model, t.logit_bytes
-    ('kernel', 'flash', 'runtime', 6)
+    >>> t.compute_model, t.attention, t.memory_model, t.logit_bytes, t.korthikanti_margin
+    ('kernel', 'flash', 'runtime', 6, 0.105)
     >>> for_fidelity(TrainingSpec(attention="eager"), "accurate").attention
     'eager'
     >>> for_fidelity(TrainingSpec(), "paper") == TrainingSpec()
@@ -115,6 +124,8 @@ def for_fidelity(training: TrainingSpec, fidelity: str, runtime=None,
     if cluster is not None and getattr(cluster.compute, "model_given", False):
         keys = tuple(k for k in keys if k != "compute_model")   # the YAML's own choice
     out = replace(training, **{k: getattr(training, k) or ACCURATE_SETTINGS[k] for k in keys})
+    if training.korthikanti_margin is None:   # the fitted margin wherever that estimate runs
+        out = replace(out, korthikanti_margin=KORTHIKANTI_MARGIN_FRACTION)
     if "memory_model" in keys and training.memory_model is None and \
             training.logit_bytes is None:
         out = replace(out, logit_bytes=ACCURATE_LOGIT_BYTES)
@@ -194,11 +205,12 @@ class TrainingSpec:
     runtime profile's (``runtimes/*.yaml``: eager for ideal, deepspeed, paro; flash for
     fsdp), :data:`DEFAULT_ATTENTION` without one.
 
-    ``memory_model``: ``"korthikanti"`` (Korthikanti et al. 2022 eq. 1, fp32 logits, 10% +
-    1 GiB margin) or ``"runtime"`` (activations as PyTorch runtimes keep them, itemised per
-    saved tensor; logits in the precision the framework keeps; fitted allocator margin; see
-    :mod:`parosim.cost.memory`). ``None`` (the default): the runtime profile's (korthikanti for
-    ideal, runtime for deepspeed / fsdp / paro), :data:`DEFAULT_MEMORY_MODEL` without one.
+    ``memory_model``: ``"korthikanti"`` (Korthikanti et al. 2022 eq. 1, fp32 logits,
+    ``korthikanti_margin`` + 1 GiB margin) or ``"runtime"`` (activations as PyTorch runtimes
+    keep them, itemised per saved tensor; logits in the precision the framework keeps;
+    fitted allocator margin; see :mod:`parosim.cost.memory`). ``None`` (the default): the
+    runtime profile's (korthikanti for ideal, runtime for deepspeed / fsdp / paro),
+    :data:`DEFAULT_MEMORY_MODEL` without one.
     ``logit_bytes``: bytes per logit live at the loss; ``None`` = the runtime profile's, else
     the memory model's own (4: fp32 logits for korthikanti; 10 for runtime: bf16 logits, an
     fp32 upcast and the fp32 log-softmax); 2 for a fused bf16 cross-entropy that writes its
@@ -234,6 +246,12 @@ class TrainingSpec:
     # (fp32 master weights + Adam m, v: 12 bytes per trainable parameter) or "bf16" (NeMo's
     # Apex distributed Adam with ``optim.dtype: bf16``: 4 bytes, 6 with ``fp8_params``).
     optimizer_dtype: str = "fp32"
+    # Memory only: the allocator margin of the Korthikanti estimate, a fraction of model states
+    # + activations + buffers (plus the 1 GiB runtime reserve). None: 0.10, the paper
+    # fidelity's (parosim.cost.memory.MARGIN_FRACTION, a choice); ``--fidelity accurate``
+    # sets the fitted KORTHIKANTI_MARGIN_FRACTION. The runtime memory model has its own
+    # fitted fraction (FRAGMENTATION_FRACTION) and does not read this one.
+    korthikanti_margin: float | None = None
 
     def __post_init__(self) -> None:
         _pos_int(self.micro_batch, "micro_batch")
@@ -283,6 +301,11 @@ class TrainingSpec:
         if self.optimizer_dtype not in OPTIMIZER_DTYPES:
             raise InputError(f"optimizer_dtype = {self.optimizer_dtype!r} is not known; "
                              f"expected {' or '.join(OPTIMIZER_DTYPES)}")
+        k = self.korthikanti_margin
+        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, float))
+                              or not 0 <= k < 1):
+            raise InputError(f"korthikanti_margin = {k!r} must be a fraction in [0, 1) of the "
+                             "allocated bytes (or None: the paper fidelity's 0.10)")
         if self.memory_model not in (None, "runtime", "korthikanti"):
             raise InputError(f"memory_model = {self.memory_model!r} is not known; expected "
                              "runtime or korthikanti (or None: the runtime profile's)")

@@ -26,6 +26,9 @@ dimension is searched unless a flag fixes it (``--attention flash``, ``--precisi
   with several ranks in a PaRO group and several groups), else ``ring``; a framework profile
   fixes its own.
 
+Memory is tested with the fitted allocator margin of the Korthikanti estimate (the default
+fidelity's, :data:`parosim.spec.training.KORTHIKANTI_MARGIN_FRACTION`; docs/memory.md).
+
 Procedure: a compute-only upper bound of the throughput orders every configuration; from the
 best bound down, each is tested for memory (what does not fit is dropped), and the search
 stops where the bound falls below the top ``keep`` costed so far (the memory/throughput front
@@ -62,7 +65,7 @@ from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import Level, Strategy
 from ..spec.system import ClusterSpec
-from ..spec.training import TrainingSpec
+from ..spec.training import KORTHIKANTI_MARGIN_FRACTION, TrainingSpec
 from ..units import fmt_count
 from .advise_space import RECOMPUTE, Resolved, SearchSpace, resolve
 
@@ -285,6 +288,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
         space = replace(space, strategy=tuple(strategies))
     rs = resolve(space, model, cluster, max_micro_batch, seq_len)
     base = TrainingSpec(seq_len=seq_len, compute_model=compute_model,
+                        korthikanti_margin=KORTHIKANTI_MARGIN_FRACTION,
                         **({} if efficiency is None else {"compute_efficiency": efficiency}))
     keep = 3 * max(top, engine_top or 0)   # room for the algorithm variants dropped at the end
     ideal = [rt.is_ideal for rt in rs.runtimes]
