@@ -4,17 +4,23 @@
 measurements taken on at most N nodes and reports the error on those above N: the question a
 user asks of a fit (measure a few nodes, predict many). :func:`fit_warnings` says when a fit
 cannot be trusted: its worst in-sample error exceeds :data:`WORST_FIT_PCT` (the model cannot
-represent the data), a parameter is not identified, or every fitted measurement ran on one
-node count (nothing in the data depends on scale, so every scale-out cost keeps its base
-value).
+represent the data), a parameter is not identified, a fitted parameter is poorly identified
+(:func:`standard_errors`: its one-standard-error range spans more than :data:`SE_FACTOR` either
+side of its value), or every fitted measurement ran on one node count (nothing in the data
+depends on scale, so every scale-out cost keeps its base value).
 """
 
 from __future__ import annotations
+
+import math
 
 from ..errors import InputError
 
 #: worst in-sample |error| (%) above which a fit is reported as unable to represent the data
 WORST_FIT_PCT = 25.0
+#: a fitted parameter whose one-standard-error range reaches beyond this factor above or below
+#: its value is reported poorly identified
+SE_FACTOR = 2.0
 
 
 def split_scale(items: list, holdout: str, nodes_of) -> tuple[list, list]:
@@ -37,6 +43,98 @@ def split_scale(items: list, holdout: str, nodes_of) -> tuple[list, list]:
         raise InputError(f"--holdout {holdout}: no measurement at {n} nodes or fewer is left "
                          "to fit; expected a larger N")
     return fit, held
+
+
+def standard_errors(jac, resid, values: dict[str, float], linear: list[bool]) -> dict:
+    """One standard error of each fitted parameter, in log space, from the fit's Jacobian.
+
+    ``jac`` (rows x parameters) is the least-squares Jacobian of the residuals ``resid`` at the
+    solution, in the fit's own space: d resid / d ln(value) for a parameter searched in log
+    space, d resid / d value where ``linear`` (its column is then multiplied by the value:
+    d / d ln v = v d / dv). The covariance is s^2 (J^T J)^-1 with s^2 = sum(resid^2) / dof, dof
+    = rows - parameters; a direction the Jacobian does not span (a zero column, or a
+    combination of parameters the rows cannot separate) has an unbounded error. Returns ``dof``
+    and per parameter ``value``, ``low`` = value / factor, ``high`` = value x factor and
+    ``factor`` = exp(one standard error of ln(value)); all three None when unbounded or when
+    dof <= 0 (s^2 undefined).
+
+    >>> r = standard_errors([[1.0], [1.0], [1.0]], [0.1, -0.1, 0.0], {"a": 2.0}, [False])
+    >>> r["dof"], round(r["params"]["a"]["factor"], 4)
+    (2, 1.0594)
+    >>> standard_errors([[1.0]], [0.0], {"a": 2.0}, [False])["params"]["a"]["factor"] is None
+    True
+    """
+    import numpy as np  # deferred: numpy loads only when a fit runs
+
+    names = list(values)
+    j = np.array(jac, dtype=float).reshape(len(resid), len(names))
+    v = np.array([values[n] for n in names], dtype=float)
+    j = j * np.where(np.array(linear, dtype=bool), v, 1.0)
+    r = np.asarray(resid, dtype=float)
+    dof = len(r) - len(names)
+    var = np.full(len(names), np.inf)
+    if dof > 0:
+        s2 = float(r @ r) / dof
+        _, sv, vt = np.linalg.svd(j, full_matrices=True)
+        sv = np.concatenate([sv, np.zeros(len(names) - len(sv))])
+        keep = sv > (sv.max(initial=0.0) * max(j.shape) * np.finfo(float).eps)
+        unbounded = np.any(np.abs(vt[~keep]) > 1e-6, axis=0)
+        var = np.where(unbounded, np.inf,
+                       s2 * ((vt[keep] / sv[keep, None]) ** 2).sum(axis=0))
+    out = {}
+    for n, x, e in zip(names, v, var, strict=True):
+        f = float(np.exp(np.sqrt(e))) if np.isfinite(e) else None
+        f = f if f is not None and math.isfinite(f) else None
+        out[n] = {"value": float(x), "low": float(x) / f if f else None,
+                  "high": float(x) * f if f else None, "factor": f}
+    return {"dof": dof, "params": out}
+
+
+def _quantity(name: str, v: float) -> str:
+    """A fitted value with its unit: bandwidths in GB/s, latencies and overheads in us."""
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf.endswith("bandwidth"):
+        return f"{v / 1e9:.3g} GB/s"
+    if leaf.endswith(("latency", "overhead")):
+        return f"{v * 1e6:.3g} us"
+    return f"{v:.3g}"
+
+
+def se_range_text(name: str, p: dict) -> str:
+    """``value (one standard error: low-high)`` with units, or the reason there is no range.
+
+    >>> se_range_text("collective.step_latency",
+    ...               {"value": 3e-5, "low": 1.2e-5, "high": 7.3e-5, "factor": 2.5})
+    '30 us (one standard error: 12 us-73 us, x2.5 either side)'
+    """
+    if p["factor"] is None:
+        return f"{_quantity(name, p['value'])} (one standard error: unbounded or undefined)"
+    return (f"{_quantity(name, p['value'])} (one standard error: {_quantity(name, p['low'])}-"
+            f"{_quantity(name, p['high'])}, x{p['factor']:.3g} either side)")
+
+
+def se_warnings(se: dict, identified: dict[str, bool]) -> list[str]:
+    """One line per identified parameter whose one-standard-error range reaches beyond
+    :data:`SE_FACTOR` either side of its value (or is unbounded), or one line when dof <= 0.
+
+    >>> se_warnings({"dof": 2, "params": {"a": {"value": 1.0, "low": 0.4, "high": 2.5,
+    ...              "factor": 2.5}}}, {"a": True})[0][:20]
+    'a poorly identified:'
+    """
+    if se["dof"] <= 0:
+        n = len(se["params"])
+        return [f"{n + se['dof']} fitted rows for {n} fitted parameters (dof = {se['dof']}): the "
+                "standard errors are undefined, so nothing shows how well the rows pin the "
+                "parameters down; give more rows"]
+    out = []
+    for k, p in se["params"].items():
+        if identified.get(k, True) and (p["factor"] is None or p["factor"] > SE_FACTOR):
+            span = ("is unbounded" if p["factor"] is None else
+                    f"spans {_quantity(k, p['low'])}-{_quantity(k, p['high'])}")
+            out.append(f"{k} poorly identified: one standard error {span} around "
+                       f"{_quantity(k, p['value'])} (more than x{SE_FACTOR:g} either side); the "
+                       "rows barely move it, so do not extrapolate on its value")
+    return out
 
 
 def fit_warnings(worst_fit_pct: float | None, identified: dict[str, bool],
@@ -64,4 +162,5 @@ def fit_warnings(worst_fit_pct: float | None, identified: dict[str, bool],
     return out
 
 
-__all__ = ["WORST_FIT_PCT", "fit_warnings", "split_scale"]
+__all__ = ["SE_FACTOR", "WORST_FIT_PCT", "fit_warnings", "se_range_text", "se_warnings",
+           "split_scale", "standard_errors"]

@@ -64,7 +64,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import InputError
-from .scale import fit_warnings, split_scale
+from .scale import fit_warnings, se_range_text, se_warnings, split_scale, standard_errors
 
 REQUIRED = ("model", "strategy", "nodes", "micro_batch", "accum", "seq_len", "step_time_s")
 OPTIONAL = ("trainable_ratio", "recompute", "attention", "algo", "group_nodes", "runtime",
@@ -360,8 +360,13 @@ def fit_steps(runs: list[StepRun], base, holdout: str = "none", mode: str = "ana
     ident = {"compute.scale": True, **({"compute.overlap_slowdown": identified}
                                        if fit_overlap else {}), **ident_p}
     warn = fit_warnings(fit_s["max_abs_error_pct"], ident, {r.nodes for r in fit_runs})
+    se = standard_errors(res.jac, res.fun, {"compute.scale": k, **(
+        {"compute.overlap_slowdown": float(res.x[1])} if fit_overlap else {}), **values},
+        [True] * n0 + [False] * len(cps))
+    warn += se_warnings(se, ident)
     return {"scale": k, "profile": prof, "overlap_slowdown": overlap, "warnings": warn,
             "cluster": fitted_base, "cluster_params": values, "cluster_identified": ident_p,
+            "dof": se["dof"], "standard_errors": se["params"],
             "overlap_fitted": fit_overlap, "overlap_identified": identified,
             "fit": _stats([x["error_pct"] / 100 for x in rows if x["what"] == "fit"]),
             "held_out": _stats([x["error_pct"] / 100 for x in rows
@@ -413,6 +418,8 @@ def run_steps(a: argparse.Namespace) -> dict:
     for k, v in f["cluster_params"].items():
         head += (f"# {k} = {v:.6g} ({'fitted' if f['cluster_identified'][k] else 'not identified'}"
                  " from these step times)\n")
+    for k, p in f["standard_errors"].items():
+        head += f"# {k} = {se_range_text(k, p)}; dof {f['dof']}\n"
     out = Path(a.output)
     try:
         if not out.parent.exists():
@@ -429,7 +436,8 @@ def run_steps(a: argparse.Namespace) -> dict:
                        "hbm_efficiency": c.hbm_efficiency},
             "fit": f["fit"], "held_out": f["held_out"], "rows": f["rows"],
             "warnings": f["warnings"], "cluster_params": f["cluster_params"],
-            "cluster_identified": f["cluster_identified"]}
+            "cluster_identified": f["cluster_identified"], "dof": f["dof"],
+            "standard_errors": f["standard_errors"]}
 
 
 def print_steps(res: dict) -> None:
@@ -443,6 +451,10 @@ def print_steps(res: dict) -> None:
     for k, v in res.get("cluster_params", {}).items():
         how = "fitted" if res["cluster_identified"][k] else "not identified"
         print(f"  {k}: {v:.6g} ({how})")
+    if res.get("standard_errors"):
+        print(f"  one standard error (s^2 (J^T J)^-1 in log space, dof {res['dof']}):")
+        for k, p in res["standard_errors"].items():
+            print(f"    {k}: {se_range_text(k, p)}")
     for what, s in (("fit", res["fit"]), ("held-out", res["held_out"])):
         if s["n"]:
             print(f"  {what}: median |error| {s['median_abs_error_pct']:.1f} %, worst "
