@@ -105,3 +105,79 @@ def test_3d_columns_refuse_bad_values(tmp_path):
     # naming the line
     with pytest.raises(Exception, match="line 2: --runtime fsdp synchronises gradients"):
         simulate_run(run, base, replace(base.compute, model="kernel"))
+
+
+def test_standard_errors_closed_form_and_unseparable_parameters():
+    """One standard error is s^2 (J^T J)^-1 in log space: a straight line's closed form; two
+    parameters the rows move only together are unbounded, a third one is not affected."""
+    import numpy as np
+
+    from parosim.calibrate.scale import se_warnings, standard_errors
+
+    x = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    r = np.array([0.01, -0.02, 0.015, -0.005, 0.0])
+    jac = np.stack([np.ones(5), x], axis=1)      # d resid / d ln(a), d resid / d ln(b)
+    se = standard_errors(jac, r, {"a": 2.0, "b": 3.0}, [False, False])
+    s2 = float(r @ r) / 3
+    sxx = float(((x - x.mean()) ** 2).sum())
+    assert se["dof"] == 3
+    assert se["params"]["b"]["factor"] == pytest.approx(np.exp(np.sqrt(s2 / sxx)), rel=1e-9)
+    assert se["params"]["a"]["factor"] == pytest.approx(
+        np.exp(np.sqrt(s2 * (1 / 5 + x.mean() ** 2 / sxx))), rel=1e-9)
+    assert se["params"]["b"]["low"] == pytest.approx(3.0 / se["params"]["b"]["factor"])
+    # a linear parameter: its column times its value gives the log-space column
+    lin = standard_errors(jac * [1.0, 1 / 3.0], r, {"a": 2.0, "b": 3.0}, [False, True])
+    assert lin["params"]["b"]["factor"] == pytest.approx(se["params"]["b"]["factor"])
+    # c and d enter only as their product: both unbounded, a keeps its error; c warns
+    jac3 = np.stack([np.ones(5), x, x], axis=1)
+    un = standard_errors(jac3, r, {"a": 2.0, "c": 1.0, "d": 1.0}, [False] * 3)
+    assert un["params"]["c"]["factor"] is None and un["params"]["d"]["low"] is None
+    assert un["params"]["a"]["factor"] > 1
+    ws = se_warnings(un, {"a": True, "c": True, "d": False})
+    assert len(ws) == 1 and ws[0].startswith("c poorly identified: one standard error is "
+                                             "unbounded")
+    # more parameters than rows: said once, no range
+    few = standard_errors(jac3[:2], r[:2], {"a": 2.0, "c": 1.0, "d": 1.0}, [False] * 3)
+    assert few["dof"] == -1 and few["params"]["a"]["factor"] is None
+    ws = se_warnings(few, {})
+    assert len(ws) == 1 and "dof = -1" in ws[0] and "undefined" in ws[0]
+
+
+def test_steps_at_many_node_counts_identify_known_parameters(tmp_path, capsys):
+    """Rows simulated with a known compute scale (0.8), NIC bandwidth (15 GB/s) and ring step
+    cost (20 us) at 1-64 nodes, with +-1.2 % noise: every parameter is well identified (no
+    warning) and each one-standard-error range contains the truth."""
+    import json
+
+    from parosim.calibrate.links import make_param
+
+    base = load_cluster("llm-foundry-a100-roce")
+    bw, sl = make_param("nic.bandwidth"), make_param("collective.step_latency")
+    truth = sl.set(bw.set(base, 15e9), 20e-6)
+    prof = _scaled(replace(base.compute, model="kernel"), 0.8)
+    noise = [0.01, -0.012, 0.006, -0.004, 0.009, -0.008, 0.003, -0.01, 0.007, -0.005, 0.0,
+             0.011, -0.006, 0.004]
+    lines = ["model,strategy,nodes,micro_batch,accum,seq_len,step_time_s"]
+    for s in ("GGG", "NNG"):
+        for n in (1, 2, 4, 8, 16, 32, 64):
+            t = simulate_run(StepRun(0, "mpt-7b", s, n, 2, 1, 2048, 1.0), truth, prof)
+            lines.append(f"mpt-7b,{s},{n},2,1,2048,{t * (1 + noise[len(lines) - 1])!r}")
+    p = tmp_path / "scales.csv"
+    p.write_text("\n".join(lines) + "\n")
+    argv = ["calibrate", "--steps", str(p), "--cluster", "llm-foundry-a100-roce", "-o",
+            str(tmp_path / "c.yaml"), "--params", "nic.bandwidth,collective.step_latency"]
+    assert main([*argv, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["warnings"] == [] and res["dof"] == 14 - 4
+    se = res["standard_errors"]
+    for name, true in (("compute.scale", 0.8), ("compute.overlap_slowdown", 1.0),
+                       ("nic.bandwidth", 15e9), ("collective.step_latency", 20e-6)):
+        assert se[name]["low"] <= true <= se[name]["high"], name
+        assert se[name]["factor"] < 1.1, name      # measured 1.006-1.038
+    assert se["nic.bandwidth"]["value"] == res["cluster_params"]["nic.bandwidth"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "one standard error (s^2 (J^T J)^-1 in log space, dof 10):" in out
+    assert "collective.step_latency: 20 us (one standard error: 19.6 us-20.3 us" in out
+    assert "warning" not in out
+    assert "# nic.bandwidth = 14.7 GB/s (one standard error:" in (tmp_path / "c.yaml").read_text()

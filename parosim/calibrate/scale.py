@@ -91,12 +91,13 @@ def standard_errors(jac, resid, values: dict[str, float], linear: list[bool]) ->
 
 
 def _quantity(name: str, v: float) -> str:
-    """A fitted value with its unit: bandwidths in GB/s, latencies and overheads in us."""
+    """A fitted value with its unit: bandwidths in GB/s, latencies and overheads in us (ms from
+    1 ms)."""
     leaf = name.rsplit(".", 1)[-1]
     if leaf.endswith("bandwidth"):
         return f"{v / 1e9:.3g} GB/s"
     if leaf.endswith(("latency", "overhead")):
-        return f"{v * 1e6:.3g} us"
+        return f"{v * 1e3:.3g} ms" if v >= 1e-3 else f"{v * 1e6:.3g} us"
     return f"{v:.3g}"
 
 
