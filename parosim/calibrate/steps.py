@@ -50,6 +50,10 @@ is reported as identified only if some fitted step overlaps compute with communi
 stays at its starting value, the base cluster's or 1). Communication is simulated with the base
 cluster's network as given (fit that first with ``--nccl-tests``).
 
+Each fitted parameter is reported with its one-standard-error range, s^2 (J^T J)^-1 from the
+fit's Jacobian in log space (:func:`parosim.calibrate.scale.standard_errors`), and warned
+about when the range reaches beyond x2 either side of the value (poorly identified).
+
 ``--holdout every-other`` keeps rows 2, 4, ... out of the fit and reports the error on them.
 The written YAML is the base cluster with ``compute: {model: kernel, ...}`` replaced and a
 comment with the fit and held-out errors.
