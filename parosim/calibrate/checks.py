@@ -25,6 +25,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from ..spec.system import NCCL_VERSIONS, ClusterSpec
+from .scale import SE_FACTOR
 
 #: worst |error| (%) above which a fit is called poor
 POOR_FIT_PCT = 25.0
@@ -43,7 +44,8 @@ _FAMILY = re.compile(r"(?<![A-Z0-9])(GH200|GB200|[ABHLV]\d{2,3}S?|MI\d{3}X?)(?![
 @dataclass(frozen=True)
 class Warning:   # noqa: A001  (a calibration warning, not Python's builtin)
     """One finding: ``kind`` (gpu, ranks_per_node, nic_count, nccl_version, poor_fit,
-    not_identified, one_node, far_from_base, above_line_rate), ``message`` (what was found)
+    not_identified, poorly_identified, one_node, far_from_base, above_line_rate),
+    ``message`` (what was found)
     and ``meaning`` (what it implies for the calibrated cluster)."""
 
     kind: str
@@ -176,6 +178,16 @@ def check_fit(base: ClusterSpec, logs: list, fit, fit_stats: dict, held_stats: d
             f"{'an inter-node' if multi else 'a one-node'} collective is bound by this link; "
             "if the fit could not move it, another parameter carries the measured time and "
             "the base's links do not match the log's hardware"))
+    se = (getattr(fit, "standard_errors", None) or {}).get(key)
+    if se and fit.identified.get(key, False) and getattr(fit, "dof", 0) > 0 and \
+            (se["factor"] is None or se["factor"] > SE_FACTOR):
+        span = ("is unbounded" if se["factor"] is None else
+                f"spans {se['low'] / 1e9:.3g}-{se['high'] / 1e9:.3g} GB/s")
+        out.append(Warning(
+            "poorly_identified", f"{key} fitted at {fit.values[key] / 1e9:.3g} GB/s, but one "
+            f"standard error {span} (more than x{SE_FACTOR:g} either side)",
+            "the logs barely move the link that bounds their collectives: other parameters "
+            "trade off against it, so its value is not the hardware's"))
     for name, get in (("intra_node.bandwidth", lambda s: s.intra.bandwidth_Bps),
                       ("nic.bandwidth", lambda s: s.nic.bandwidth_Bps)):
         if name not in fit.values or not fit.identified.get(name, False):

@@ -34,7 +34,7 @@ from ..collectives.nccl import log2i, tuner_rates
 from ..errors import InputError
 from ..spec.system import ClusterSpec
 from ..units import parse_size
-from .scale import split_scale
+from .scale import split_scale, standard_errors
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,10 @@ class Fit:
     algo: str = ""
     holdout: str = "none"
     cost: float = 0.0
+    #: fitted sizes - fitted parameters, and per parameter its one-standard-error range
+    #: (:func:`parosim.calibrate.scale.standard_errors`)
+    dof: int = 0
+    standard_errors: dict = field(default_factory=dict)
 
     @staticmethod
     def _stats(rows: list[dict], min_size: int = 0) -> dict:
@@ -353,8 +357,9 @@ def _fit(base: ClusterSpec, meas: list[Measurement], algo: Algo,
             x = x_try
             values[p.name] = float(p.get(base))
     spec = apply(base, ps, [values[p.name] for p in ps])
+    se = standard_errors(best.jac, best.fun, values, [False] * len(ps))
     f = Fit(spec, names, values, identified, algo=algo.value, holdout=holdout,
-            cost=float(best.cost))
+            cost=float(best.cost), dof=se["dof"], standard_errors=se["params"])
 
     def fitted(m):
         return apply(m.spec, ps, [values[p.name] for p in ps])

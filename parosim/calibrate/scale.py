@@ -83,8 +83,7 @@ def standard_errors(jac, resid, values: dict[str, float], linear: list[bool]) ->
                        s2 * ((vt[keep] / sv[keep, None]) ** 2).sum(axis=0))
     out = {}
     for n, x, e in zip(names, v, var, strict=True):
-        f = float(np.exp(np.sqrt(e))) if np.isfinite(e) else None
-        f = f if f is not None and math.isfinite(f) else None
+        f = math.exp(math.sqrt(e)) if e < 700.0 ** 2 else None   # beyond: exp overflows
         out[n] = {"value": float(x), "low": float(x) / f if f else None,
                   "high": float(x) * f if f else None, "factor": f}
     return {"dof": dof, "params": out}

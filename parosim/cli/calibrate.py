@@ -140,7 +140,8 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
     return {"mode": "nccl-tests", "output": str(out), "cluster": name, "base": base.name,
             "algo": f.algo, "holdout": a.holdout, "logs": [lg.path for lg in logs],
             "params": f.values, "identified": f.identified, "fit": fit_s, "held_out": held_s,
-            "warnings": [w.to_dict() for w in warnings], "rows": f.fit_rows + f.held_rows}
+            "warnings": [w.to_dict() for w in warnings], "rows": f.fit_rows + f.held_rows,
+            "dof": f.dof, "standard_errors": f.standard_errors}
 
 
 def one_node_warning(fitted: list) -> list:
