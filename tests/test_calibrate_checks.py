@@ -47,6 +47,12 @@ def test_p4de_log_on_dgx_a100_warns_nic_count_unidentified_nic_and_far_nvlink(tm
 def test_p4de_log_on_the_matching_base_prints_no_warning(tmp_path, capsys):
     res, text = _calibrate(P4DE, "aws-p4de", tmp_path, capsys, "--holdout", "every-other")
     assert res["warnings"] == [] and "warning" not in text
+    # 15 fitted sizes for 22 parameters: no standard error (dof < 0), and no warning for it
+    assert res["dof"] == -7 and res["standard_errors"]["nic.bandwidth"]["factor"] is None
+    full, _ = _calibrate(P4DE, "aws-p4de", tmp_path, capsys)
+    assert full["warnings"] == [] and full["dof"] == 29 - 22
+    nic = full["standard_errors"]["nic.bandwidth"]     # measured 11.65 GB/s, x1.04
+    assert nic["factor"] < 1.2 and nic["low"] < full["params"]["nic.bandwidth"] < nic["high"]
     assert main(["calibrate", "--nccl-tests", str(P4DE), "--cluster", "aws-p4de", "-o",
                  str(tmp_path / "d.yaml")]) == 0
     assert "warning" not in capsys.readouterr().out
@@ -99,3 +105,21 @@ def test_fitted_values_beyond_the_line_rate_and_far_from_base():
     # a held-out error above 25 % is a poor fit as well
     kinds = [w.kind for w in check_fit(base, [log], good, stats, {"max_abs_error_pct": 40})]
     assert kinds == ["poor_fit"]
+
+
+def test_poorly_identified_link_warns_only_with_residual_degrees_of_freedom():
+    """The link that bounds a multi-node log warns ``poorly_identified`` when its one standard
+    error reaches beyond x2 either side (docs/calibration.md "Warnings"); not when dof <= 0
+    (no standard error), not for a well identified link."""
+    base = load_cluster("aws-p4de")
+    se = {"value": 10e9, "low": 10e9 / 3, "high": 30e9, "factor": 3.0}
+    f = Fit(base, ["nic.bandwidth"], {"nic.bandwidth": 10e9}, {"nic.bandwidth": True},
+            dof=5, standard_errors={"nic.bandwidth": se})
+    ws = [w for w in check_fit(base, [], f, {}, {}, nodes=2) if w.kind == "poorly_identified"]
+    assert len(ws) == 1 and "spans 3.33 GB/s-30 GB/s" in ws[0].message
+    assert not [w for w in check_fit(base, [], replace(f, dof=0), {}, {}, nodes=2)
+                if w.kind == "poorly_identified"]
+    good = replace(f, standard_errors={"nic.bandwidth": {**se, "low": 9e9, "high": 11.1e9,
+                                                         "factor": 1.11}})
+    assert not [w for w in check_fit(base, [], good, {}, {}, nodes=2)
+                if w.kind == "poorly_identified"]

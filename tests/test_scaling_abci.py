@@ -49,3 +49,17 @@ def test_4_nodes_held_out_from_1_and_2(tmp_path, capsys):
     # the tree's network latency is not fitted from one tree node count (2 nodes)
     assert not any(p.startswith("collective.tree_") and p.endswith(".net_latency")
                    for p in r["params"])
+
+
+@pytest.mark.slow
+def test_all_sizes_scale_2_nic_poorly_identified(tmp_path, capsys):
+    """docs/calibration.md's ABCI command (every size, 1 + 2 nodes fitted): 48 sizes for 21
+    parameters, the fit's worst 36 % (poor_fit) and the NIC bandwidth traded against the
+    protocols' bandwidth efficiencies, its one standard error beyond x1000 either side."""
+    assert main(["calibrate", "--nccl-tests", ONE, TWO, FOUR, "--cluster", "abci-a100", "-o",
+                 str(tmp_path / "c.yaml"), "--holdout", "scale:2", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["dof"] > 0
+    assert [w["kind"] for w in r["warnings"]] == ["poor_fit", "poorly_identified"]
+    assert "nic.bandwidth" in r["warnings"][1]["message"]
+    assert r["standard_errors"]["nic.bandwidth"]["factor"] > 1000

@@ -25,7 +25,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from ..spec.system import NCCL_VERSIONS, ClusterSpec
-from .scale import SE_FACTOR
+from .scale import SE_FACTOR, se_span
 
 #: worst |error| (%) above which a fit is called poor
 POOR_FIT_PCT = 25.0
@@ -181,11 +181,9 @@ def check_fit(base: ClusterSpec, logs: list, fit, fit_stats: dict, held_stats: d
     se = (getattr(fit, "standard_errors", None) or {}).get(key)
     if se and fit.identified.get(key, False) and getattr(fit, "dof", 0) > 0 and \
             (se["factor"] is None or se["factor"] > SE_FACTOR):
-        span = ("is unbounded" if se["factor"] is None else
-                f"spans {se['low'] / 1e9:.3g}-{se['high'] / 1e9:.3g} GB/s")
         out.append(Warning(
             "poorly_identified", f"{key} fitted at {fit.values[key] / 1e9:.3g} GB/s, but one "
-            f"standard error {span} (more than x{SE_FACTOR:g} either side)",
+            f"standard error {se_span(key, se)} (more than x{SE_FACTOR:g} either side)",
             "the logs barely move the link that bounds their collectives: other parameters "
             "trade off against it, so its value is not the hardware's"))
     for name, get in (("intra_node.bandwidth", lambda s: s.intra.bandwidth_Bps),

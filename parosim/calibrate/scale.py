@@ -21,6 +21,8 @@ WORST_FIT_PCT = 25.0
 #: a fitted parameter whose one-standard-error range reaches beyond this factor above or below
 #: its value is reported poorly identified
 SE_FACTOR = 2.0
+#: a range wider than this factor either side is printed as such, not as its numbers
+SE_FACTOR_SHOWN = 1000.0
 
 
 def split_scale(items: list, holdout: str, nodes_of) -> tuple[list, list]:
@@ -100,6 +102,19 @@ def _quantity(name: str, v: float) -> str:
     return f"{v:.3g}"
 
 
+def se_span(name: str, p: dict) -> str:
+    """``spans LOW-HIGH`` (with units), or why there are no numbers to show.
+
+    >>> se_span("nic.bandwidth", {"value": 1e10, "low": 1e-10, "high": 1e30, "factor": 1e20})
+    'exceeds x1000 either side'
+    """
+    if p["factor"] is None:
+        return "is unbounded or undefined"
+    if p["factor"] > SE_FACTOR_SHOWN:
+        return f"exceeds x{SE_FACTOR_SHOWN:g} either side"
+    return f"spans {_quantity(name, p['low'])}-{_quantity(name, p['high'])}"
+
+
 def se_range_text(name: str, p: dict) -> str:
     """``value (one standard error: low-high)`` with units, or the reason there is no range.
 
@@ -107,8 +122,8 @@ def se_range_text(name: str, p: dict) -> str:
     ...               {"value": 3e-5, "low": 1.2e-5, "high": 7.3e-5, "factor": 2.5})
     '30 us (one standard error: 12 us-73 us, x2.5 either side)'
     """
-    if p["factor"] is None:
-        return f"{_quantity(name, p['value'])} (one standard error: unbounded or undefined)"
+    if p["factor"] is None or p["factor"] > SE_FACTOR_SHOWN:
+        return f"{_quantity(name, p['value'])} (one standard error {se_span(name, p)})"
     return (f"{_quantity(name, p['value'])} (one standard error: {_quantity(name, p['low'])}-"
             f"{_quantity(name, p['high'])}, x{p['factor']:.3g} either side)")
 
@@ -129,9 +144,7 @@ def se_warnings(se: dict, identified: dict[str, bool]) -> list[str]:
     out = []
     for k, p in se["params"].items():
         if identified.get(k, True) and (p["factor"] is None or p["factor"] > SE_FACTOR):
-            span = ("is unbounded" if p["factor"] is None else
-                    f"spans {_quantity(k, p['low'])}-{_quantity(k, p['high'])}")
-            out.append(f"{k} poorly identified: one standard error {span} around "
+            out.append(f"{k} poorly identified: one standard error {se_span(k, p)} around "
                        f"{_quantity(k, p['value'])} (more than x{SE_FACTOR:g} either side); the "
                        "rows barely move it, so do not extrapolate on its value")
     return out
@@ -162,5 +175,6 @@ def fit_warnings(worst_fit_pct: float | None, identified: dict[str, bool],
     return out
 
 
-__all__ = ["SE_FACTOR", "WORST_FIT_PCT", "fit_warnings", "se_range_text", "se_warnings",
+__all__ = ["SE_FACTOR", "SE_FACTOR_SHOWN", "WORST_FIT_PCT", "fit_warnings", "se_range_text",
+           "se_span", "se_warnings",
            "split_scale", "standard_errors"]
