@@ -15,7 +15,10 @@ JSON (``--json``): ``{"mode", "output", "cluster", "algo", "holdout", "params": 
 (:mod:`parosim.calibrate.checks`), each ``{"kind", "message", "meaning"}``; ``fit`` and
 ``held_out`` hold ``n``, ``median_abs_error_pct``, ``max_abs_error_pct`` over all sizes and
 the same under ``large`` for sizes >= 64 KiB; rows have ``what`` (fit | held-out), ``log``,
-``op``, ``size_bytes``, ``measured_s``, ``simulated_s``, ``error_pct``.
+``op``, ``size_bytes``, ``measured_s``, ``simulated_s``, ``error_pct``; ``dof`` (fitted sizes -
+parameters) and ``standard_errors`` ({name: {value, low, high, factor}}: one standard error,
+:func:`parosim.calibrate.scale.standard_errors`). ``--steps`` adds ``dof`` and
+``standard_errors`` too (:func:`parosim.calibrate.steps.run_steps`).
 """
 
 from __future__ import annotations
