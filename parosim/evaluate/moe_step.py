@@ -109,9 +109,11 @@ def _op_times(op, spec, algo: Algo, cache: dict) -> tuple[float, float, float]:
     return got
 
 
-def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> float:
+def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, np.ndarray]:
     """Term 1 of the module docstring: the end of the streams' schedule with uncontended op
-    times ``dur``, the plan's micro-step run ``repeat`` times."""
+    times ``dur``, the plan's micro-step run ``repeat`` times; and the end of every micro-step
+    op in each of the ``repeat`` runs (shape ``(repeat, micro-step ops)``; the runs after the
+    state repeats are the last one unrolled shifted by its period)."""
     ops = plan.ops
     micro = [op for op in ops if op.micro_step is not None]
     m = len(micro)
@@ -132,6 +134,8 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> float:
     end = [0.0] * m
     shift = 0.0
     prev_state = None
+    runs: list[list[float]] = []
+    delta = 0.0
     k = 0
     while k < repeat:
         new_cons: dict = {}
@@ -157,6 +161,7 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> float:
             e = st + dur[i]
             end[i] = e
             lane[op.stream] = e
+        runs.append(end[:])
         last_cons = {g: [end[c] for c in cs[-2:]] for g, cs in new_cons.items()}
         state = (sorted(lane.items()), sorted((str(g), tuple(v)) for g, v in last_cons.items()))
         k += 1
@@ -181,7 +186,48 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> float:
             st = max(st, full[d])
         full[op.id] = st + dur[op.id]
         lane[op.stream] = full[op.id]
-    return max(full, default=0.0)
+    ends = np.array(runs, dtype=float).reshape(len(runs), m)
+    if len(runs) < repeat:
+        ahead = delta * np.arange(1, repeat - len(runs) + 1, dtype=float)
+        ends = np.concatenate([ends, ends[-1] + ahead[:, None]])
+    return max(full, default=0.0), ends
+
+
+def _grad_window_delay(plan: MoEPlan, dur: list[float], links: dict, ends: np.ndarray
+                       ) -> float:
+    """Term 4 of the module docstring: how much later than in the schedule ``R`` the
+    accumulation boundary starts because the other streams' transfers share the links of
+    the gradient reduce-scatter stream during its last busy period (``ends``: the end of every
+    micro-step op in each run, :func:`_schedule`)."""
+    ops = plan.ops
+    m = ends.shape[1]
+    grads = [i for i in range(m) if ops[i].stream == COMM_GRAD]
+    others = [i for i in links if ops[i].stream != COMM_GRAD]
+    comps = [i for i in range(m) if isinstance(ops[i], ComputeOp)]
+    if not grads or not others or not comps:
+        return 0.0
+    d = np.asarray(dur[:m], dtype=float)
+    starts = ends - d
+    g_start, g_end = starts[:, grads].ravel(), ends[:, grads].ravel()
+    b1 = float(g_end[-1])
+    tol = 1e-12 * max(1.0, b1)
+    # the reduce-scatter stream's last busy period [b0, b1]: back from its last op while each
+    # op starts when the one before it ends
+    gaps = np.flatnonzero(g_start[1:] > g_end[:-1] + tol)
+    first = int(gaps[-1]) + 1 if len(gaps) else 0
+    b0 = float(g_start[first])
+    if b1 - b0 <= tol:
+        return 0.0
+    runs = ends.shape[0]
+    xg = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in grads]), (runs, 1))
+    xo = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in others]), (runs, 1))
+    o_start = starts[:, others].ravel()
+    inside = (o_start >= b0 - tol) & (o_start < b1 - tol)
+    g_k = xg[first:].sum(axis=0)           # the stream's transfers on K in the period
+    o_k = xo[inside].sum(axis=0)           # the other streams' transfers issued in it
+    delay = float(g_k @ o_k) / (b1 - b0)
+    comp_end = float(ends[-1, comps].max())
+    return max(0.0, b1 + delay - max(b1, comp_end))
 
 
 def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
@@ -215,7 +261,7 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             comm += t
     bound = sync_g + opt + sync_p
     # term 1: the streams' schedule
-    sched = _schedule(plan, dur, repeat)
+    sched, ends = _schedule(plan, dur, repeat)
     # term 2: shared links; term 3: all-to-all contention (module docstring)
     g0: dict = {}           # per micro-step: its first gradient reduce-scatter (plan order)
     for op in plan.ops:
@@ -240,7 +286,9 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     links_t = max(w * repeat + x for w, x in zip(work, idle, strict=True)) + bound
     shared = sum(c * a for c, a in zip(c_k, a_k, strict=True)) * repeat * repeat
     contention = sched + shared / path if path > 0 else sched
-    step = max(sched, links_t, contention)
+    # term 4: the reduce-scatter stream's shared links
+    grad_links = sched + _grad_window_delay(plan, dur, links, ends)
+    step = max(sched, links_t, contention, grad_links)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:
         step = max(step, a2a + overlapped_time(comp, max(0.0, comm - a2a), overlap_slowdown)
