@@ -193,41 +193,60 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, np.n
     return max(full, default=0.0), ends
 
 
-def _grad_window_delay(plan: MoEPlan, dur: list[float], links: dict, ends: np.ndarray
-                       ) -> float:
-    """Term 4 of the module docstring: how much later than in the schedule ``R`` the
-    accumulation boundary starts because the other streams' transfers share the links of
-    the gradient reduce-scatter stream during its last busy period (``ends``: the end of every
-    micro-step op in each run, :func:`_schedule`)."""
+def _tails(plan: MoEPlan, dur: list[float]) -> list[float]:
+    """For every op of the last micro-step and the boundary: the longest chain of ops (by
+    dependency or by its stream's order) from its end to the end of the step, at the
+    uncontended times ``dur``: how much later the step ends if that op ends ``x`` later and
+    nothing else moves is ``max(0, end + x + tail - R)``."""
+    ops = plan.ops
+    out = [0.0] * len(ops)
+    nxt: dict[str, int] = {}        # the next op on each stream
+    for op in reversed(ops):
+        i = op.id
+        best = 0.0
+        j = nxt.get(op.stream)
+        if j is not None:
+            best = dur[j] + out[j]
+        nxt[op.stream] = i
+        out[i] = max(best, out[i])
+        for d in op.deps:
+            out[d] = max(out[d], dur[i] + out[i])
+    return out
+
+
+def _stream_delay(plan: MoEPlan, links: dict, starts: np.ndarray, ends: np.ndarray,
+                  stream: str) -> tuple[float, float, int]:
+    """Term 4 of the module docstring for one collective stream: (the end of its last busy
+    period in ``R``, how much later that period ends because the other streams' transfers
+    issued in it share its links, its last op). ``starts`` / ``ends``: every micro-step op in
+    each run (:func:`_schedule`)."""
     ops = plan.ops
     m = ends.shape[1]
-    grads = [i for i in range(m) if ops[i].stream == COMM_GRAD]
-    others = [i for i in links if ops[i].stream != COMM_GRAD]
-    comps = [i for i in range(m) if isinstance(ops[i], ComputeOp)]
-    if not grads or not others or not comps:
-        return 0.0
-    d = np.asarray(dur[:m], dtype=float)
-    starts = ends - d
-    g_start, g_end = starts[:, grads].ravel(), ends[:, grads].ravel()
-    b1 = float(g_end[-1])
+    own = [i for i in range(m) if ops[i].stream == stream]
+    others = [i for i in links if ops[i].stream != stream]
+    if not own or not others:
+        return 0.0, 0.0, -1
+    o_s, o_e = starts[:, own].ravel(), ends[:, own].ravel()
+    b1 = float(o_e[-1])
     tol = 1e-12 * max(1.0, b1)
-    # the reduce-scatter stream's last busy period [b0, b1]: back from its last op while each
-    # op starts when the one before it ends
-    gaps = np.flatnonzero(g_start[1:] > g_end[:-1] + tol)
+    # the stream's last busy period [b0, b1]: back from its last op while each op starts
+    # when the one before it ends
+    gaps = np.flatnonzero(o_s[1:] > o_e[:-1] + tol)
     first = int(gaps[-1]) + 1 if len(gaps) else 0
-    b0 = float(g_start[first])
+    b0 = float(o_s[first])
     if b1 - b0 <= tol:
-        return 0.0
+        return b1, 0.0, own[-1]
     runs = ends.shape[0]
-    xg = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in grads]), (runs, 1))
-    xo = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in others]), (runs, 1))
-    o_start = starts[:, others].ravel()
-    inside = (o_start >= b0 - tol) & (o_start < b1 - tol)
-    g_k = xg[first:].sum(axis=0)           # the stream's transfers on K in the period
-    o_k = xo[inside].sum(axis=0)           # the other streams' transfers issued in it
-    delay = float(g_k @ o_k) / (b1 - b0)
-    comp_end = float(ends[-1, comps].max())
-    return max(0.0, b1 + delay - max(b1, comp_end))
+    x_own = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in own]), (runs, 1))
+    x_oth = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in others]), (runs, 1))
+    s_oth, e_oth = starts[:, others].ravel(), ends[:, others].ravel()
+    # the share of each other op's time (and so of its transfers) inside the period
+    span = e_oth - s_oth
+    share = np.clip(np.minimum(e_oth, b1) - np.maximum(s_oth, b0), 0.0, None) / np.where(
+        span > 0.0, span, 1.0)
+    mine = x_own[first:].sum(axis=0)         # the stream's transfers on K in the period
+    theirs = share @ x_oth                   # the other streams' transfers in it
+    return b1, float(mine @ theirs) / (b1 - b0), own[-1]
 
 
 def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
@@ -287,8 +306,16 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     shared = sum(c * a for c, a in zip(c_k, a_k, strict=True)) * repeat * repeat
     contention = sched + shared / path if path > 0 else sched
     # term 4: the reduce-scatter stream's shared links
-    grad_links = sched + _grad_window_delay(plan, dur, links, ends)
-    step = max(sched, links_t, contention, grad_links)
+    # term 4: the gather and reduce-scatter streams' own shared links
+    starts = ends - np.asarray(dur[:ends.shape[1]], dtype=float)
+    tails = None
+    streamed = sched
+    for stream in (COMM_PARAM, COMM_GRAD):
+        b1, delay, last = _stream_delay(plan, links, starts, ends, stream)
+        if delay > 0.0:
+            tails = tails if tails is not None else _tails(plan, dur)
+            streamed = max(streamed, b1 + delay + tails[last])
+    step = max(sched, links_t, contention, streamed)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:
         step = max(step, a2a + overlapped_time(comp, max(0.0, comm - a2a), overlap_slowdown)
