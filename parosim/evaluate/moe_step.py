@@ -215,17 +215,17 @@ def _tails(plan: MoEPlan, dur: list[float]) -> list[float]:
 
 
 def _stream_delay(plan: MoEPlan, links: dict, starts: np.ndarray, ends: np.ndarray,
-                  stream: str) -> tuple[float, float, int]:
-    """Term 4 of the module docstring for one collective stream: (the end of its last busy
-    period in ``R``, how much later that period ends because the other streams' transfers
-    issued in it share its links, its last op). ``starts`` / ``ends``: every micro-step op in
-    each run (:func:`_schedule`)."""
+                  stream: str) -> tuple[list[int], np.ndarray]:
+    """Term 4 of the module docstring for one collective stream: its ops of the last
+    micro-step inside its last busy period in ``R``, and how much later each ends because
+    the other streams' transfers share its links in the period up to that op's end.
+    ``starts`` / ``ends``: every micro-step op in each run (:func:`_schedule`)."""
     ops = plan.ops
     m = ends.shape[1]
     own = [i for i in range(m) if ops[i].stream == stream]
     others = [i for i in links if ops[i].stream != stream]
     if not own or not others:
-        return 0.0, 0.0, -1
+        return [], np.zeros(0)
     o_s, o_e = starts[:, own].ravel(), ends[:, own].ravel()
     b1 = float(o_e[-1])
     tol = 1e-12 * max(1.0, b1)
@@ -235,18 +235,26 @@ def _stream_delay(plan: MoEPlan, links: dict, starts: np.ndarray, ends: np.ndarr
     first = int(gaps[-1]) + 1 if len(gaps) else 0
     b0 = float(o_s[first])
     if b1 - b0 <= tol:
-        return b1, 0.0, own[-1]
+        return [], np.zeros(0)
     runs = ends.shape[0]
     x_own = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in own]), (runs, 1))
     x_oth = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in others]), (runs, 1))
+    # the share of the period the stream transfers on K: the chance that another stream's
+    # transfer on K meets one of its own
+    busy = x_own[first:].sum(axis=0) / (b1 - b0)
     s_oth, e_oth = starts[:, others].ravel(), ends[:, others].ravel()
-    # the share of each other op's time (and so of its transfers) inside the period
-    span = e_oth - s_oth
-    share = np.clip(np.minimum(e_oth, b1) - np.maximum(s_oth, b0), 0.0, None) / np.where(
-        span > 0.0, span, 1.0)
-    mine = x_own[first:].sum(axis=0)         # the stream's transfers on K in the period
-    theirs = share @ x_oth                   # the other streams' transfers in it
-    return b1, float(mine @ theirs) / (b1 - b0), own[-1]
+    span = np.where(e_oth > s_oth, e_oth - s_oth, 1.0)
+    # the stream's ops of the last micro-step in the period, each with the other streams'
+    # transfers in [b0, its end] (each op's by the share of its time inside)
+    last = ops[m - 1].micro_step
+    pos = [(n, i) for n, i in enumerate(own) if ops[i].micro_step == last
+           and (runs - 1) * len(own) + n >= first]
+    if not pos:
+        return [], np.zeros(0)
+    t = ends[-1, [i for _, i in pos]]
+    inside = np.clip(np.minimum(e_oth[None, :], t[:, None]) - np.maximum(s_oth, b0)[None, :],
+                     0.0, None) / span[None, :]
+    return [i for _, i in pos], t + (inside @ x_oth) @ busy
 
 
 def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
@@ -311,10 +319,11 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     tails = None
     streamed = sched
     for stream in (COMM_PARAM, COMM_GRAD):
-        b1, delay, last = _stream_delay(plan, links, starts, ends, stream)
-        if delay > 0.0:
+        ids, later = _stream_delay(plan, links, starts, ends, stream)
+        if ids:
             tails = tails if tails is not None else _tails(plan, dur)
-            streamed = max(streamed, b1 + delay + tails[last])
+            streamed = max(streamed, max(e + tails[i] for i, e in zip(ids, later.tolist(),
+                                                                      strict=True)))
     step = max(sched, links_t, contention, streamed)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:
