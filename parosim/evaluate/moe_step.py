@@ -4,7 +4,7 @@ that put token imbalance into it (docs/moe.md, "A MoE training step").
 Closed form: the plan's own schedule, costed op by op with each collective's lowered
 program time (:func:`~parosim.collectives.cost.program_time`; the all-to-alls over the
 layout's EP groups, the expert collectives over its EDP groups), bounded by the links the
-streams share (docs/moe.md, "A MoE training step"). Three terms, each a mechanism of the
+streams share (docs/moe.md, "A MoE training step"). Four terms, each a mechanism of the
 engine's schedule:
 
 1. **The streams' schedule** ``R``: every op starts when its dependencies and the op before
@@ -30,8 +30,21 @@ engine's schedule:
    seconds on K) run spread over the compute path ``P = t_comp + t_a2a``; the share
    ``a_K / P`` of them falls into the all-to-alls' windows on the same links and delays the
    all-to-alls on the compute path by that much (the link moves both).
+4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
+   (which the compute waits for) and the reduce-scatter stream (which the boundary waits
+   for): each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
+   back up to its last one) the other streams' transfers on K in that period take K from it.
+   Such a transfer meets one of the stream's own transfers on K with the chance ``y_K /
+   (b1 - b0)`` (``y_K``: the stream's transfer seconds on K in the period) and then delays it
+   by its own length (the link moves both; a transfer times the share of its op's time in
+   the period). The stream's op i of the last micro-step in the period, ending at ``e_i`` in
+   ``R``, ends ``d_i = sum_K y_K / (b1 - b0) · o_K(b0, e_i)`` later (``o_K(b0, e_i)``: the
+   other streams' transfer seconds on K in ``[b0, e_i]``), and the step ends no earlier
+   than ``e_i + d_i + tail_i`` (``tail_i``: the longest chain of ops by dependency and stream
+   order from op i's end to the step's end, at uncontended times).
 
-    T = max(R, max_K (W_K + I_K) + t_sync_g + t_opt + t_sync_p, R + sum_K c_K a_K / P)
+    T = max(R, max_K (W_K + I_K) + t_sync_g + t_opt + t_sync_p, R + sum_K c_K a_K / P,
+            max_i (e_i + d_i + tail_i))
 
 (``R`` ends with the boundary: gradient syncs, optimizer, parameter syncs.) With overlap
 slowdown f > 1 the schedule does not slow compute beside collectives; the step is then the
@@ -194,10 +207,11 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, np.n
 
 
 def _tails(plan: MoEPlan, dur: list[float]) -> list[float]:
-    """For every op of the last micro-step and the boundary: the longest chain of ops (by
-    dependency or by its stream's order) from its end to the end of the step, at the
-    uncontended times ``dur``: how much later the step ends if that op ends ``x`` later and
-    nothing else moves is ``max(0, end + x + tail - R)``."""
+    """``tail_i`` of term 4 (module docstring) for every op of the plan (of a folded plan:
+    of its last micro-step): the longest chain of ops, each waiting for the one before by
+    dependency or by stream order, from op i's end to the end of the step, at the
+    uncontended times ``dur``. If op i ends ``x`` later and nothing else moves, the step
+    ends at ``max(R, end_i + x + tail_i)``."""
     ops = plan.ops
     out = [0.0] * len(ops)
     nxt: dict[str, int] = {}        # the next op on each stream
@@ -216,10 +230,10 @@ def _tails(plan: MoEPlan, dur: list[float]) -> list[float]:
 
 def _stream_delay(plan: MoEPlan, links: dict, starts: np.ndarray, ends: np.ndarray,
                   stream: str) -> tuple[list[int], np.ndarray]:
-    """Term 4 of the module docstring for one collective stream: its ops of the last
-    micro-step inside its last busy period in ``R``, and how much later each ends because
-    the other streams' transfers share its links in the period up to that op's end.
-    ``starts`` / ``ends``: every micro-step op in each run (:func:`_schedule`)."""
+    """Term 4 of the module docstring for one collective stream: its ops i of the last
+    micro-step in its last busy period of ``R``, and ``e_i + d_i`` for each (the end of op i
+    once the other streams' transfers in the period up to ``e_i`` have taken their share of
+    its links). ``starts`` / ``ends``: every micro-step op in each run (:func:`_schedule`)."""
     ops = plan.ops
     m = ends.shape[1]
     own = [i for i in range(m) if ops[i].stream == stream]
@@ -313,18 +327,17 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     links_t = max(w * repeat + x for w, x in zip(work, idle, strict=True)) + bound
     shared = sum(c * a for c, a in zip(c_k, a_k, strict=True)) * repeat * repeat
     contention = sched + shared / path if path > 0 else sched
-    # term 4: the reduce-scatter stream's shared links
-    # term 4: the gather and reduce-scatter streams' own shared links
+    # term 4: the gather and the reduce-scatter stream's own links
     starts = ends - np.asarray(dur[:ends.shape[1]], dtype=float)
     tails = None
-    streamed = sched
+    own_links = sched
     for stream in (COMM_PARAM, COMM_GRAD):
         ids, later = _stream_delay(plan, links, starts, ends, stream)
         if ids:
             tails = tails if tails is not None else _tails(plan, dur)
-            streamed = max(streamed, max(e + tails[i] for i, e in zip(ids, later.tolist(),
-                                                                      strict=True)))
-    step = max(sched, links_t, contention, streamed)
+            own_links = max(own_links, max(e + tails[i] for i, e in zip(ids, later.tolist(),
+                                                                        strict=True)))
+    step = max(sched, links_t, contention, own_links)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:
         step = max(step, a2a + overlapped_time(comp, max(0.0, comm - a2a), overlap_slowdown)
