@@ -69,7 +69,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..collectives.cost import phase_time, program_time, ring_alpha_beta
+from ..collectives.cost import lane_schedule, phase_time, program_time, ring_alpha_beta
 from ..collectives.types import Algo
 from ..plan.builder import COMM_GRAD, COMM_PARAM, ComputeOp
 from ..plan.moe_step import A2AOp, MoEPlan, balanced_rows, moe_uses, op_program, program_key
@@ -100,26 +100,41 @@ class MoEAnalytic:
         return self.step_time_s - self.t_comp_s - self.t_optimizer_s
 
 
-def _op_times(op, spec, algo: Algo, cache: dict) -> tuple[float, float, float]:
-    """(program time, seconds of its phases on intra-node links, on the NICs) of one
-    collective op, cached by cluster and op key."""
+def _op_times(op, spec, algo: Algo, cache: dict) -> tuple:
+    """(program time, seconds of its phases on intra-node links: transfer, latency; on the
+    NICs: transfer, latency; its lanes: the program and per phase (time, transfer seconds,
+    link class 0 intra / 1 NICs)) of one collective op, cached by cluster and op key."""
     key = program_key(op, algo)
     got = cache.get(key)
     if got is None:
         prog = op_program(op, spec, algo)
         gpn = spec.gpus_per_node
         w = [0.0, 0.0, 0.0, 0.0]     # intra transfer, intra latency, inter ...
+        rows = []
         for ph in prog.phases:
-            if ph.steps == 0:
-                continue
             t = phase_time(spec, ph)
+            if ph.steps == 0:
+                rows.append((t, 0.0, 0))
+                continue
             _alpha, bw = ring_alpha_beta(spec, ph.ringset)
             xfer = min(t, ph.bytes_per_rank / min(bw * ph.bw_eff, ph.cap_Bps))
             k = 2 if any(a // gpn != b // gpn for a, b in ph.ringset.hops()) else 0
             w[k] += xfer
             w[k + 1] += t - xfer
-        got = cache[key] = (program_time(spec, prog), *w)
+            rows.append((t, xfer, k // 2))
+        got = cache[key] = (program_time(spec, prog), *w, (prog, tuple(rows)))
     return got
+
+
+def _grown(lanes: tuple, rho) -> float:
+    """How much longer a collective runs (its lanes' recurrence) when each of its phases on
+    link class K also yields the link to ``rho[K]`` seconds of other transfers per second of
+    its own transfer. A pipelined program's lanes on the two classes run at once, so the
+    lane with slack absorbs its share."""
+    prog, rows = lanes
+    base = lane_schedule(prog, [t for t, _, _ in rows])
+    grown = lane_schedule(prog, [t + x * rho[k] for t, x, k in rows])
+    return max(e for _, e in grown) - max(e for _, e in base)
 
 
 def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, np.ndarray]:
@@ -228,12 +243,13 @@ def _tails(plan: MoEPlan, dur: list[float]) -> list[float]:
     return out
 
 
-def _stream_delay(plan: MoEPlan, links: dict, starts: np.ndarray, ends: np.ndarray,
-                  stream: str) -> tuple[list[int], np.ndarray]:
+def _stream_delay(plan: MoEPlan, links: dict, lanes: dict, starts: np.ndarray,
+                  ends: np.ndarray, stream: str) -> tuple[list[int], np.ndarray]:
     """Term 4 of the module docstring for one collective stream: its ops i of the last
     micro-step in its last busy period of ``R``, and ``e_i + d_i`` for each (the end of op i
-    once the other streams' transfers in the period up to ``e_i`` have taken their share of
-    its links). ``starts`` / ``ends``: every micro-step op in each run (:func:`_schedule`)."""
+    once the other streams' transfers in the period have taken their share of its links).
+    ``starts`` / ``ends``: every micro-step op in each run (:func:`_schedule`); ``lanes``:
+    each collective's lanes (:func:`_op_times`)."""
     ops = plan.ops
     m = ends.shape[1]
     own = [i for i in range(m) if ops[i].stream == stream]
@@ -251,24 +267,27 @@ def _stream_delay(plan: MoEPlan, links: dict, starts: np.ndarray, ends: np.ndarr
     if b1 - b0 <= tol:
         return [], np.zeros(0)
     runs = ends.shape[0]
-    x_own = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in own]), (runs, 1))
     x_oth = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in others]), (runs, 1))
-    # the share of the period the stream transfers on K: the chance that another stream's
-    # transfer on K meets one of its own
-    busy = x_own[first:].sum(axis=0) / (b1 - b0)
     s_oth, e_oth = starts[:, others].ravel(), ends[:, others].ravel()
-    span = np.where(e_oth > s_oth, e_oth - s_oth, 1.0)
-    # the stream's ops of the last micro-step in the period, each with the other streams'
-    # transfers in [b0, its end] (each op's by the share of its time inside)
+    # the other streams' transfers on K in the period (each op's by the share of its time
+    # inside), per second of the period
+    inside = np.clip(np.minimum(e_oth, b1) - np.maximum(s_oth, b0), 0.0, None) / np.where(
+        e_oth > s_oth, e_oth - s_oth, 1.0)
+    rho = (inside @ x_oth) / (b1 - b0)
+    if not rho.any():
+        return [], np.zeros(0)
+    # each of the stream's ops runs longer by the other transfers its own transfers meet
+    grown: dict = {}
+    more = np.array([grown.setdefault(id(lanes[i][0]), _grown(lanes[i], rho)) for i in own])
+    later = np.cumsum(np.tile(more, runs)[first:])
     last = ops[m - 1].micro_step
     pos = [(n, i) for n, i in enumerate(own) if ops[i].micro_step == last
            and (runs - 1) * len(own) + n >= first]
     if not pos:
         return [], np.zeros(0)
-    t = ends[-1, [i for _, i in pos]]
-    inside = np.clip(np.minimum(e_oth[None, :], t[:, None]) - np.maximum(s_oth, b0)[None, :],
-                     0.0, None) / span[None, :]
-    return [i for _, i in pos], t + (inside @ x_oth) @ busy
+    n0 = (runs - 1) * len(own) - first
+    return ([i for _, i in pos],
+            ends[-1, [i for _, i in pos]] + later[[n0 + n for n, _ in pos]])
 
 
 def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
@@ -280,6 +299,7 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     comp = a2a = comm = sync_g = sync_p = opt = 0.0
     dur = [0.0] * len(plan.ops)
     links = {}                      # op id -> (intra, inter) seconds of a micro-step op
+    lanes = {}                      # op id -> its lanes (_op_times) of a micro-step op
     for op in plan.ops:
         if isinstance(op, ComputeOp):
             dur[op.id] = op.duration_s
@@ -288,10 +308,11 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             else:
                 comp += op.duration_s
             continue
-        t, x_intra, l_intra, x_inter, l_inter = _op_times(op, spec, algo, cache)
+        t, x_intra, l_intra, x_inter, l_inter, lane = _op_times(op, spec, algo, cache)
         dur[op.id] = t
         if op.micro_step is not None:
             links[op.id] = ((x_intra, l_intra), (x_inter, l_inter))
+            lanes[op.id] = lane
         if isinstance(op, A2AOp):
             a2a += t
         elif op.purpose == "sync-grad":
@@ -332,7 +353,7 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     tails = None
     own_links = sched
     for stream in (COMM_PARAM, COMM_GRAD):
-        ids, later = _stream_delay(plan, links, starts, ends, stream)
+        ids, later = _stream_delay(plan, links, lanes, starts, ends, stream)
         if ids:
             tails = tails if tails is not None else _tails(plan, dur)
             own_links = max(own_links, max(e + tails[i] for i, e in zip(ids, later.tolist(),
