@@ -32,16 +32,16 @@ engine's schedule:
    all-to-alls on the compute path by that much (the link moves both).
 4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
    (which the compute waits for) and the reduce-scatter stream (which the boundary waits
-   for): each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
-   back up to its last one) the other streams' transfers on K in that period take K from it.
-   Such a transfer meets one of the stream's own transfers on K with the chance ``y_K /
-   (b1 - b0)`` (``y_K``: the stream's transfer seconds on K in the period) and then delays it
-   by its own length (the link moves both; a transfer times the share of its op's time in
-   the period). The stream's op i of the last micro-step in the period, ending at ``e_i`` in
-   ``R``, ends ``d_i = sum_K y_K / (b1 - b0) · o_K(b0, e_i)`` later (``o_K(b0, e_i)``: the
-   other streams' transfer seconds on K in ``[b0, e_i]``), and the step ends no earlier
-   than ``e_i + d_i + tail_i`` (``tail_i``: the longest chain of ops by dependency and stream
-   order from op i's end to the step's end, at uncontended times).
+   for). Each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
+   back up to its last one) the other streams' transfers on a link class K in the period
+   (``rho_K`` seconds per second of the period; each op's transfers by the share of its time
+   inside) take K from it: every second one of its phases transfers on K meets ``rho_K``
+   seconds of theirs and waits for them (the link moves both). Each of its ops runs
+   longer by its phases so grown, through its own lanes (a pipelined program's lane with
+   slack absorbs its share); op i of the last micro-step, ending at ``e_i`` in ``R``, ends
+   ``d_i`` later (the growth of the stream's ops from ``b0`` to it), and the step ends no
+   earlier than ``e_i + d_i + tail_i`` (``tail_i``: the longest chain of ops by dependency
+   and stream order from op i's end to the step's end, at uncontended times).
 
     T = max(R, max_K (W_K + I_K) + t_sync_g + t_opt + t_sync_p, R + sum_K c_K a_K / P,
             max_i (e_i + d_i + tail_i))
@@ -277,8 +277,11 @@ def _stream_delay(plan: MoEPlan, links: dict, lanes: dict, starts: np.ndarray,
     if not rho.any():
         return [], np.zeros(0)
     # each of the stream's ops runs longer by the other transfers its own transfers meet
-    grown: dict = {}
-    more = np.array([grown.setdefault(id(lanes[i][0]), _grown(lanes[i], rho)) for i in own])
+    grown: dict = {}                         # by program: ops repeat a few programs
+    for i in own:
+        if id(lanes[i][0]) not in grown:
+            grown[id(lanes[i][0])] = _grown(lanes[i], rho)
+    more = np.array([grown[id(lanes[i][0])] for i in own])
     later = np.cumsum(np.tile(more, runs)[first:])
     last = ops[m - 1].micro_step
     pos = [(n, i) for n, i in enumerate(own) if ops[i].micro_step == last
