@@ -148,8 +148,8 @@ def test_engine_equals_closed_form_micro_steps(two_nodes, strategy, expert):
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
 def test_engine_equals_closed_form_every_pair(setting):
     """All 14 x 14 dense x expert pairs: every fitting one within 1 % (113 fit for Mixtral at
-    EP 8 on 2 x 8 GPUs, 122 on 4 x 8, 182 for Qwen3 at EP 16; 17 s, 20 s and 40 s on a
-    shared 2-core machine)."""
+    EP 8 on 2 x 8 GPUs, 122 on 4 x 8, 182 for Qwen3 at EP 16; 4 s, 5 s and 7 s on a
+    2-core machine, more when it is shared)."""
     from parosim.spec.strategy import ALL_STRATEGIES  # deferred: only this grid needs it
 
     fits = sum(_engine_vs_closed_form(setting, s.short, x.short)
