@@ -4,7 +4,7 @@ that put token imbalance into it (docs/moe.md, "A MoE training step").
 Closed form: the plan's own schedule, costed op by op with each collective's lowered
 program time (:func:`~parosim.collectives.cost.program_time`; the all-to-alls over the
 layout's EP groups, the expert collectives over its EDP groups), bounded by the links the
-streams share (docs/moe.md, "A MoE training step"). Three terms, each a mechanism of the
+streams share (docs/moe.md, "A MoE training step"). Four terms, each a mechanism of the
 engine's schedule:
 
 1. **The streams' schedule** ``R``: every op starts when its dependencies and the op before
@@ -30,8 +30,21 @@ engine's schedule:
    seconds on K) run spread over the compute path ``P = t_comp + t_a2a``; the share
    ``a_K / P`` of them falls into the all-to-alls' windows on the same links and delays the
    all-to-alls on the compute path by that much (the link moves both).
+4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
+   (which the compute waits for) and the reduce-scatter stream (which the boundary waits
+   for). Each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
+   back up to its last one) the other streams' transfers on a link class K in the period
+   (``rho_K`` seconds per second of the period; each op's transfers by the share of its time
+   inside) take K from it: every second one of its phases transfers on K meets ``rho_K``
+   seconds of theirs and waits for them (the link moves both). Each of its ops runs
+   longer by its phases so grown, through its own lanes (a pipelined program's lane with
+   slack absorbs its share); op i of the last micro-step, ending at ``e_i`` in ``R``, ends
+   ``d_i`` later (the growth of the stream's ops from ``b0`` to it), and the step ends no
+   earlier than ``e_i + d_i + tail_i`` (``tail_i``: the longest chain of ops by dependency
+   and stream order from op i's end to the step's end, at uncontended times).
 
-    T = max(R, max_K (W_K + I_K) + t_sync_g + t_opt + t_sync_p, R + sum_K c_K a_K / P)
+    T = max(R, max_K (W_K + I_K) + t_sync_g + t_opt + t_sync_p, R + sum_K c_K a_K / P,
+            max_i (e_i + d_i + tail_i))
 
 (``R`` ends with the boundary: gradient syncs, optimizer, parameter syncs.) With overlap
 slowdown f > 1 the schedule does not slow compute beside collectives; the step is then the
@@ -56,7 +69,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..collectives.cost import phase_time, program_time, ring_alpha_beta
+from ..collectives.cost import lane_schedule, phase_time, program_time, ring_alpha_beta
 from ..collectives.types import Algo
 from ..plan.builder import COMM_GRAD, COMM_PARAM, ComputeOp
 from ..plan.moe_step import A2AOp, MoEPlan, balanced_rows, moe_uses, op_program, program_key
@@ -87,31 +100,48 @@ class MoEAnalytic:
         return self.step_time_s - self.t_comp_s - self.t_optimizer_s
 
 
-def _op_times(op, spec, algo: Algo, cache: dict) -> tuple[float, float, float]:
-    """(program time, seconds of its phases on intra-node links, on the NICs) of one
-    collective op, cached by cluster and op key."""
+def _op_times(op, spec, algo: Algo, cache: dict) -> tuple:
+    """(program time, seconds of its phases on intra-node links: transfer, latency; on the
+    NICs: transfer, latency; its lanes: the program and per phase (time, transfer seconds,
+    link class 0 intra / 1 NICs)) of one collective op, cached by cluster and op key."""
     key = program_key(op, algo)
     got = cache.get(key)
     if got is None:
         prog = op_program(op, spec, algo)
         gpn = spec.gpus_per_node
         w = [0.0, 0.0, 0.0, 0.0]     # intra transfer, intra latency, inter ...
+        rows = []
         for ph in prog.phases:
-            if ph.steps == 0:
-                continue
             t = phase_time(spec, ph)
+            if ph.steps == 0:
+                rows.append((t, 0.0, 0))
+                continue
             _alpha, bw = ring_alpha_beta(spec, ph.ringset)
             xfer = min(t, ph.bytes_per_rank / min(bw * ph.bw_eff, ph.cap_Bps))
             k = 2 if any(a // gpn != b // gpn for a, b in ph.ringset.hops()) else 0
             w[k] += xfer
             w[k + 1] += t - xfer
-        got = cache[key] = (program_time(spec, prog), *w)
+            rows.append((t, xfer, k // 2))
+        got = cache[key] = (program_time(spec, prog), *w, (prog, tuple(rows)))
     return got
 
 
-def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> float:
+def _grown(lanes: tuple, rho) -> float:
+    """How much longer a collective runs (its lanes' recurrence) when each of its phases on
+    link class K also yields the link to ``rho[K]`` seconds of other transfers per second of
+    its own transfer. A pipelined program's lanes on the two classes run at once, so the
+    lane with slack absorbs its share."""
+    prog, rows = lanes
+    base = lane_schedule(prog, [t for t, _, _ in rows])
+    grown = lane_schedule(prog, [t + x * rho[k] for t, x, k in rows])
+    return max(e for _, e in grown) - max(e for _, e in base)
+
+
+def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> tuple[float, np.ndarray]:
     """Term 1 of the module docstring: the end of the streams' schedule with uncontended op
-    times ``dur``, the plan's micro-step run ``repeat`` times."""
+    times ``dur``, the plan's micro-step run ``repeat`` times; and the end of every micro-step
+    op in each of the ``repeat`` runs (shape ``(repeat, micro-step ops)``; the runs after the
+    state repeats are the last one unrolled shifted by its period)."""
     ops = plan.ops
     micro = [op for op in ops if op.micro_step is not None]
     m = len(micro)
@@ -132,6 +162,8 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> float:
     end = [0.0] * m
     shift = 0.0
     prev_state = None
+    runs: list[list[float]] = []
+    delta = 0.0
     k = 0
     while k < repeat:
         new_cons: dict = {}
@@ -157,6 +189,7 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> float:
             e = st + dur[i]
             end[i] = e
             lane[op.stream] = e
+        runs.append(end[:])
         last_cons = {g: [end[c] for c in cs[-2:]] for g, cs in new_cons.items()}
         state = (sorted(lane.items()), sorted((str(g), tuple(v)) for g, v in last_cons.items()))
         k += 1
@@ -181,7 +214,83 @@ def _schedule(plan: MoEPlan, dur: list[float], repeat: int) -> float:
             st = max(st, full[d])
         full[op.id] = st + dur[op.id]
         lane[op.stream] = full[op.id]
-    return max(full, default=0.0)
+    ends = np.array(runs, dtype=float).reshape(len(runs), m)
+    if len(runs) < repeat:
+        ahead = delta * np.arange(1, repeat - len(runs) + 1, dtype=float)
+        ends = np.concatenate([ends, ends[-1] + ahead[:, None]])
+    return max(full, default=0.0), ends
+
+
+def _tails(plan: MoEPlan, dur: list[float]) -> list[float]:
+    """``tail_i`` of term 4 (module docstring) for every op of the plan (of a folded plan:
+    of its last micro-step): the longest chain of ops, each waiting for the one before by
+    dependency or by stream order, from op i's end to the end of the step, at the
+    uncontended times ``dur``. If op i ends ``x`` later and nothing else moves, the step
+    ends at ``max(R, end_i + x + tail_i)``."""
+    ops = plan.ops
+    out = [0.0] * len(ops)
+    nxt: dict[str, int] = {}        # the next op on each stream
+    for op in reversed(ops):
+        i = op.id
+        best = 0.0
+        j = nxt.get(op.stream)
+        if j is not None:
+            best = dur[j] + out[j]
+        nxt[op.stream] = i
+        out[i] = max(best, out[i])
+        for d in op.deps:
+            out[d] = max(out[d], dur[i] + out[i])
+    return out
+
+
+def _stream_delay(plan: MoEPlan, links: dict, lanes: dict, starts: np.ndarray,
+                  ends: np.ndarray, stream: str) -> tuple[list[int], np.ndarray]:
+    """Term 4 of the module docstring for one collective stream: its ops i of the last
+    micro-step in its last busy period of ``R``, and ``e_i + d_i`` for each (the end of op i
+    once the other streams' transfers in the period have taken their share of its links).
+    ``starts`` / ``ends``: every micro-step op in each run (:func:`_schedule`); ``lanes``:
+    each collective's lanes (:func:`_op_times`)."""
+    ops = plan.ops
+    m = ends.shape[1]
+    own = [i for i in range(m) if ops[i].stream == stream]
+    others = [i for i in links if ops[i].stream != stream]
+    if not own or not others:
+        return [], np.zeros(0)
+    o_s, o_e = starts[:, own].ravel(), ends[:, own].ravel()
+    b1 = float(o_e[-1])
+    tol = 1e-12 * max(1.0, b1)
+    # the stream's last busy period [b0, b1]: back from its last op while each op starts
+    # when the one before it ends
+    gaps = np.flatnonzero(o_s[1:] > o_e[:-1] + tol)
+    first = int(gaps[-1]) + 1 if len(gaps) else 0
+    b0 = float(o_s[first])
+    if b1 - b0 <= tol:
+        return [], np.zeros(0)
+    runs = ends.shape[0]
+    x_oth = np.tile(np.array([[links[i][k][0] for k in (0, 1)] for i in others]), (runs, 1))
+    s_oth, e_oth = starts[:, others].ravel(), ends[:, others].ravel()
+    # the other streams' transfers on K in the period (each op's by the share of its time
+    # inside), per second of the period
+    inside = np.clip(np.minimum(e_oth, b1) - np.maximum(s_oth, b0), 0.0, None) / np.where(
+        e_oth > s_oth, e_oth - s_oth, 1.0)
+    rho = (inside @ x_oth) / (b1 - b0)
+    if not rho.any():
+        return [], np.zeros(0)
+    # each of the stream's ops runs longer by the other transfers its own transfers meet
+    grown: dict = {}                         # by program: ops repeat a few programs
+    for i in own:
+        if id(lanes[i][0]) not in grown:
+            grown[id(lanes[i][0])] = _grown(lanes[i], rho)
+    more = np.array([grown[id(lanes[i][0])] for i in own])
+    later = np.cumsum(np.tile(more, runs)[first:])
+    last = ops[m - 1].micro_step
+    pos = [(n, i) for n, i in enumerate(own) if ops[i].micro_step == last
+           and (runs - 1) * len(own) + n >= first]
+    if not pos:
+        return [], np.zeros(0)
+    n0 = (runs - 1) * len(own) - first
+    return ([i for _, i in pos],
+            ends[-1, [i for _, i in pos]] + later[[n0 + n for n, _ in pos]])
 
 
 def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
@@ -193,6 +302,7 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     comp = a2a = comm = sync_g = sync_p = opt = 0.0
     dur = [0.0] * len(plan.ops)
     links = {}                      # op id -> (intra, inter) seconds of a micro-step op
+    lanes = {}                      # op id -> its lanes (_op_times) of a micro-step op
     for op in plan.ops:
         if isinstance(op, ComputeOp):
             dur[op.id] = op.duration_s
@@ -201,10 +311,11 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             else:
                 comp += op.duration_s
             continue
-        t, x_intra, l_intra, x_inter, l_inter = _op_times(op, spec, algo, cache)
+        t, x_intra, l_intra, x_inter, l_inter, lane = _op_times(op, spec, algo, cache)
         dur[op.id] = t
         if op.micro_step is not None:
             links[op.id] = ((x_intra, l_intra), (x_inter, l_inter))
+            lanes[op.id] = lane
         if isinstance(op, A2AOp):
             a2a += t
         elif op.purpose == "sync-grad":
@@ -215,7 +326,7 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             comm += t
     bound = sync_g + opt + sync_p
     # term 1: the streams' schedule
-    sched = _schedule(plan, dur, repeat)
+    sched, ends = _schedule(plan, dur, repeat)
     # term 2: shared links; term 3: all-to-all contention (module docstring)
     g0: dict = {}           # per micro-step: its first gradient reduce-scatter (plan order)
     for op in plan.ops:
@@ -240,7 +351,17 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     links_t = max(w * repeat + x for w, x in zip(work, idle, strict=True)) + bound
     shared = sum(c * a for c, a in zip(c_k, a_k, strict=True)) * repeat * repeat
     contention = sched + shared / path if path > 0 else sched
-    step = max(sched, links_t, contention)
+    # term 4: the gather and the reduce-scatter stream's own links
+    starts = ends - np.asarray(dur[:ends.shape[1]], dtype=float)
+    tails = None
+    own_links = sched
+    for stream in (COMM_PARAM, COMM_GRAD):
+        ids, later = _stream_delay(plan, links, lanes, starts, ends, stream)
+        if ids:
+            tails = tails if tails is not None else _tails(plan, dur)
+            own_links = max(own_links, max(e + tails[i] for i, e in zip(ids, later.tolist(),
+                                                                        strict=True)))
+    step = max(sched, links_t, contention, own_links)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:
         step = max(step, a2a + overlapped_time(comp, max(0.0, comm - a2a), overlap_slowdown)
