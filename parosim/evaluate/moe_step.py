@@ -65,6 +65,7 @@ which gives the deterministic step exactly. The per-rank, per-flow picture of on
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,6 +111,7 @@ def _op_times(op, spec, algo: Algo, cache: dict) -> tuple:
         prog = op_program(op, spec, algo)
         gpn = spec.gpus_per_node
         w = [0.0, 0.0, 0.0, 0.0]     # intra transfer, intra latency, inter ...
+        flows = [0, 0]               # the most flows from one GPU on a link of class K
         rows = []
         for ph in prog.phases:
             t = phase_time(spec, ph)
@@ -118,11 +120,15 @@ def _op_times(op, spec, algo: Algo, cache: dict) -> tuple:
                 continue
             _alpha, bw = ring_alpha_beta(spec, ph.ringset)
             xfer = min(t, ph.bytes_per_rank / min(bw * ph.bw_eff, ph.cap_Bps))
-            k = 2 if any(a // gpn != b // gpn for a, b in ph.ringset.hops()) else 0
+            hops = ph.ringset.hops()
+            k = 2 if any(a // gpn != b // gpn for a, b in hops) else 0
             w[k] += xfer
             w[k + 1] += t - xfer
             rows.append((t, xfer, k // 2))
-        got = cache[key] = (program_time(spec, prog), *w, (prog, tuple(rows)))
+            # a GPU's own link of class K: its NIC (hops leaving its node) or its NVLink
+            out = Counter(a for a, b in hops if (a // gpn != b // gpn) == (k == 2))
+            flows[k // 2] = max(flows[k // 2], max(out.values(), default=0))
+        got = cache[key] = (program_time(spec, prog), *w, (prog, tuple(rows)), tuple(flows))
     return got
 
 
@@ -293,6 +299,37 @@ def _stream_delay(plan: MoEPlan, links: dict, lanes: dict, starts: np.ndarray,
             ends[-1, [i for _, i in pos]] + later[[n0 + n for n, _ in pos]])
 
 
+def _a2a_share(plan: MoEPlan, links: dict, flows: dict, starts: np.ndarray,
+               ends: np.ndarray, stream: str, w_own: list[int]) -> list[float]:
+    """The bound of term 3 (module docstring) for one collective stream, per link class K:
+    the most its ops can delay the all-to-alls on K. The engine shares a link by weighted
+    max-min fairness, a transfer counting once per flow it has there: an all-to-all with
+    ``w_a`` flows on a GPU's K link beside an op of the stream with ``w`` flows keeps
+    ``w_a / (w_a + w)`` of it, so each second of the all-to-all's own time on K grows by at
+    most ``w / w_a`` (the stream is serial: one op, at most ``w_own[K]`` flows, at a time),
+    and only while the stream has work: the all-to-alls inside its span in ``R`` (from its
+    first op's start to its last op's end in a micro-step, over every micro-step)."""
+    ops = plan.ops
+    m = ends.shape[1]
+    own = [i for i in range(m) if ops[i].stream == stream]
+    cap = [0.0, 0.0]
+    if not own:
+        return cap
+    lo, hi = starts[:, own].min(axis=1), ends[:, own].max(axis=1)     # per micro-step
+    for i in range(m):
+        if not isinstance(ops[i], A2AOp):
+            continue
+        # the runs in which this all-to-all meets a span of the stream (any micro-step's)
+        meet = ((starts[:, i][:, None] < hi[None, :]) & (ends[:, i][:, None] > lo[None, :])
+                ).any(axis=1)
+        runs = float(np.count_nonzero(meet))
+        for kk in (0, 1):
+            w_a = flows[i][kk]
+            if w_a and w_own[kk]:
+                cap[kk] += runs * sum(links[i][kk]) * w_own[kk] / w_a
+    return cap
+
+
 def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
                  repeat: int = 1) -> MoEAnalytic:
     """The closed form of the module docstring on the plan the engine replays; ``repeat``:
@@ -303,6 +340,7 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     dur = [0.0] * len(plan.ops)
     links = {}                      # op id -> (intra, inter) seconds of a micro-step op
     lanes = {}                      # op id -> its lanes (_op_times) of a micro-step op
+    flows = {}                      # op id -> (intra, inter) flows of a micro-step op
     for op in plan.ops:
         if isinstance(op, ComputeOp):
             dur[op.id] = op.duration_s
@@ -311,11 +349,12 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             else:
                 comp += op.duration_s
             continue
-        t, x_intra, l_intra, x_inter, l_inter, lane = _op_times(op, spec, algo, cache)
+        t, x_intra, l_intra, x_inter, l_inter, lane, fl = _op_times(op, spec, algo, cache)
         dur[op.id] = t
         if op.micro_step is not None:
             links[op.id] = ((x_intra, l_intra), (x_inter, l_inter))
             lanes[op.id] = lane
+            flows[op.id] = fl
         if isinstance(op, A2AOp):
             a2a += t
         elif op.purpose == "sync-grad":
@@ -334,7 +373,8 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             g0.setdefault(op.micro_step, op.id)
     work = [0.0, 0.0]       # W_K: every micro-step phase on K
     idle = [0.0, 0.0]       # I_K
-    c_k = [0.0, 0.0]        # gathers' and reduce-scatters' seconds on K
+    c_k = {COMM_PARAM: [0.0, 0.0], COMM_GRAD: [0.0, 0.0]}   # each stream's seconds on K
+    w_k = {COMM_PARAM: [0, 0], COMM_GRAD: [0, 0]}           # its most flows on a K link
     a_k = [0.0, 0.0]        # all-to-alls' seconds on K
     for i, w in links.items():
         op = plan.ops[i]
@@ -343,16 +383,24 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
         for kk in (0, 1):
             xfer, lat = w[kk]
             work[kk] += xfer
-            (a_k if isinstance(op, A2AOp) else c_k)[kk] += xfer + lat
+            if isinstance(op, A2AOp):
+                a_k[kk] += xfer + lat
+            else:
+                c_k[op.stream][kk] += xfer + lat
+                w_k[op.stream][kk] = max(w_k[op.stream][kk], flows[i][kk])
             if alone:
                 idle[kk] += max(0.0, dur[i] - xfer)
     idle = [x * repeat for x in idle]       # every micro-step's forward
     path = (comp + a2a) * repeat
     links_t = max(w * repeat + x for w, x in zip(work, idle, strict=True)) + bound
-    shared = sum(c * a for c, a in zip(c_k, a_k, strict=True)) * repeat * repeat
-    contention = sched + shared / path if path > 0 else sched
-    # term 4: the gather and the reduce-scatter stream's own links
     starts = ends - np.asarray(dur[:ends.shape[1]], dtype=float)
+    shared = 0.0
+    for stream, cs in c_k.items():
+        cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
+        shared += sum(min(c * a * repeat * repeat / path, m) if path > 0 else 0.0
+                      for c, a, m in zip(cs, a_k, cap, strict=True))
+    contention = sched + shared
+    # term 4: the gather and the reduce-scatter stream's own links
     tails = None
     own_links = sched
     for stream in (COMM_PARAM, COMM_GRAD):
