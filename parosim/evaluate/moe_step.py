@@ -26,10 +26,16 @@ engine's schedule:
    micro-step, the gather-stream ops before its first gradient reduce-scatter (plan order:
    the forward and the first backward units) count their whole time except their
    transfers on K (K idles while the gather stream runs latency or phases on other links).
-3. **All-to-all contention** ``R + sum_K c_K a_K / P``: the gathers and reduce-scatters (c_K
-   seconds on K) run spread over the compute path ``P = t_comp + t_a2a``; the share
-   ``a_K / P`` of them falls into the all-to-alls' windows on the same links and delays the
-   all-to-alls on the compute path by that much (the link moves both).
+3. **All-to-all contention** ``R + sum_K sum_j min(c_jK a_K / P, m_jK)``: each collective
+   stream j (the gathers, the reduce-scatters; c_jK seconds on K) runs spread over the
+   compute path ``P = t_comp + t_a2a``; the share ``a_K / P`` of it falls into the
+   all-to-alls' windows on the same links and delays the all-to-alls on the compute path by
+   that much (the link moves both), but by at most ``m_jK``: the engine shares a link by
+   weighted max-min fairness, a transfer counting once per flow it has there, so an
+   all-to-all with ``w_a`` flows on a GPU's K link beside an op of stream j with ``w_j``
+   flows keeps ``w_a / (w_a + w_j)`` of it and each second of its own time on K grows by at
+   most ``w_j / w_a``; ``m_jK`` sums that over the all-to-alls inside the stream's span in
+   ``R`` (its first op's start to its last op's end, per micro-step).
 4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
    (which the compute waits for) and the reduce-scatter stream (which the boundary waits
    for). Each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
@@ -43,8 +49,8 @@ engine's schedule:
    earlier than ``e_i + d_i + tail_i`` (``tail_i``: the longest chain of ops by dependency
    and stream order from op i's end to the step's end, at uncontended times).
 
-    T = max(R, max_K (W_K + I_K) + t_sync_g + t_opt + t_sync_p, R + sum_K c_K a_K / P,
-            max_i (e_i + d_i + tail_i))
+    T = max(R, max_K (W_K + I_K) + t_sync_g + t_opt + t_sync_p,
+            R + sum_K sum_j min(c_jK a_K / P, m_jK), max_i (e_i + d_i + tail_i))
 
 (``R`` ends with the boundary: gradient syncs, optimizer, parameter syncs.) With overlap
 slowdown f > 1 the schedule does not slow compute beside collectives; the step is then the
