@@ -126,7 +126,7 @@ def _op_times(op, spec, algo: Algo, cache: dict) -> tuple:
                 continue
             _alpha, bw = ring_alpha_beta(spec, ph.ringset)
             xfer = min(t, ph.bytes_per_rank / min(bw * ph.bw_eff, ph.cap_Bps))
-            hops = ph.ringset.hops()
+            hops = list(ph.ringset.hops())
             k = 2 if any(a // gpn != b // gpn for a, b in hops) else 0
             w[k] += xfer
             w[k + 1] += t - xfer
