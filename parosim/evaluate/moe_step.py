@@ -305,6 +305,44 @@ def _stream_delay(plan: MoEPlan, links: dict, lanes: dict, starts: np.ndarray,
             ends[-1, [i for _, i in pos]] + later[[n0 + n for n, _ in pos]])
 
 
+def _a2a_fill(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarray,
+              ends: np.ndarray, g0: dict) -> list[float]:
+    """Per link class K, the all-to-alls' transfers on K that fall into the time K idles for
+    the gathers alone (term 2 of the module docstring), by ``R``: an all-to-all moves its
+    transfer on K spread over its time, a gather leaves K idle for the share of its time
+    that is not its own transfer on K, and each pair counts the product over the time the
+    two overlap in ``R`` (every micro-step of every run)."""
+    ops = plan.ops
+    m = ends.shape[1]
+    a2as = [i for i in range(m) if isinstance(ops[i], A2AOp)]
+    alone = [i for i in range(m) if ops[i].stream == COMM_PARAM and i in links
+             and (g0.get(ops[i].micro_step) is None or i < g0[ops[i].micro_step])]
+    if not a2as or not alone:
+        return [0.0, 0.0]
+    # the gathers alone are ops of one serial stream: disjoint intervals, in time order
+    g_s, g_e = starts[:, alone].ravel(), ends[:, alone].ravel()
+    order = np.argsort(g_s, kind="stable")
+    g_s, g_e = g_s[order], g_e[order]
+    a_s, a_e = starts[:, a2as].ravel(), ends[:, a2as].ravel()
+    d_a = np.tile(np.array([dur[i] for i in a2as]), ends.shape[0])
+    d_g = np.tile(np.array([dur[i] for i in alone]), ends.shape[0])[order]
+    knots = np.column_stack([g_s, g_e]).ravel()
+    out = []
+    for kk in (0, 1):
+        rate = np.tile(np.array([links[i][kk][0] for i in a2as]), ends.shape[0]) / np.where(
+            d_a > 0, d_a, 1.0)
+        x_g = np.tile(np.array([links[i][kk][0] for i in alone]), ends.shape[0])[order]
+        gap = np.clip(d_g - x_g, 0.0, None)
+        if not rate.any() or not gap.any():
+            out.append(0.0)
+            continue
+        # K's idle time for the gathers up to each knot: piecewise linear in time
+        cum = np.column_stack([np.zeros_like(gap), gap]).ravel()
+        cum = np.cumsum(cum)
+        out.append(float(rate @ (np.interp(a_e, knots, cum) - np.interp(a_s, knots, cum))))
+    return out
+
+
 def _a2a_share(plan: MoEPlan, links: dict, flows: dict, starts: np.ndarray,
                ends: np.ndarray, stream: str, w_own: list[int]) -> list[float]:
     """The bound of term 3 (module docstring) for one collective stream, per link class K:
@@ -313,26 +351,29 @@ def _a2a_share(plan: MoEPlan, links: dict, flows: dict, starts: np.ndarray,
     ``w_a`` flows on a GPU's K link beside an op of the stream with ``w`` flows keeps
     ``w_a / (w_a + w)`` of it, so each second of the all-to-all's own time on K grows by at
     most ``w / w_a`` (the stream is serial: one op, at most ``w_own[K]`` flows, at a time),
-    and only while the stream has work: the all-to-alls inside its span in ``R`` (from its
-    first op's start to its last op's end in a micro-step, over every micro-step)."""
+    and only while the stream has work: the all-to-alls inside one of its spans in ``R``
+    (from its first op's start to its last op's end, of each micro-step of each run)."""
     ops = plan.ops
     m = ends.shape[1]
     own = [i for i in range(m) if ops[i].stream == stream]
+    a2as = [i for i in range(m) if isinstance(ops[i], A2AOp)]
     cap = [0.0, 0.0]
-    if not own:
+    if not own or not a2as:
         return cap
-    lo, hi = starts[:, own].min(axis=1), ends[:, own].max(axis=1)     # per micro-step
-    for i in range(m):
-        if not isinstance(ops[i], A2AOp):
+    lo, hi = [], []
+    for mb in sorted({ops[i].micro_step for i in own}):
+        ids = [i for i in own if ops[i].micro_step == mb]
+        lo.append(starts[:, ids].min(axis=1))
+        hi.append(ends[:, ids].max(axis=1))
+    lo_, hi_ = np.concatenate(lo), np.concatenate(hi)
+    a_s, a_e = starts[:, a2as].ravel(), ends[:, a2as].ravel()
+    meet = ((a_s[:, None] < hi_[None, :]) & (a_e[:, None] > lo_[None, :])).any(axis=1)
+    for kk in (0, 1):
+        if not w_own[kk]:
             continue
-        # the runs in which this all-to-all meets a span of the stream (any micro-step's)
-        meet = ((starts[:, i][:, None] < hi[None, :]) & (ends[:, i][:, None] > lo[None, :])
-                ).any(axis=1)
-        runs = float(np.count_nonzero(meet))
-        for kk in (0, 1):
-            w_a = flows[i][kk]
-            if w_a and w_own[kk]:
-                cap[kk] += runs * sum(links[i][kk]) * w_own[kk] / w_a
+        per = np.array([sum(links[i][kk]) * w_own[kk] / flows[i][kk] if flows[i][kk]
+                        else 0.0 for i in a2as])
+        cap[kk] = float(np.tile(per, ends.shape[0]) @ meet)
     return cap
 
 
@@ -398,8 +439,12 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
                 idle[kk] += max(0.0, dur[i] - xfer)
     idle = [x * repeat for x in idle]       # every micro-step's forward
     path = (comp + a2a) * repeat
-    links_t = max(w * repeat + x for w, x in zip(work, idle, strict=True)) + bound
     starts = ends - np.asarray(dur[:ends.shape[1]], dtype=float)
+    # the all-to-alls run on their own stream: their transfers that meet the gathers alone
+    # in R fill K while the gathers leave it idle
+    fill = _a2a_fill(plan, links, dur, starts, ends, g0)
+    links_t = max(w * repeat + max(0.0, x - f)
+                  for w, x, f in zip(work, idle, fill, strict=True)) + bound
     shared = 0.0
     for stream, cs in c_k.items():
         cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
