@@ -144,8 +144,55 @@ def test_engine_equals_closed_form_micro_steps(two_nodes, strategy, expert):
     assert e.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
 
 
+# Qwen3-30B-A3B at EP 16 on 4 x 8 H100 (each EP group over two nodes, EDP 2 over the NICs)
+# and at EP 8 on 4 x 8 and 2 x 8 (--accum 2): term 3's bound (an all-to-all with 8 flows on
+# a NIC keeps 8/9 of it beside a ring's one flow) and term 2's all-to-alls filling NVLink
+# while the expert gathers run on the NICs; the former worst pairs (engine / closed form
+# - 1 before: NGG x GGG -14.5 %, NNN x GGG -12.5 %, III x GGG -13.4 %, IIG x GGG -13.4 %;
+# GNG x GNG -5.3 %, NNG x GNG -5.1 %, INI x GIG -5.2 %; NNG x GNG -8.3 % at --accum 2)
+T2_ACCUM2 = TrainingSpec(micro_batch=1, seq_len=2048, accum_steps=2, compute_model="flat")
+SETTINGS.update({"qwen3-ep16-4nodes": (QWEN, T2, 16, 4), "qwen3-ep8-4nodes": (QWEN, T2, 8, 4),
+                 "qwen3-ep8-accum2": (QWEN, T2_ACCUM2, 8, 2)})
+PAIRS_QWEN_4NODES = [("qwen3-ep16-4nodes", "NGG", "GGG"), ("qwen3-ep16-4nodes", "NNN", "GGG"),
+                     ("qwen3-ep16-4nodes", "III", "GGG"), ("qwen3-ep16-4nodes", "IIG", "GGG"),
+                     ("qwen3-ep8-4nodes", "GNG", "GNG"), ("qwen3-ep8-4nodes", "NNG", "GNG"),
+                     ("qwen3-ep8-4nodes", "INI", "GIG"), ("qwen3-ep8-accum2", "NNG", "GNG")]
+
+
+@pytest.mark.parametrize("setting,strategy,expert", PAIRS_QWEN_4NODES)
+def test_engine_equals_closed_form_link_shares(setting, strategy, expert):
+    assert _engine_vs_closed_form(setting, strategy, expert)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("setting", sorted(SETTINGS))
+@pytest.mark.parametrize("setting,fits,within,lo,hi", [
+    ("qwen3-ep16-4nodes", 191, 146, -0.0178, 0.0569),
+    ("qwen3-ep8-4nodes", 122, 112, -0.0135, 0.0064),
+    ("qwen3-ep8-accum2", 117, 68, -0.0188, 0.0301)])
+def test_engine_against_closed_form_outside_the_tested_settings(setting, fits, within, lo, hi):
+    """Every dense x expert pair of the layouts that do not all agree within 1 %
+    (docs/moe.md): the fitting pairs, how many agree within 1 % and the range of engine /
+    closed form - 1, as measured (reruns are bit-identical); a change to the closed form
+    that moves any of them shows here."""
+    from parosim.spec.strategy import ALL_STRATEGIES  # deferred: only this grid needs it
+
+    model, t, ep, nodes = SETTINGS[setting]
+    c = _CLUSTERS.get(nodes) or _CLUSTERS.setdefault(nodes, load_cluster("dgx-h100-ib",
+                                                                          nodes=nodes))
+    errs = []
+    for s in ALL_STRATEGIES:
+        for x in ALL_STRATEGIES:
+            a = simulate_moe_step(model, c, s.short, x.short, t, ep, mode="analytic")
+            if a.fits:
+                e = simulate_moe_step(model, c, s.short, x.short, t, ep, mode="engine")
+                errs.append(e.step_time_s / a.step_time_s - 1.0)
+    assert len(errs) == fits
+    assert sum(abs(r) <= 0.01 for r in errs) == within
+    assert min(errs) == pytest.approx(lo, abs=5e-5) and max(errs) == pytest.approx(hi, abs=5e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", ["mixtral-ep8", "qwen3-ep16", "mixtral-ep8-4nodes"])
 def test_engine_equals_closed_form_every_pair(setting):
     """All 14 x 14 dense x expert pairs: every fitting one within 1 % (113 fit for Mixtral at
     EP 8 on 2 x 8 GPUs, 122 on 4 x 8, 182 for Qwen3 at EP 16; 4 s, 5 s and 7 s on a

@@ -17,15 +17,18 @@ engine's schedule:
    builder's cross-micro-step prefetch (a gather waits for the compute that consumed the
    gather two before it) until the state repeats shifted by one period, then extrapolated
    exactly.
-2. **Shared links** ``W_K + I_K + boundary`` for each link class K (intra-node: NVLink;
-   inter-node: the NICs; a phase with one node-crossing hop is on the NICs): every
-   micro-step phase on K (gathers, reduce-scatters and all-to-alls) shares those links, so
-   their transfer times (bytes over bandwidth) add up (the engine shares a link between
-   concurrent flows). Their latency parts (steps x alpha, launch and protocol time) overlap
-   the transfers of the other stream, except while the gathers run alone: ``I_K``, per
-   micro-step, the gather-stream ops before its first gradient reduce-scatter (plan order:
-   the forward and the first backward units) count their whole time except their
-   transfers on K (K idles while the gather stream runs latency or phases on other links).
+2. **Shared links** ``W_K + max(0, I_K - F_K) + boundary`` for each link class K
+   (intra-node: NVLink; inter-node: the NICs; a phase with one node-crossing hop is on the
+   NICs): every micro-step phase on K (gathers, reduce-scatters and all-to-alls) shares
+   those links, so their transfer times (bytes over bandwidth) add up (the engine shares a
+   link between concurrent flows). Their latency parts (steps x alpha, launch and protocol
+   time) overlap the transfers of the other stream, except while the gathers run alone:
+   ``I_K``, per micro-step, the gather-stream ops before its first gradient reduce-scatter
+   (plan order: the forward and the first backward units) count their whole time except
+   their transfers on K (K idles while the gather stream runs latency or phases on other
+   links), less ``F_K``, the all-to-alls' transfers on K that fall into that idle time in
+   ``R`` (the all-to-alls run on their own stream; each all-to-all's transfer spread over
+   its time, each gather's idle share of its time, counted over the time the two overlap).
 3. **All-to-all contention** ``R + sum_K sum_j min(c_jK a_K / P, m_jK)``: each collective
    stream j (the gathers, the reduce-scatters; c_jK seconds on K) runs spread over the
    compute path ``P = t_comp + t_a2a``; the share ``a_K / P`` of it falls into the
@@ -49,7 +52,7 @@ engine's schedule:
    earlier than ``e_i + d_i + tail_i`` (``tail_i``: the longest chain of ops by dependency
    and stream order from op i's end to the step's end, at uncontended times).
 
-    T = max(R, max_K (W_K + I_K) + t_sync_g + t_opt + t_sync_p,
+    T = max(R, max_K (W_K + max(0, I_K - F_K)) + t_sync_g + t_opt + t_sync_p,
             R + sum_K sum_j min(c_jK a_K / P, m_jK), max_i (e_i + d_i + tail_i))
 
 (``R`` ends with the boundary: gradient syncs, optimizer, parameter syncs.) With overlap
