@@ -436,8 +436,8 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             if isinstance(op, A2AOp):
                 a_k[kk] += xfer + lat
             else:
-                c_k[op.stream][kk] += xfer + lat
-                w_k[op.stream][kk] = max(w_k[op.stream][kk], flows[i][kk])
+                c_k.setdefault(op.stream, [0.0, 0.0])[kk] += xfer + lat
+                w_k.setdefault(op.stream, [0, 0])[kk] = max(w_k[op.stream][kk], flows[i][kk])
             if alone:
                 idle[kk] += max(0.0, dur[i] - xfer)
     idle = [x * repeat for x in idle]       # every micro-step's forward
