@@ -59,8 +59,9 @@ engine's schedule:
 slowdown f > 1 the schedule does not slow compute beside collectives; the step is then the
 larger of ``T`` and the fluid form ``t_a2a + overlapped(t_comp, max(0, t_comm - t_a2a), f)
 + boundary`` (:func:`parosim.evaluate.analytic.overlapped_time`). Engine and closed form
-agree within 1 % for every fitting dense x expert pair at f = 1 in the tested settings
-(tests/test_moe_step.py).
+agree within 1 % for every fitting dense x expert pair at f = 1 in the settings of
+docs/moe.md's first table (tests/test_moe_step.py); in the layouts of its second table and
+the ones listed after it, only for some pairs (the counts and ranges measured there).
 
 Token imbalance in the step (bulk-synchronous, per MoE layer): for each MoE-layer use of
 each micro-step one routing matrix per EP group is drawn (:func:`parosim.evaluate.moe_layer.
