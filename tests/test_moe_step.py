@@ -234,6 +234,37 @@ def test_forced_balance_equals_deterministic(two_nodes, mode):
     assert bal.extra["imbalance_cost"] == 0.0
 
 
+@pytest.mark.parametrize("mode", ["engine", "analytic"])
+def test_forced_balance_equals_deterministic_link_shares(mode):
+    """Where term 3's bound binds (Qwen3 EP 16 on 4 x 8, NGG x GGG): forced balance gives
+    the deterministic step exactly."""
+    model, t, ep, nodes = SETTINGS["qwen3-ep16-4nodes"]
+    c = _CLUSTERS.get(nodes) or _CLUSTERS.setdefault(nodes, load_cluster("dgx-h100-ib",
+                                                                          nodes=nodes))
+    det = simulate_moe_step(model, c, "NGG", "GGG", t, ep, mode=mode)
+    bal = simulate_moe_step(model, c, "NGG", "GGG", t, ep, mode=mode,
+                            routing=Routing("balanced"), repeats=1)
+    assert bal.extra["step_times_s"] == [det.step_time_s]
+    assert bal.extra["imbalance_cost"] == 0.0
+
+
+@pytest.mark.parametrize("setting,strategy,expert", [("qwen3-ep8-accum2", "GNG", "GNG"),
+                                                      ("qwen3-ep16-4nodes", "NGG", "GGG")])
+def test_link_shares_one_micro_step_counted_s_times(setting, strategy, expert):
+    """Term 2's all-to-alls filling NVLink (EP 8, GNG x GNG) and term 3's bound (EP 16,
+    NGG x GGG) from one micro-step counted twice equal the plan of both (to rounding)."""
+    from dataclasses import replace
+
+    model, t, ep, nodes = SETTINGS[setting]
+    t = replace(t, accum_steps=2)
+    c = _CLUSTERS.get(nodes) or _CLUSTERS.setdefault(nodes, load_cluster("dgx-h100-ib",
+                                                                          nodes=nodes))
+    fold = simulate_moe_step(model, c, strategy, expert, t, ep, mode="analytic")
+    full = simulate_moe_step(model, c, strategy, expert, t, ep, mode="analytic",
+                             routing=Routing("balanced"), repeats=1)
+    assert fold.step_time_s == pytest.approx(full.step_time_s, rel=1e-12)
+
+
 def test_skew_costs_as_the_busiest_rank(two_nodes):
     """Skew 1.5 in closed form: every MoE layer's expert compute and all-to-alls take the
     hot rank's 1.5 x: the step grows by 0.5 x (expert compute + all-to-alls)."""
