@@ -347,6 +347,52 @@ def _a2a_fill(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarray,
     return out
 
 
+def _gather_gaps(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarray,
+                 ends: np.ndarray, g0: dict) -> list[float]:
+    """Per link class K, ``G_K`` of term 2 (module docstring): the time K idles, by ``R``,
+    while the gather stream waits between its ops alone (its prefetch two uses ahead of the
+    compute) up to the micro-step's first gradient reduce-scatter, less the other ops'
+    transfers on K in those gaps (each op's transfer spread over its time). No collective
+    stream has work then, so the engine idles K as ``R`` does."""
+    ops = plan.ops
+    m = ends.shape[1]
+    alone = [i for i in range(m) if ops[i].stream == COMM_PARAM and i in links
+             and (g0.get(ops[i].micro_step) is None or i < g0[ops[i].micro_step])]
+    if not alone:
+        return [0.0, 0.0]
+    others = [i for i in links if i not in set(alone)]
+    lo, hi = [], []                  # the gaps: every run, every micro-step
+    for mb in sorted({ops[i].micro_step for i in alone}):
+        ids = [i for i in alone if ops[i].micro_step == mb]
+        g = g0.get(mb)
+        for r in range(ends.shape[0]):
+            s_, e_ = starts[r, ids], ends[r, ids]
+            order = np.argsort(s_, kind="stable")
+            s_, e_ = s_[order], e_[order]
+            stop = [starts[r, g]] if g is not None else []
+            lo.extend(e_.tolist())
+            hi.extend(s_[1:].tolist() + stop)
+            if g is None:
+                lo.pop()
+    lo_, hi_ = np.array(lo), np.array(hi)
+    keep = hi_ > lo_
+    lo_, hi_ = lo_[keep], hi_[keep]
+    if not len(lo_):
+        return [0.0, 0.0]
+    out = []
+    total = float((hi_ - lo_).sum())
+    o_s, o_e = starts[:, others].ravel(), ends[:, others].ravel()
+    d_o = np.tile(np.array([dur[i] for i in others]), ends.shape[0])
+    inside = np.clip(np.minimum(o_e[:, None], hi_[None, :]) - np.maximum(o_s[:, None],
+                                                                           lo_[None, :]),
+                     0.0, None).sum(axis=1) if others else np.zeros(0)
+    for kk in (0, 1):
+        x_o = np.tile(np.array([links[i][kk][0] for i in others]), ends.shape[0])
+        moved = float((x_o / np.where(d_o > 0, d_o, 1.0)) @ inside) if others else 0.0
+        out.append(max(0.0, total - moved))
+    return out
+
+
 def _a2a_share(plan: MoEPlan, links: dict, flows: dict, starts: np.ndarray,
                ends: np.ndarray, stream: str, w_own: list[int]) -> list[float]:
     """The bound of term 3 (module docstring) for one collective stream, per link class K:
@@ -447,8 +493,9 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     # the all-to-alls run on their own stream: their transfers that meet the gathers alone
     # in R fill K while the gathers leave it idle
     fill = _a2a_fill(plan, links, dur, starts, ends, g0)
-    links_t = max(w * repeat + max(0.0, x - f)
-                  for w, x, f in zip(work, idle, fill, strict=True)) + bound
+    gaps = _gather_gaps(plan, links, dur, starts, ends, g0)
+    links_t = max(w * repeat + max(0.0, x - f) + gp
+                  for w, x, f, gp in zip(work, idle, fill, gaps, strict=True)) + bound
     shared = 0.0
     for stream, cs in c_k.items():
         cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
