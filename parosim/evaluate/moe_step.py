@@ -352,44 +352,47 @@ def _gather_gaps(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarra
     """Per link class K, ``G_K`` of term 2 (module docstring): the time K idles, by ``R``,
     while the gather stream waits between its ops alone (its prefetch two uses ahead of the
     compute) up to the micro-step's first gradient reduce-scatter, less the other ops'
-    transfers on K in those gaps (each op's transfer spread over its time). No collective
-    stream has work then, so the engine idles K as ``R`` does."""
+    transfers on K in those gaps (each op's transfer spread over its time). Not counted on
+    a link class the all-to-alls move data on: there term 3's contention moves the compute
+    path and the gathers' waits away from ``R``'s."""
     ops = plan.ops
     m = ends.shape[1]
     alone = [i for i in range(m) if ops[i].stream == COMM_PARAM and i in links
              and (g0.get(ops[i].micro_step) is None or i < g0[ops[i].micro_step])]
-    if not alone:
+    a2a_k = [any(links[i][kk][0] > 0 for i in links if isinstance(ops[i], A2AOp))
+             for kk in (0, 1)]
+    if not alone or all(a2a_k):
         return [0.0, 0.0]
-    others = [i for i in links if i not in set(alone)]
     lo, hi = [], []                  # the gaps: every run, every micro-step
     for mb in sorted({ops[i].micro_step for i in alone}):
         ids = [i for i in alone if ops[i].micro_step == mb]
         g = g0.get(mb)
+        if g is None:
+            continue
         for r in range(ends.shape[0]):
-            s_, e_ = starts[r, ids], ends[r, ids]
-            order = np.argsort(s_, kind="stable")
-            s_, e_ = s_[order], e_[order]
-            stop = [starts[r, g]] if g is not None else []
+            s_, e_ = np.sort(starts[r, ids]), np.sort(ends[r, ids])
             lo.extend(e_.tolist())
-            hi.extend(s_[1:].tolist() + stop)
-            if g is None:
-                lo.pop()
-    lo_, hi_ = np.array(lo), np.array(hi)
-    keep = hi_ > lo_
-    lo_, hi_ = lo_[keep], hi_[keep]
-    if not len(lo_):
+            hi.extend(s_[1:].tolist() + [starts[r, g]])
+    if not lo:
         return [0.0, 0.0]
-    out = []
-    total = float((hi_ - lo_).sum())
+    lo_, hi_ = np.array(lo), np.array(hi)
+    # the gaps of one serial stream: disjoint, in time order; the time in them up to each
+    # knot is piecewise linear in time
+    order = np.argsort(lo_, kind="stable")
+    lo_, hi_ = lo_[order], hi_[order]
+    hi_ = np.maximum(lo_, np.minimum(hi_, np.append(lo_[1:], hi_[-1])))
+    knots = np.column_stack([lo_, hi_]).ravel()
+    cum = np.cumsum(np.column_stack([np.zeros_like(lo_), hi_ - lo_]).ravel())
+    total = float(cum[-1])
+    others = [i for i in links if i not in set(alone)]
     o_s, o_e = starts[:, others].ravel(), ends[:, others].ravel()
     d_o = np.tile(np.array([dur[i] for i in others]), ends.shape[0])
-    inside = np.clip(np.minimum(o_e[:, None], hi_[None, :]) - np.maximum(o_s[:, None],
-                                                                           lo_[None, :]),
-                     0.0, None).sum(axis=1) if others else np.zeros(0)
+    inside = np.interp(o_e, knots, cum) - np.interp(o_s, knots, cum)
+    out = []
     for kk in (0, 1):
         x_o = np.tile(np.array([links[i][kk][0] for i in others]), ends.shape[0])
-        moved = float((x_o / np.where(d_o > 0, d_o, 1.0)) @ inside) if others else 0.0
-        out.append(max(0.0, total - moved))
+        moved = float((x_o / np.where(d_o > 0, d_o, 1.0)) @ inside)
+        out.append(0.0 if a2a_k[kk] else max(0.0, total - moved))
     return out
 
 
