@@ -310,7 +310,7 @@ def _stream_delay(plan: MoEPlan, links: dict, lanes: dict, starts: np.ndarray,
 
 
 def _a2a_fill(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarray,
-              ends: np.ndarray, g0: dict) -> list[float]:
+              ends: np.ndarray, g0: dict, stream: str = "comm-a2a") -> list[float]:
     """Per link class K, the all-to-alls' transfers on K that fall into the time K idles for
     the gathers alone (term 2 of the module docstring), by ``R``: an all-to-all moves its
     transfer on K spread over its time, a gather leaves K idle for the share of its time
@@ -318,7 +318,7 @@ def _a2a_fill(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarray,
     two overlap in ``R`` (every micro-step of every run)."""
     ops = plan.ops
     m = ends.shape[1]
-    a2as = [i for i in range(m) if isinstance(ops[i], A2AOp)]
+    a2as = [i for i in range(m) if ops[i].stream == stream and i in links]
     alone = [i for i in range(m) if ops[i].stream == COMM_PARAM and i in links
              and (g0.get(ops[i].micro_step) is None or i < g0[ops[i].micro_step])]
     if not a2as or not alone:
@@ -348,7 +348,7 @@ def _a2a_fill(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarray,
 
 
 def _gather_gaps(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarray,
-                 ends: np.ndarray, g0: dict) -> list[float]:
+                 ends: np.ndarray, g0: dict, lag: float) -> list[float]:
     """Per link class K, ``G_K`` of term 2 (module docstring): the time K idles, by ``R``,
     while the gather stream waits between its ops alone (its prefetch two uses ahead of the
     compute) up to the micro-step's first gradient reduce-scatter, less the other ops'
@@ -363,6 +363,8 @@ def _gather_gaps(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarra
              for kk in (0, 1)]
     if not alone or all(a2a_k):
         return [0.0, 0.0]
+    grads = [i for i in links if ops[i].stream == COMM_GRAD]
+    r_s, r_e = starts[:, grads].ravel(), ends[:, grads].ravel()
     lo, hi = [], []                  # the gaps: every run, every micro-step
     for mb in sorted({ops[i].micro_step for i in alone}):
         ids = [i for i in alone if ops[i].micro_step == mb]
@@ -371,7 +373,11 @@ def _gather_gaps(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarra
             continue
         for r in range(ends.shape[0]):
             s_, e_ = np.sort(starts[r, ids]), np.sort(ends[r, ids])
-            lo.extend(e_.tolist())
+            # the reduce-scatters issued before the window may still run in the engine:
+            # up to their end in R plus the stream's delay by term 4
+            before = r_e[r_s < s_[0]]
+            spill = float(before.max()) + lag if len(before) else 0.0
+            lo.extend(np.maximum(e_, spill).tolist())
             hi.extend(s_[1:].tolist() + [starts[r, g]])
     if not lo:
         return [0.0, 0.0]
@@ -496,24 +502,28 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     # the all-to-alls run on their own stream: their transfers that meet the gathers alone
     # in R fill K while the gathers leave it idle
     fill = _a2a_fill(plan, links, dur, starts, ends, g0)
-    gaps = _gather_gaps(plan, links, dur, starts, ends, g0)
-    links_t = max(w * repeat + max(0.0, x - f) + gp
-                  for w, x, f, gp in zip(work, idle, fill, gaps, strict=True)) + bound
+    # term 4: the gather and the reduce-scatter stream's own links
+    tails = None
+    lag = 0.0               # the reduce-scatter stream's delay (term 4)
+    own_links = sched
+    for stream in (COMM_PARAM, COMM_GRAD):
+        ids, later = _stream_delay(plan, links, lanes, starts, ends, stream)
+        if stream == COMM_GRAD and ids:
+            lag = float((later - ends[-1, ids]).max())
+        if ids:
+            tails = tails if tails is not None else _tails(plan, dur)
+            own_links = max(own_links, max(e + tails[i] for i, e in zip(ids, later.tolist(),
+                                                                        strict=True)))
+    gaps = _gather_gaps(plan, links, dur, starts, ends, g0, lag)
+    spill = _a2a_fill(plan, links, dur, starts, ends, g0, COMM_GRAD)
+    links_t = max(w * repeat + max(0.0, x - f - sp) + gp
+                  for w, x, f, sp, gp in zip(work, idle, fill, spill, gaps, strict=True)) + bound
     shared = 0.0
     for stream, cs in c_k.items():
         cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
         shared += sum(min(c * a * repeat * repeat / path, m) if path > 0 else 0.0
                       for c, a, m in zip(cs, a_k, cap, strict=True))
     contention = sched + shared
-    # term 4: the gather and the reduce-scatter stream's own links
-    tails = None
-    own_links = sched
-    for stream in (COMM_PARAM, COMM_GRAD):
-        ids, later = _stream_delay(plan, links, lanes, starts, ends, stream)
-        if ids:
-            tails = tails if tails is not None else _tails(plan, dur)
-            own_links = max(own_links, max(e + tails[i] for i, e in zip(ids, later.tolist(),
-                                                                        strict=True)))
     step = max(sched, links_t, contention, own_links)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:
