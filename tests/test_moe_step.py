@@ -167,13 +167,15 @@ def test_engine_equals_closed_form_link_shares(setting, strategy, expert):
 # Qwen3-30B-A3B at EP 2 on 8 x 8 H100, s = 4096, FlashAttention, --accum 16 (the layout
 # `advise --model qwen3-30b-a3b --nodes 8 --global-batch 1024 --seq-len 4096` ranks first):
 # term 2's gather gaps (the NICs idle while the expert gathers, two uses ahead, wait for the
-# head's compute); the former worst pairs x GGG (+2.45 % .. +3.43 % before) and the pairs
-# advise ranks first (NNG / NIG / NGG x NGG)
+# head's compute; the previous micro-step's reduce-scatters fill them and the gathers'
+# idle share); former misses x GGG (engine / closed form - 1 before: NNG x GGG +2.54 %,
+# NGG x GGG +2.53 %, ING x GGG +2.58 %, GIG x GGG +2.45 %) and the pairs advise ranks first
+# (NNG / NIG / NGG x NGG)
 T4_FLASH = TrainingSpec(micro_batch=1, seq_len=4096, accum_steps=16, compute_model="flat",
                         attention="flash")
 SETTINGS["qwen3-ep2-8nodes"] = (QWEN, T4_FLASH, 2, 8)
-PAIRS_QWEN_EP2 = [("NNG", "GGG"), ("NGG", "GGG"), ("GIG", "GGG"), ("NIG", "GGG"),
-                  ("GNG", "GGG"), ("NNG", "NGG"), ("NIG", "NGG"), ("NGG", "NGG")]
+PAIRS_QWEN_EP2 = [("NNG", "GGG"), ("NGG", "GGG"), ("ING", "GGG"), ("GIG", "GGG"),
+                  ("NNG", "NGG"), ("NIG", "NGG"), ("NGG", "NGG")]
 
 
 @pytest.mark.parametrize("strategy,expert", PAIRS_QWEN_EP2)
@@ -183,10 +185,10 @@ def test_engine_equals_closed_form_gather_gaps(strategy, expert):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("setting,fits,within,lo,hi", [
-    ("qwen3-ep2-8nodes", 79, 37, -0.0451, 0.0318),
+    ("qwen3-ep2-8nodes", 79, 35, -0.0451, 0.0343),
     ("qwen3-ep16-4nodes", 191, 146, -0.0178, 0.0569),
     ("qwen3-ep8-4nodes", 122, 112, -0.0135, 0.0064),
-    ("qwen3-ep8-accum2", 117, 81, -0.0188, 0.0077)])
+    ("qwen3-ep8-accum2", 117, 81, -0.0188, 0.0079)])
 def test_engine_against_closed_form_outside_the_tested_settings(setting, fits, within, lo, hi):
     """Every dense x expert pair of the layouts that do not all agree within 1 %
     (docs/moe.md): the fitting pairs, how many agree within 1 % and the range of engine /
