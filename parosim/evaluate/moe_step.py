@@ -17,7 +17,7 @@ engine's schedule:
    builder's cross-micro-step prefetch (a gather waits for the compute that consumed the
    gather two before it) until the state repeats shifted by one period, then extrapolated
    exactly.
-2. **Shared links** ``W_K + max(0, I_K - F_K) + boundary`` for each link class K
+2. **Shared links** ``W_K + max(0, I_K - F_K - S_K) + G_K + boundary`` for each link class K
    (intra-node: NVLink; inter-node: the NICs; a phase with one node-crossing hop is on the
    NICs): every micro-step phase on K (gathers, reduce-scatters and all-to-alls) shares
    those links, so their transfer times (bytes over bandwidth) add up (the engine shares a
@@ -28,7 +28,15 @@ engine's schedule:
    their transfers on K (K idles while the gather stream runs latency or phases on other
    links), less ``F_K``, the all-to-alls' transfers on K that fall into that idle time in
    ``R`` (the all-to-alls run on their own stream; each all-to-all's transfer spread over
-   its time, each gather's idle share of its time, counted over the time the two overlap).
+   its time, each gather's idle share of its time, counted over the time the two overlap),
+   and less ``S_K``, the same for the reduce-scatters that run into the gathers' idle time
+   in ``R`` (a previous micro-step's). ``G_K``: the time K idles in ``R`` while the gather
+   stream waits between those ops (its prefetch two uses ahead of the compute, e.g. over
+   the head's compute) up to the first reduce-scatter, less the other ops' transfers on K
+   in those gaps; a gap counts only after the reduce-scatters issued before it have ended
+   in ``R`` plus the reduce-scatter stream's delay by term 4 (the engine runs them later),
+   and not on a link class the all-to-alls move data on (term 3's contention moves the
+   gathers' waits there).
 3. **All-to-all contention** ``R + sum_K sum_j min(c_jK a_K / P, m_jK)``: each collective
    stream j (the gathers, the reduce-scatters; c_jK seconds on K) runs spread over the
    compute path ``P = t_comp + t_a2a``; the share ``a_K / P`` of it falls into the
@@ -52,7 +60,7 @@ engine's schedule:
    earlier than ``e_i + d_i + tail_i`` (``tail_i``: the longest chain of ops by dependency
    and stream order from op i's end to the step's end, at uncontended times).
 
-    T = max(R, max_K (W_K + max(0, I_K - F_K)) + t_sync_g + t_opt + t_sync_p,
+    T = max(R, max_K (W_K + max(0, I_K - F_K - S_K) + G_K) + t_sync_g + t_opt + t_sync_p,
             R + sum_K sum_j min(c_jK a_K / P, m_jK), max_i (e_i + d_i + tail_i))
 
 (``R`` ends with the boundary: gradient syncs, optimizer, parameter syncs.) With overlap
@@ -83,7 +91,15 @@ import numpy as np
 from ..collectives.cost import lane_schedule, phase_time, program_time, ring_alpha_beta
 from ..collectives.types import Algo
 from ..plan.builder import COMM_GRAD, COMM_PARAM, ComputeOp
-from ..plan.moe_step import A2AOp, MoEPlan, balanced_rows, moe_uses, op_program, program_key
+from ..plan.moe_step import (
+    COMM_A2A,
+    A2AOp,
+    MoEPlan,
+    balanced_rows,
+    moe_uses,
+    op_program,
+    program_key,
+)
 from ..spec.model import ModelSpec
 from ..spec.training import TrainingSpec
 from .analytic import overlapped_time
@@ -310,12 +326,13 @@ def _stream_delay(plan: MoEPlan, links: dict, lanes: dict, starts: np.ndarray,
 
 
 def _a2a_fill(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarray,
-              ends: np.ndarray, g0: dict, stream: str = "comm-a2a") -> list[float]:
-    """Per link class K, the all-to-alls' transfers on K that fall into the time K idles for
-    the gathers alone (term 2 of the module docstring), by ``R``: an all-to-all moves its
-    transfer on K spread over its time, a gather leaves K idle for the share of its time
-    that is not its own transfer on K, and each pair counts the product over the time the
-    two overlap in ``R`` (every micro-step of every run)."""
+              ends: np.ndarray, g0: dict, stream: str = COMM_A2A) -> list[float]:
+    """Per link class K, the transfers on K of ``stream``'s ops (default the all-to-alls:
+    ``F_K``; the reduce-scatters: ``S_K``) that fall into the time K idles for the gathers
+    alone (term 2 of the module docstring), by ``R``: such an op moves its transfer on K
+    spread over its time, a gather leaves K idle for the share of its time that is not its
+    own transfer on K, and each pair counts the product over the time the two overlap in
+    ``R`` (every micro-step of every run)."""
     ops = plan.ops
     m = ends.shape[1]
     a2as = [i for i in range(m) if ops[i].stream == stream and i in links]
@@ -515,6 +532,7 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             own_links = max(own_links, max(e + tails[i] for i, e in zip(ids, later.tolist(),
                                                                         strict=True)))
     gaps = _gather_gaps(plan, links, dur, starts, ends, g0, lag)
+    # S_K: a previous micro-step's reduce-scatters fill K while the gathers leave it idle
     spill = _a2a_fill(plan, links, dur, starts, ends, g0, COMM_GRAD)
     links_t = max(w * repeat + max(0.0, x - f - sp) + gp
                   for w, x, f, sp, gp in zip(work, idle, fill, spill, gaps, strict=True)) + bound
