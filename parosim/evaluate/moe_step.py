@@ -390,9 +390,10 @@ def _gather_gaps(plan: MoEPlan, links: dict, dur: list[float], starts: np.ndarra
             continue
         for r in range(ends.shape[0]):
             s_, e_ = np.sort(starts[r, ids]), np.sort(ends[r, ids])
-            # the reduce-scatters issued before the window may still run in the engine:
-            # up to their end in R plus the stream's delay by term 4
-            before = r_e[r_s < s_[0]]
+            # the reduce-scatters issued up to the window's start (to rounding: the folded
+            # runs are shifted copies) may still run in the engine: up to their end in R
+            # plus the stream's delay by term 4
+            before = r_e[r_s <= s_[0] + 1e-12 * max(1.0, float(s_[0]))]
             spill = float(before.max()) + lag if len(before) else 0.0
             lo.extend(np.maximum(e_, spill).tolist())
             hi.extend(s_[1:].tolist() + [starts[r, g]])
