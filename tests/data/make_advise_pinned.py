@@ -12,11 +12,11 @@ no longer fit; the MoE case, which runs the paper fidelity's margin, unchanged).
 was regenerated again when the MoE closed form's terms 2 and 3 were recomputed over every
 micro-step and link share (one candidate's step changed in its last bit, 2e-16 s; the ranking
 and every count unchanged). It was regenerated once more when term 2 of the MoE closed form
-counted the links' idle time while the expert gathers wait for the compute, less the previous
-micro-step's reduce-scatters in it (one ranked
-candidate's closed-form step 0.5198 s -> 0.5214 s, its MFU and tokens/s with it; the
-ranking, every count and the dense cases unchanged). Regenerate it
-only when the model (collective, compute or memory costs, the search space) changes on purpose.
+counted the links' idle time while the expert gathers wait for the compute and took the
+previous micro-step's reduce-scatters off the gathers' idle time (one ranked candidate's
+closed-form step 0.5198 s -> 0.5214 s, its MFU and tokens/s with it; the ranking, every
+count and the dense cases unchanged). Regenerate it only when the model (collective,
+compute or memory costs, the search space) changes on purpose.
 """
 
 import json
