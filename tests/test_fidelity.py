@@ -46,10 +46,15 @@ ROOT = Path(__file__).resolve().parents[1]
     ["simulate", "--strategy", "zero2", "--runtime", "deepspeed", *SMALL],
 ])
 def test_settings_name_every_model_and_hold_no_null(argv):
-    s = _json(argv)["settings"]
+    out = _json(argv)
+    s = out["settings"]
     assert not _nulls(s), _nulls(s)
     for k in ("fidelity", "attention", "memory_model", "logit_bytes", "precision"):
         assert k in s, k
+    # the memory block names the same settings as the run's (the TP path once said "eager")
+    for mem in [out["memory"]] if "memory" in out else []:
+        assert {k: mem[k] for k in ("attention", "memory_model", "logit_bytes")} == {
+            k: s[k] for k in ("attention", "memory_model", "logit_bytes")}, argv
     if argv[0] == "memory":   # no step is timed: no compute model, efficiency or slowdown
         assert not {"compute_model", "compute_efficiency", "overlap_slowdown"} & set(s)
         return

@@ -237,7 +237,9 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         params_bytes=BYTES_PER_PARAM * psi / d_p - fp8_w,
         grads_bytes=BYTES_PER_GRAD * psi * r / d_g,
         optimizer_bytes=training.optim_state_bytes * psi * r / d_os, recompute=recompute,
-        fp8_weight_cache_bytes=cache)
+        memory_model="korthikanti",   # the only estimate of this path (memory_3d refuses others)
+        attention="flash" if training.attention == "flash" else "eager",
+        logit_bytes=training.logit_bytes or 4, fp8_weight_cache_bytes=cache)
         for states, acts, bufs, margin, total, psi, fp8_w, cache in figures]
 
 
