@@ -116,6 +116,16 @@ LOGIT_BYTES = 10
 FRAGMENTATION_FRACTION = 0.075
 
 
+def margin_bytes(fraction: float, allocated: float) -> float:
+    """The memory estimates' margin: ``fraction`` of the allocated bytes (states +
+    activations + buffers) plus :data:`RUNTIME_RESERVE_BYTES`.
+
+    >>> margin_bytes(0.1, 10 * 2**30) == 2 * 2**30
+    True
+    """
+    return fraction * allocated + RUNTIME_RESERVE_BYTES
+
+
 def korthikanti_margin(training: TrainingSpec) -> float:
     """The Korthikanti estimate's allocator margin, a fraction of states + activations +
     buffers: ``training.korthikanti_margin``, :data:`MARGIN_FRACTION` when unset.
@@ -264,7 +274,7 @@ def _breakdown(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
         extra_params -= fp8_w / d_p
     frac = (FRAGMENTATION_FRACTION if training.memory_model == "runtime"
             else korthikanti_margin(training))
-    margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
+    margin = margin_bytes(frac, states + acts + bufs)
     total = states + acts + bufs + margin
     cap = float(cluster.min_gpu_memory_bytes)  # overrides: the smallest GPU decides
     return MemoryBreakdown(

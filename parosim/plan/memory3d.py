@@ -14,10 +14,10 @@ from ..cost.compute import fp8_peak_flops, layer_fp8_params
 from ..cost.decompose import chunk_units
 from ..cost.fp8mem import fp8_layer_activation_bytes, korthikanti_mask_bytes
 from ..cost.memory import (
-    RUNTIME_RESERVE_BYTES,
     MemoryBreakdown,
     fp8_weight_cache_bytes,
     korthikanti_margin,
+    margin_bytes,
 )
 from ..errors import InputError
 from ..spec.model import ModelSpec
@@ -225,7 +225,7 @@ def _stage_memory(model: ModelSpec, strategy: Strategy, cluster: ClusterSpec,
             bufs += userbuffer_bytes(training, h)
         if par.cp > 1:   # TE's CP backward: two [K/V, dK/dV] receive buffers (4 messages)
             bufs += 4 * cp_kv_bytes(model, training, par)
-        margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
+        margin = margin_bytes(frac, states + acts + bufs)
         total = states + acts + bufs + margin
         figures.append((states, acts, bufs, margin, total, psi, fp8_w, cache))
     if only_peak:   # max() keeps the first of equal totals, as max over the breakdowns

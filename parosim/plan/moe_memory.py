@@ -43,9 +43,9 @@ from dataclasses import replace
 
 from ..cost.memory import (
     FRAGMENTATION_FRACTION,
-    RUNTIME_RESERVE_BYTES,
     MemoryBreakdown,
     korthikanti_margin,
+    margin_bytes,
 )
 from ..io.runtime import training_for_runtime
 from ..spec.model import ModelSpec
@@ -134,7 +134,7 @@ def moe_memory(model: ModelSpec, strategy: Strategy, expert_strategy: Strategy,
         if s.g.divisor(k, m) > 1:
             bufs += 2 * BYTES_PER_GRAD * unit * r
     frac = FRAGMENTATION_FRACTION if t.memory_model == "runtime" else korthikanti_margin(t)
-    margin = frac * (states + acts + bufs) + RUNTIME_RESERVE_BYTES
+    margin = margin_bytes(frac, states + acts + bufs)
     total = states + acts + bufs + margin
     cap = float(cluster.min_gpu_memory_bytes)
     pd, pe = dense_params_per_gpu(model, lay), expert_params_per_gpu(model, lay)
