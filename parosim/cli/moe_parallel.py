@@ -67,7 +67,7 @@ def cmd_simulate_moe_parallel(a: argparse.Namespace, model, cluster, training) -
         MoEParallel,
         moe_step_time,
     )
-    from .setup import parallel_of  # deferred: start-up
+    from .setup import ep_of, parallel_of  # deferred: start-up
 
     if a.mode != "analytic":
         raise InputError(ENGINE_REFUSAL)
@@ -89,7 +89,7 @@ def cmd_simulate_moe_parallel(a: argparse.Namespace, model, cluster, training) -
                          "--sequence-parallel")
     ps = parallel_of(a)              # checks --pp-schedule / --virtual-stages
     par = MoEParallel(tp=a.tp, pp=a.pp, vp=ps.virtual if ps.schedule == "interleaved" else 1,
-                      cp=a.cp, ep=a.ep or 1)
+                      cp=a.cp, ep=ep_of(a))
     hardware, eff = fitted_efficiency(cluster.gpu.model)
     if cluster.gpus % (par.tp * par.pp * par.cp):
         raise InputError(f"{cluster.gpus} GPUs are not a multiple of --tp {par.tp} x --pp "

@@ -13,12 +13,12 @@ from ..errors import InputError
 def moe_settings(a: argparse.Namespace, cluster, training) -> dict:
     """The settings echo of a MoE command: recomputation is off in MoE steps (``auto``
     resolves to off; on is refused), and the expert flags."""
-    from .setup import settings_of  # deferred: start-up
+    from .setup import ep_of, settings_of  # deferred: start-up
 
     out = settings_of(a, cluster, training, None)
     if out.get("recompute") == "auto":
         out["recompute"] = "off"
-    out["ep"] = a.ep or 1
+    out["ep"] = ep_of(a)
     if out.get("fidelity") == "accurate":   # what applied, never what was asked
         out["fidelity"] = "paper"
         out["fidelity_note"] = ("MoE steps run the paper fidelity's models (flat compute, "
@@ -39,6 +39,16 @@ def _refuse_layout_flags(a: argparse.Namespace) -> None:
             raise InputError(f"{flag} {value} is not modelled for MoE steps yet; expected it "
                              "unset (expert parallelism beside data parallelism, the ideal "
                              "runtime)")
+    if hasattr(a, "pp_schedule"):   # the layout flags' own checks, as for a dense model:
+        from .setup import parallel_of  # deferred: start-up
+
+        parallel_of(a)              # e.g. --sequence-parallel without --tp >= 2 is refused
+    if getattr(a, "recompute", None) == "selective":
+        raise InputError("--recompute selective is not modelled for MoE steps without --tp / "
+                         "--pp; expected it off")
+    if getattr(a, "tp_algo", None) is not None:
+        raise InputError(f"--tp-algo {a.tp_algo} has no tensor-parallel collectives to apply "
+                         "to in a MoE step without --tp; expected it unset")
 
 
 def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
@@ -52,9 +62,11 @@ def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     from ..plan.moe_step import check_moe_step  # deferred: loaded when the command runs
     from ..simulate.step import memory_dict  # deferred: loaded when the command runs
     from ..spec.strategy import ALL_STRATEGIES, parse_strategy  # deferred: start-up
+    from .setup import ep_of  # deferred: start-up
+
     _refuse_layout_flags(a)
     check_moe_step(model, cluster, training, timing=False)
-    lay = ExpertLayout(cluster, model.moe.experts, ep=a.ep or 1)
+    lay = ExpertLayout(cluster, model.moe.experts, ep=ep_of(a))
     dense = (list(ALL_STRATEGIES) if a.strategy == "all" else [parse_strategy(a.strategy)])
     rows = []
     for s in dense:
@@ -78,7 +90,7 @@ def cmd_compare_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     """``parosim compare`` of a MoE model: dense x expert strategy pairs, best first."""
     from ..simulate.moe import compare_moe  # deferred: loaded when the command runs
     from ..spec.strategy import parse_strategy  # deferred: start-up
-    from .setup import algos_of, check_workers, dp_keys  # deferred: start-up
+    from .setup import algos_of, check_workers, dp_keys, ep_of  # deferred: start-up
 
     check_workers(a.workers)
     _refuse_layout_flags(a)
@@ -87,7 +99,7 @@ def cmd_compare_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     experts = (None if text.strip().lower() == "all"
                else [parse_strategy(t.strip()) for t in text.split(",")])
     rows = [dp_keys(r.to_dict())
-            for r in compare_moe(model, cluster, training, a.ep or 1, algos_of(a.algo), mode,
+            for r in compare_moe(model, cluster, training, ep_of(a), algos_of(a.algo), mode,
                                  None, experts, a.a2a_algo or "p2p", a.workers)]
     return {"model": model.name, "cluster": cluster.name, "gpus": cluster.gpus,
             "mode": mode, "runtime": "ideal",
@@ -101,7 +113,7 @@ def cmd_simulate_moe(a: argparse.Namespace, model, cluster, training) -> dict:
         cmd_simulate_moe_parallel,
         wants_moe_parallel,
     )
-    from .setup import algos_of, dp_keys  # deferred: start-up
+    from .setup import algos_of, dp_keys, ep_of  # deferred: start-up
 
     if wants_moe_parallel(a):
         return cmd_simulate_moe_parallel(a, model, cluster, training)
@@ -121,7 +133,7 @@ def cmd_simulate_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     elif a.repeats != 1:
         raise InputError(f"--repeats {a.repeats} draws steps of a --routing; without one the "
                          "MoE step is deterministic; expected --routing or --repeats 1")
-    r = simulate_moe_step(model, cluster, strategy, est, training, a.ep or 1, algo[0],
+    r = simulate_moe_step(model, cluster, strategy, est, training, ep_of(a), algo[0],
                           a.mode, a.a2a_algo or "p2p", routing, a.repeats, a.seed,
                           trace=bool(a.trace))
     out = dp_keys(r.to_dict())

@@ -174,6 +174,16 @@ def algos_of(text: str | None, fidelity: str = "paper"):
     return parse_algos(text)
 
 
+def ep_of(a: argparse.Namespace) -> int:
+    """``--ep``: 1 when unset; a value given is checked, never replaced (``--ep 0`` is
+    refused, not read as unset)."""
+    if a.ep is None:
+        return 1
+    if isinstance(a.ep, bool) or not isinstance(a.ep, int) or a.ep < 1:
+        raise InputError(f"--ep = {a.ep} must be a positive integer")
+    return a.ep
+
+
 def seeded(spec, seed: int):
     if seed < 0:
         raise InputError(f"--seed = {seed} must be a non-negative integer")

@@ -81,6 +81,9 @@ class Routing:
         if not (isinstance(self.zipf, (int, float)) and math.isfinite(self.zipf)
                 and self.zipf >= 0):
             raise InputError(f"--zipf {self.zipf!r} must be a non-negative exponent")
+        if not (isinstance(self.seed, int) and not isinstance(self.seed, bool)
+                and self.seed >= 0):
+            raise InputError(f"--seed = {self.seed!r} must be a non-negative integer")
 
 
 def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
