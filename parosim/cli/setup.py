@@ -121,9 +121,9 @@ def parallel_of(a: argparse.Namespace):
 
 def dp_keys(d: dict) -> dict:
     """Plain data parallelism in the 3D vocabulary: tp = pp = 1, dp = GPUs, no bubble."""
-    for k, v in (("tp", 1), ("pp", 1), ("dp", d.get("gpus")), ("bubble_fraction", 0.0)):
-        d.setdefault(k, v)
-    return d
+    from ..simulate.step import dp_keys as keys  # deferred: start-up
+
+    return keys(d)
 
 
 def algos_of(text: str | None, fidelity: str = "paper"):
@@ -145,11 +145,10 @@ def ep_of(a: argparse.Namespace) -> int:
 
 
 def seeded(spec, seed: int):
-    if seed < 0:
-        raise InputError(f"--seed = {seed} must be a non-negative integer")
-    if spec.network.ecmp == "hash":
-        spec = replace(spec, network=replace(spec.network, ecmp_seed=seed))
-    return spec
+    """The cluster with ``--seed`` as its ECMP hashing seed."""
+    from ..simulate.step import seeded as with_seed  # deferred: start-up
+
+    return with_seed(spec, seed)
 
 
 def settings_of(a: argparse.Namespace, cluster, training, rt=None) -> dict:

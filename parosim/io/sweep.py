@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..spec.collective import Algo, Op, Scope, parse_enum
+from ..spec.collective import Algo, Op, Scope, check_a2a_algo, parse_enum
+from ..spec.moe import check_max_over_mean, check_routing, check_zipf
 from ..spec.system import check_jitter_cv
 from ..spec.training import (
     DEFAULT_FIDELITY,
@@ -106,6 +107,20 @@ class SweepSpec:
         for names, values in self._axes():
             keys.update(names if names is not None else (k for v in values for k in v))
         return keys
+
+    def has_moe(self) -> bool:
+        """True when a point of this step sweep has a mixture-of-experts model (its
+        ``results.csv`` then has the MoE columns, :func:`sweep_columns`)."""
+        if self.kind != "step":
+            return False
+        models = {self.fixed["model"]} if "model" in self.fixed else set()
+        for names, values in self._axes():
+            if names is None:
+                models.update(v["model"] for v in values if "model" in v)
+            elif "model" in names:
+                i = names.index("model")
+                models.update(v[i] for v in values)
+        return any(load_model(m).is_moe for m in sorted(models, key=str))
 
     def points(self) -> list[dict[str, Any]]:
         """Every point (a plain dict): the product of the axes, the first varying slowest; a
@@ -280,7 +295,13 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "pp_schedule": lambda v: _one_of(v, "pp_schedule", ("1f1b", "interleaved")),
             "virtual_stages": lambda v: positive_int(v, "virtual_stages"),
             "tp_algo": lambda v: parse_enum(Algo, v, "tp_algo"),
-            "fidelity": lambda v: check_fidelity(v, "fidelity")}
+            "fidelity": lambda v: check_fidelity(v, "fidelity"),
+            "ep": lambda v: positive_int(v, "ep"),
+            "expert_strategy": _parse_strategy,
+            "a2a_algo": lambda v: check_a2a_algo(v, "a2a_algo"),
+            "routing": lambda v: check_routing(v, "routing"),
+            "max_over_mean": lambda v: check_max_over_mean(v, "max_over_mean"),
+            "zipf": lambda v: check_zipf(v, "zipf")}
 
 
 RECOMPUTE_VALUES = ("auto", "on", "off", "full", "none", "selective")

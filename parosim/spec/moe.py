@@ -348,10 +348,6 @@ MOE_PRESETS: dict[str, dict[str, Any]] = {
 
 #: token routings drawn per step (:class:`parosim.evaluate.moe_layer.Routing`)
 ROUTINGS = ("balanced", "uniform", "skew", "zipf")
-#: the dispatchers of a MoE step (``--a2a-algo``): NCCL's two all-to-all algorithms, then
-#: DeepEP's kernel families (:class:`parosim.collectives.deepep.EPDispatcher`; a test keeps
-#: the two lists equal)
-A2A_ALGO_NAMES = ("p2p", "hierarchical-a2a", "deepep-normal", "deepep-ll", "hybridep")
 
 
 def check_routing(kind: Any, what: str = "--routing") -> str:
