@@ -37,7 +37,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -402,8 +402,8 @@ def _best_x(fig: dict, grid: dict, where: str) -> dict:
                      f"{', '.join(cands) if cands else 'a numeric grid key with 2+ values'}")
 
 
-def _figures(raw: Any, where: str, kind: str = "step",
-             grid: dict | None = None) -> tuple[dict[str, Any], ...]:
+def _figures(raw: Any, where: str, kind: str = "step", grid: dict | None = None,
+             columns=None) -> tuple[dict[str, Any], ...]:
     from ..plots.figures import SWEEP_PLOTS  # names only; matplotlib is imported lazily there
 
     if raw is None:
@@ -422,7 +422,7 @@ def _figures(raw: Any, where: str, kind: str = "step",
                              f"of {', '.join(SWEEP_PLOTS)}")
         by = fig.get("by", [])
         fig = {**fig, "by": [by] if isinstance(by, str) else list(by)}
-        columns = COLUMNS[kind]
+        columns = COLUMNS[kind] if columns is None else columns
         for key in ("x", "metric", "hue"):
             v = fig.get(key)
             if v is not None and v not in columns:
@@ -515,9 +515,12 @@ def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec",
             seen.add((k, repr(v)))
             validators[k](v)
     spec = SweepSpec(name=str(data.get("name", "sweep")), kind=kind, mode=mode, grid=grid,
-                     fixed=dict(fixed), figures=_figures(data.get("figures"), where, kind, grid),
+                     fixed=dict(fixed),
                      description=str(data.get("description", "")),
                      axes=() if len(axes) == len(grid) else tuple(axes))
+    spec = replace(spec, figures=_figures(  # on the sweep's columns (optional ones included)
+        data.get("figures"), where, kind, grid,
+        sweep_columns(kind, spec.input_keys(), spec.has_moe())))
     in_axes = any(names is not None and "model" in names for names, _ in axes) or any(
         names is None and all("model" in p for p in vs) for names, vs in axes)
     if kind == "step" and "model" not in fixed and not in_axes:

@@ -68,8 +68,10 @@ OPTIONAL_STEP_INPUTS: dict[str, str] = {
     "attention": "eager or flash; empty = the runtime's",
     "memory_model": "korthikanti or runtime (docs/memory.md); empty = the runtime's",
     "logit_bytes": "bytes per logit live at the loss (count); empty = the runtime's",
-    "seed": "seed of the jitter draws and of ECMP hashing (count; empty = 0)",
-    "repeats": "steps simulated with jitter (count; empty = 1); step_time_s is their mean",
+    "seed": "seed of the jitter draws, of a MoE routing's draws and of ECMP hashing (count; "
+            "empty = 0)",
+    "repeats": "steps simulated with jitter or drawn from a MoE routing (count; empty = 1); "
+               "step_time_s is their mean",
     "jitter_cv": "lognormal compute jitter per op and rank, coefficient of variation "
                  "(fraction; empty = the cluster's)",
     "deepspeed_config": "a DeepSpeed JSON config path: runtime deepspeed, the strategy of its "
