@@ -62,6 +62,8 @@ MOE_RESULT_COLUMNS = ("edp", "ep_nodes", "a2a_size_bytes", "a2a_per_step",
                       "imbalance_cost", "micro_batches", "bubble_fraction", "a2a_exposed_s")
 #: the MoE input keys (= ``parosim simulate``'s MoE flags)
 MOE_KEYS = tuple(dest for dest, _ in MOE_FLAGS)
+#: the MoE inputs a MoE row holds as they applied (given or not)
+APPLIED = ("ep", "expert_strategy", "a2a_algo")
 
 
 def check_point_keys(point: dict) -> None:
@@ -227,7 +229,8 @@ def run_moe_point(point: dict, model=None) -> dict:
     """The row of a mixture-of-experts point: ``parosim simulate``'s MoE step of the point
     read as flags (:func:`point_flags`), its JSON flattened into :data:`RESULT_COLUMNS` and
     :data:`MOE_RESULT_COLUMNS`; a refusal is ``status: error`` with the command line's line."""
-    row = {**point, **{c: None for c in RESULT_COLUMNS + MOE_RESULT_COLUMNS}}
+    row = {**{k: None for k in APPLIED}, **point,
+           **{c: None for c in RESULT_COLUMNS + MOE_RESULT_COLUMNS}}
     try:
         check_point_keys(point)
         model = model or load_model(point.get("model", POINT_DEFAULTS["model"]))
@@ -258,7 +261,7 @@ def run_moe_point(point: dict, model=None) -> dict:
     except InputError as e:
         row.update(status="error", reason=str(e))
         return row
-    for c in (*RESULT_COLUMNS, *MOE_RESULT_COLUMNS, "ep", "expert_strategy", "a2a_algo"):
+    for c in (*RESULT_COLUMNS, *MOE_RESULT_COLUMNS, *APPLIED):
         if c in d:
             row[c] = d[c]
         elif c in mem:
