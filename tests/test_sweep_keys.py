@@ -17,7 +17,7 @@ MOE_OPTIONS = {"ep", "expert_strategy", "a2a_algo", "routing", "max_over_mean", 
 def _doc_keys(kind: str) -> set[str]:
     text = DOC.read_text()
     section = text.split(f"### `kind: {kind}` keys", 1)[1].split("###", 1)[0]
-    return set(re.findall(r"^\| `([a-z_]+)` \|", section, re.M))
+    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", section, re.M))
 
 
 #: simulate options whose sweep key has another name
