@@ -14,16 +14,11 @@ from ..errors import InputError
 
 def specs_of(a: argparse.Namespace):
     """model, cluster, training from the common flags (io + specs only)."""
-    from ..io import load_cluster  # deferred: loaded when the command runs (start-up)
     from ..io.model import load_model  # deferred: loaded when the command runs (start-up)
     from ..simulate.moe_flags import refuse_moe_flags  # deferred: loaded when the command runs
-    from ..simulate.step import with_overrides  # deferred: loaded when the command runs (start-up)
+    from ..simulate.step import cluster_from_flags  # deferred: loaded when the command runs
     from ..spec.training import (  # deferred: loaded when the command runs (start-up)
         training_from_flags,
-    )
-    from ..units import (  # deferred: loaded when the command runs (start-up)
-        parse_bandwidth,
-        parse_size,
     )
 
     model = load_model(a.model)
@@ -33,13 +28,7 @@ def specs_of(a: argparse.Namespace):
     # the MoE flags without a default value: a dense model refuses those given
     refuse_moe_flags(model, [k for k in ("ep", "expert_strategy", "a2a_algo", "routing")
                              if getattr(a, k, None) is not None])
-    cluster = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
-    cluster = with_overrides(
-        cluster,
-        None if a.nic_bandwidth is None else parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth"),
-        None if a.intra_bandwidth is None
-        else parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth"),
-        None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
+    cluster = cluster_from_flags(a)
     training = training_from_flags(a, cluster.gpus)
     return model, cluster, training
 

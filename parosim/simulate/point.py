@@ -38,7 +38,15 @@ from .moe_flags import (
     refuse_moe_flags,
     wants_moe_parallel,
 )
-from .step import MODES, dp_keys, resolve_runtime, seeded, simulate_step, with_overrides
+from .step import (
+    MODES,
+    cluster_from_flags,
+    dp_keys,
+    resolve_runtime,
+    seeded,
+    simulate_step,
+    with_overrides,
+)
 
 POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-roce",
                   "nodes": None, "group_nodes": None, "strategy": "NIG", "algo": "ho-ring",
@@ -240,14 +248,7 @@ def run_moe_point(point: dict, model=None) -> dict:
         _routing_keys(point)
         a = point_flags(point)
         # as ``parosim simulate`` reads its flags (cli.setup.specs_of, then --seed)
-        cluster = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
-        cluster = with_overrides(
-            cluster,
-            None if a.nic_bandwidth is None
-            else parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth"),
-            None if a.intra_bandwidth is None
-            else parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth"),
-            None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
+        cluster = cluster_from_flags(a)
         training = training_from_flags(a, cluster.gpus)
         cluster = seeded(cluster, a.seed)
         if wants_moe_parallel(a):

@@ -29,6 +29,7 @@ from ..evaluate.analytic import evaluate
 from ..evaluate.replay import replay
 from ..fabric.engine import MAX_ENGINE_OPS
 from ..fabric.network import MAX_SIM_SECONDS, horizon_error
+from ..io import load_cluster
 from ..io.runtime import as_runtime, training_for_runtime
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
 from ..plan.layout import PairSet, layout_for
@@ -39,6 +40,7 @@ from ..spec.system import ClusterSpec
 from ..spec.training import (
     TrainingSpec,
 )
+from ..units import parse_bandwidth, parse_size
 
 MODES = ("engine", "analytic")
 
@@ -584,6 +586,19 @@ def with_overrides(cluster: ClusterSpec, nic_bandwidth_Bps: float | None = None,
     if gpu_memory_bytes is not None:
         cluster = replace(cluster, gpu=replace(cluster.gpu, memory_bytes=gpu_memory_bytes))
     return cluster
+
+
+def cluster_from_flags(a) -> ClusterSpec:
+    """The cluster of ``parosim simulate``'s flags (``a``: the parsed namespace or any object
+    with its attributes): ``--cluster``, ``--nodes``, ``--group-nodes``, ``--set``, then the
+    ``--nic-bandwidth`` / ``--intra-bandwidth`` / ``--gpu-memory`` overrides."""
+    cluster = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
+    return with_overrides(
+        cluster,
+        None if a.nic_bandwidth is None else parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth"),
+        None if a.intra_bandwidth is None
+        else parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth"),
+        None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
 
 
 def seeded(cluster: ClusterSpec, seed: int) -> ClusterSpec:
