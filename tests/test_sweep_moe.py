@@ -106,8 +106,10 @@ def test_moe_keys_parse_and_bad_values_are_one_line():
                                      "routing": ["skew"], "max_over_mean": [1.5],
                                      "zipf": [0]}})
     assert len(spec.points()) == 12 and spec.has_moe()
-    for key, bad, needle in (("ep", 0, "ep"), ("ep", 1.5, "ep"),
-                             ("expert_strategy", "XYZ", "XYZ"),
+    for key, bad, needle in (("ep", 0, "ep = 0 must be a positive integer"),
+                             ("ep", 1.5, "ep = 1.5 must be a positive integer"),
+                             ("expert_strategy", "XYZ",
+                              "expert_strategy: strategy 'XYZ' is not known"),
                              ("a2a_algo", "ring", "a2a_algo 'ring' is not an all-to-all"),
                              ("routing", "hot", "routing 'hot' is not known"),
                              ("max_over_mean", 0.5, "max_over_mean 0.5 must be a number >= 1"),

@@ -111,16 +111,10 @@ class SweepSpec:
     def has_moe(self) -> bool:
         """True when a point of this step sweep has a mixture-of-experts model (its
         ``results.csv`` then has the MoE columns, :func:`sweep_columns`)."""
-        if self.kind != "step":
-            return False
-        models = {self.fixed["model"]} if "model" in self.fixed else set()
-        for names, values in self._axes():
-            if names is None:
-                models.update(v["model"] for v in values if "model" in v)
-            elif "model" in names:
-                i = names.index("model")
-                models.update(v[i] for v in values)
-        return any(load_model(m).is_moe for m in sorted(models, key=str))
+        models = {self.fixed.get("model")} | {
+            (v if names is None else dict(zip(names, v, strict=True))).get("model")
+            for names, values in self._axes() for v in values}
+        return self.kind == "step" and any(load_model(m).is_moe for m in models - {None})
 
     def points(self) -> list[dict[str, Any]]:
         """Every point (a plain dict): the product of the axes, the first varying slowest; a
@@ -297,7 +291,7 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "tp_algo": lambda v: parse_enum(Algo, v, "tp_algo"),
             "fidelity": lambda v: check_fidelity(v, "fidelity"),
             "ep": lambda v: positive_int(v, "ep"),
-            "expert_strategy": _parse_strategy,
+            "expert_strategy": _parse_expert_strategy,
             "a2a_algo": lambda v: check_a2a_algo(v, "a2a_algo"),
             "routing": lambda v: check_routing(v, "routing"),
             "max_over_mean": lambda v: check_max_over_mean(v, "max_over_mean"),
@@ -383,6 +377,13 @@ def _parse_strategy(v: Any) -> object:
     except ImportError:  # the strategies module is not there yet: the point reports it
         return v
     return parse_strategy(v)
+
+
+def _parse_expert_strategy(v: Any) -> object:
+    try:
+        return _parse_strategy(v)
+    except InputError as e:   # the message says "strategy": name the key
+        raise InputError(f"expert_strategy: {e}") from None
 
 
 def _best_x(fig: dict, grid: dict, where: str) -> dict:
