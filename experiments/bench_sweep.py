@@ -87,7 +87,8 @@ class TreeWatch:
 
 def count_events(spec: SweepSpec) -> int:
     """simpy events of every point of an engine sweep (evaluated here, one after another)."""
-    from parosim.simulate.step import point_parallel, point_setup, simulate_step
+    from parosim.simulate.point import point_parallel, point_setup
+    from parosim.simulate.step import simulate_step
 
     total = 0
     for p in spec.points():

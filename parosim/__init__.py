@@ -86,14 +86,20 @@ if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
     sys.meta_path.insert(0, _MovedFinder())
 
 
-def forward_names(package: str, submodule: str):
+def forward_names(package: str, submodule: str, *more: str):
     """A module ``__getattr__`` for ``package`` that finds its names in ``package.submodule``
-    on first use (a package that was one module keeps its names; importing one of its
-    submodules stays cheap)."""
+    (then in each of ``more``, in turn) on first use (a package that was one module keeps its
+    names; importing one of its submodules stays cheap)."""
+
+    homes = (submodule, *more)
 
     def __getattr__(name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        return getattr(importlib.import_module(f"{package}.{submodule}"), name)
+        for sub in homes[:-1]:
+            mod = importlib.import_module(f"{package}.{sub}")
+            if hasattr(mod, name):
+                return getattr(mod, name)
+        return getattr(importlib.import_module(f"{package}.{homes[-1]}"), name)
 
     return __getattr__

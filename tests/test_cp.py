@@ -177,7 +177,7 @@ def test_settings_echo_and_json(capsys):
 
 def test_sweep_key_cp():
     from parosim.io.sweep import sweep_columns, sweep_from_dict
-    from parosim.simulate.step import point_parallel, run_point
+    from parosim.simulate.point import point_parallel, run_point
 
     assert point_parallel({"cp": 4}).cp == 4 and point_parallel({}).cp == 1
     base = {"cluster": "paper-a100-roce", "nodes": 2, "mode": "analytic", "strategy": "NNN",

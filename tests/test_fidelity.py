@@ -13,7 +13,7 @@ import pytest
 
 from parosim.cli import main
 from parosim.cli.plausible import plausibility_notes
-from parosim.simulate.step import run_point
+from parosim.simulate.point import run_point
 from parosim.spec.training import TrainingSpec, for_fidelity
 
 

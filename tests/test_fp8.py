@@ -30,7 +30,8 @@ from parosim.io import load_cluster
 from parosim.io.cluster import cluster_from_dict, cluster_to_yaml
 from parosim.plan.layout import ParallelSpec
 from parosim.plan.threed import memory_3d, optimizer_seconds_3d, unit_seconds
-from parosim.simulate.step import run_point, simulate_3d, simulate_step
+from parosim.simulate.point import run_point
+from parosim.simulate.step import simulate_3d, simulate_step
 from parosim.spec.gpus import known_gpu
 from parosim.spec.model import preset
 from parosim.spec.strategy import parse_strategy

@@ -579,7 +579,7 @@ def test_case(name, argv, expect, d, tmp_path, capsys):
 
 
 def test_run_point_refuses_a_misspelled_key_and_defaults_to_engine():
-    from parosim.simulate.step import POINT_DEFAULTS, run_point
+    from parosim.simulate.point import POINT_DEFAULTS, run_point
 
     row = run_point({"strategy": "IIG", "micro_bach": 2, "mode": "analytic"})
     assert row["status"] == "error" and "'micro_bach'" in row["reason"]

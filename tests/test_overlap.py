@@ -11,7 +11,8 @@ from parosim.evaluate.analytic import evaluate
 from parosim.evaluate.replay import replay
 from parosim.io import load_cluster
 from parosim.plan.dataparallel import COMM_PARAM, COMPUTE, CollectiveOp, ComputeOp, Plan
-from parosim.simulate.step import run_point, simulate_step
+from parosim.simulate.point import run_point
+from parosim.simulate.step import simulate_step
 from parosim.spec.model import preset
 from parosim.spec.strategy import parse_strategy
 from parosim.spec.training import TrainingSpec

@@ -10,15 +10,14 @@ from parosim.io.sweep import INPUT_KEYS, sweep_from_dict
 DOC = Path(__file__).resolve().parents[1] / "docs" / "sweeps.md"
 #: simulate options that choose outputs, not the simulated step
 OUTPUT_OPTIONS = {"help", "trace", "plot", "link_timeline", "jobs", "json"}
-#: simulate options of MoE models: a sweep refuses a MoE model per point (its reason says
-#: so; docs/sweeps.md), so these are not sweep keys yet
+#: simulate options of MoE models: sweep keys too (tests/test_sweep_moe.py runs them)
 MOE_OPTIONS = {"ep", "expert_strategy", "a2a_algo", "routing", "max_over_mean", "zipf"}
 
 
 def _doc_keys(kind: str) -> set[str]:
     text = DOC.read_text()
     section = text.split(f"### `kind: {kind}` keys", 1)[1].split("###", 1)[0]
-    return set(re.findall(r"^\| `([a-z_]+)` \|", section, re.M))
+    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", section, re.M))
 
 
 #: simulate options whose sweep key has another name
@@ -27,7 +26,7 @@ KEY_OF = {"set": "cluster_set"}
 
 def _simulate_options() -> set[str]:
     sub = build_parser("simulate")._subparsers._group_actions[0].choices["simulate"]
-    return {KEY_OF.get(a.dest, a.dest) for a in sub._actions} - OUTPUT_OPTIONS - MOE_OPTIONS
+    return {KEY_OF.get(a.dest, a.dest) for a in sub._actions} - OUTPUT_OPTIONS
 
 
 def test_reference_lists_exactly_the_parsers_keys():
@@ -39,10 +38,10 @@ def test_every_simulate_option_is_a_step_sweep_key():
     missing = _simulate_options() - set(INPUT_KEYS["step"])
     assert not missing, f"simulate options without a sweep key: {sorted(missing)}"
     sub = build_parser("simulate")._subparsers._group_actions[0].choices["simulate"]
-    assert MOE_OPTIONS <= {a.dest for a in sub._actions}     # the exclusion is not stale
+    assert MOE_OPTIONS <= {a.dest for a in sub._actions} & set(INPUT_KEYS["step"])
 
 
-def test_a_moe_model_in_a_sweep_is_refused_per_point(tmp_path):
+def test_a_moe_model_in_a_sweep_runs_its_step_per_point(tmp_path):
     import csv
 
     from parosim.sweep.runner import run_sweep
@@ -53,8 +52,10 @@ def test_a_moe_model_in_a_sweep_is_refused_per_point(tmp_path):
                                       "micro_batch": 1, "accum": 4, "seq_len": 1024}})
     run_sweep(spec, tmp_path / "out", workers=1, progress=False, figures=False)
     rows = list(csv.DictReader((tmp_path / "out" / "results.csv").open()))
-    assert [r["status"] for r in rows] == ["error"]
-    assert "mixture of experts" in rows[0]["reason"]
+    # EP 1 on 16 H100s: every GPU holds all 8 experts' states, which do not fit
+    assert [r["status"] for r in rows] == ["does-not-fit"]
+    assert float(rows[0]["shortfall_bytes"]) > 0 and rows[0]["fits"] == "False"
+    assert rows[0]["ep"] == "1" and rows[0]["edp"] == "16"
 
 
 def test_every_documented_key_parses_in_a_spec(tmp_path):
@@ -71,7 +72,8 @@ def test_every_documented_key_parses_in_a_spec(tmp_path):
              "deepspeed_config": str(tmp_path / "ds.json"),
              "tp": 2, "pp": 1, "cp": 1, "sequence_parallel": True, "tp_comm_overlap": False,
              "dp_comm_overlap": False, "pp_schedule": "1f1b", "virtual_stages": 2,
-             "tp_algo": "ring"}
+             "tp_algo": "ring", "ep": 2, "expert_strategy": "GGG", "a2a_algo": "deepep-ll",
+             "routing": "skew", "max_over_mean": 2.0, "zipf": 1.2}
     (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3}}')
     for key in _doc_keys("step"):
         if value.get(key) is None:

@@ -408,7 +408,7 @@ def test_sweep_points_take_cluster_set(tmp_path):
                           "--no-progress")
     assert rc == 0 and "1 resumed, 1 run" in stdout + err, stdout + err
     # a step point reads it too
-    from parosim.simulate.step import point_setup
+    from parosim.simulate.point import point_setup
     cluster = point_setup({"cluster": "dgx-h100-ib", "mode": "analytic",
                            "cluster_set": "nic.bandwidth=100Gbps"})[1]
     assert cluster.nic.bandwidth_Bps == 12.5e9

@@ -28,9 +28,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError
-from ..evaluate.moe_parallel import (
+from ..evaluate.moe_parallel import (  # noqa: F401  (the fitted constants live there)
+    FITTED,
+    FITTED_RELEASE,
+    GPU_HARDWARE,
     KernelEfficiency,
     MoEParallel,
+    fitted_efficiency,
     moe_step_parts,
     step_from_parts,
 )
@@ -169,40 +173,6 @@ def row_parts(row: BridgeRow):
 def predict(row: BridgeRow, eff: KernelEfficiency, release_factor: float = 1.0) -> float:
     """Predicted tokens/s/GPU of ``row`` (``release_factor`` scales the throughput)."""
     return step_from_parts(row_parts(row), eff).tokens_per_s_per_gpu * release_factor
-
-
-# the GPU model of a cluster preset -> the hardware of the fitted parameters
-GPU_HARDWARE = {"H100-SXM5-80GB": "H100", "B200": "B200", "B300": "B300", "GB200": "GB200",
-                "GB300": "GB300"}
-_SOURCE = ("fitted on the even Megatron-Bridge rows, parameter set chosen by cross-validation "
-           "inside them (docs/moe.md; experiments/17_moe_throughput/out/fit.json)")
-# the chosen variant's fit (:func:`calibrate`), rounded to 6 decimals;
-# tests/test_moe_bridge.py (slow) refits and checks these. The chosen variant has one
-# throughput factor per NeMo release, the newest release's (26.08) fixed at 1: these constants
-# predict that release.
-FITTED = {
-    hw: KernelEfficiency(gemm_efficiency=g, moe_layer_overhead_s=o, a2a_exposed=0.370948,
-                         attention_efficiency=1.0, hbm_efficiency=1.0,
-                         fp8_gemm_efficiency=1.0, source=_SOURCE)
-    for hw, g, o in (("H100", 0.461507, 0.001367),
-                     ("B200", 0.459622, 0.004303),
-                     ("B300", 0.368913, 0.0),
-                     ("GB200", 0.410811, 0.000584),
-                     ("GB300", 0.625761, 0.002))
-}
-FITTED_RELEASE = "26.08"
-
-
-def fitted_efficiency(gpu_model: str) -> tuple[str, KernelEfficiency]:
-    """(hardware, fitted :class:`KernelEfficiency`) of a GPU model; a GPU the Megatron-Bridge
-    rows do not cover is refused in one line."""
-    hw = GPU_HARDWARE.get(gpu_model)
-    if hw is None:
-        raise InputError(f"GPU {gpu_model!r}: the MoE TP / PP closed form is calibrated for "
-                         f"{', '.join(GPU_HARDWARE)} only (Megatron-Bridge rows); expected a "
-                         "cluster of one of those GPUs (e.g. dgx-h100-ib, dgx-b200-ib, "
-                         "dgx-b300-ib, gb200-nvl72, gb300-nvl72)")
-    return hw, FITTED[hw]
 
 
 PLATFORM = {"H100": "DGX", "B200": "DGX", "B300": "DGX", "GB200": "NVL72", "GB300": "NVL72"}

@@ -27,30 +27,6 @@ def moe_settings(a: argparse.Namespace, cluster, training) -> dict:
     return out
 
 
-def _refuse_layout_flags(a: argparse.Namespace) -> None:
-    for flag, value, default in (("--tp", a.tp, 1), ("--pp", a.pp, 1), ("--cp", a.cp, 1),
-                                 ("--runtime", a.runtime, None),
-                                 ("--deepspeed-config", getattr(a, "deepspeed_config", None),
-                                  None),
-                                 ("--jitter-cv", getattr(a, "jitter_cv", None), None),
-                                 ("--link-timeline", getattr(a, "link_timeline", None),
-                                  None)):
-        if value != default:
-            raise InputError(f"{flag} {value} is not modelled for MoE steps yet; expected it "
-                             "unset (expert parallelism beside data parallelism, the ideal "
-                             "runtime)")
-    if hasattr(a, "pp_schedule"):   # the layout flags' own checks, as for a dense model:
-        from .setup import parallel_of  # deferred: start-up
-
-        parallel_of(a)              # e.g. --sequence-parallel without --tp >= 2 is refused
-    if getattr(a, "recompute", None) == "selective":
-        raise InputError("--recompute selective is not modelled for MoE steps without --tp / "
-                         "--pp; expected it off")
-    if getattr(a, "tp_algo", None) is not None:
-        raise InputError(f"--tp-algo {a.tp_algo} has no tensor-parallel collectives to apply "
-                         "to in a MoE step without --tp; expected it unset")
-
-
 def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     """``parosim memory`` of a MoE model: one row per dense x expert strategy pair."""
     from ..plan.experts import ExpertLayout  # deferred: loaded when the command runs
@@ -60,11 +36,12 @@ def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
         moe_memory,
     )
     from ..plan.moe_step import check_moe_step  # deferred: loaded when the command runs
+    from ..simulate.moe_flags import refuse_layout_flags  # deferred: MoE commands only
     from ..simulate.step import memory_dict  # deferred: loaded when the command runs
     from ..spec.strategy import ALL_STRATEGIES, parse_strategy  # deferred: start-up
     from .setup import ep_of  # deferred: start-up
 
-    _refuse_layout_flags(a)
+    refuse_layout_flags(a)
     check_moe_step(model, cluster, training, timing=False)
     lay = ExpertLayout(cluster, model.moe.experts, ep=ep_of(a))
     dense = (list(ALL_STRATEGIES) if a.strategy == "all" else [parse_strategy(a.strategy)])
@@ -89,11 +66,12 @@ def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
 def cmd_compare_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     """``parosim compare`` of a MoE model: dense x expert strategy pairs, best first."""
     from ..simulate.moe import compare_moe  # deferred: loaded when the command runs
+    from ..simulate.moe_flags import refuse_layout_flags  # deferred: MoE commands only
     from ..spec.strategy import parse_strategy  # deferred: start-up
     from .setup import algos_of, check_workers, dp_keys, ep_of  # deferred: start-up
 
     check_workers(a.workers)
-    _refuse_layout_flags(a)
+    refuse_layout_flags(a)
     mode = a.mode or "analytic"
     text = a.expert_strategy or "all"
     experts = (None if text.strip().lower() == "all"
@@ -107,35 +85,19 @@ def cmd_compare_moe(a: argparse.Namespace, model, cluster, training) -> dict:
 
 
 def cmd_simulate_moe(a: argparse.Namespace, model, cluster, training) -> dict:
-    from ..evaluate.moe_layer import Routing  # deferred: loaded when the command runs
-    from ..simulate.moe import simulate_moe_step  # deferred: loaded when the command runs
-    from .moe_parallel import (  # deferred: MoE steps with TP / PP only
-        cmd_simulate_moe_parallel,
+    """``parosim simulate`` of a MoE model: the step of
+    :mod:`parosim.simulate.moe_flags` (which a sweep point runs too), its settings echo,
+    trace and step-time plot."""
+    from ..simulate.moe_flags import (  # deferred: MoE steps only
+        moe_parallel_step,
+        moe_step,
         wants_moe_parallel,
     )
-    from .setup import algos_of, dp_keys, ep_of  # deferred: start-up
+    from .setup import dp_keys  # deferred: start-up
 
     if wants_moe_parallel(a):
-        return cmd_simulate_moe_parallel(a, model, cluster, training)
-    _refuse_layout_flags(a)
-    if a.trace and a.mode != "engine":
-        raise InputError("--trace needs --mode engine (the analytic mode has no timeline)")
-    algo = algos_of(a.algo)
-    if len(algo) != 1:
-        raise InputError(f"--algo {a.algo} names {len(algo)} algorithms; a list or 'all' is "
-                         "for 'parosim compare'; expected one of ring, hierarchical, ho-ring, "
-                         "nccl")
-    strategy = a.strategy or "NIG"
-    est = a.expert_strategy or strategy
-    routing = None
-    if a.routing is not None:
-        routing = Routing(a.routing, a.max_over_mean, a.zipf, a.seed)
-    elif a.repeats != 1:
-        raise InputError(f"--repeats {a.repeats} draws steps of a --routing; without one the "
-                         "MoE step is deterministic; expected --routing or --repeats 1")
-    r = simulate_moe_step(model, cluster, strategy, est, training, ep_of(a), algo[0],
-                          a.mode, a.a2a_algo or "p2p", routing, a.repeats, a.seed,
-                          trace=bool(a.trace))
+        return moe_parallel_step(a, model, cluster, training)
+    r, routing = moe_step(a, model, cluster, training, trace=bool(a.trace))
     out = dp_keys(r.to_dict())
     out.update(model=model.name, cluster=cluster.name,
                settings=moe_settings(a, cluster, training))

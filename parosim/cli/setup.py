@@ -14,65 +14,22 @@ from ..errors import InputError
 
 def specs_of(a: argparse.Namespace):
     """model, cluster, training from the common flags (io + specs only)."""
-    from ..io import load_cluster  # deferred: loaded when the command runs (start-up)
     from ..io.model import load_model  # deferred: loaded when the command runs (start-up)
-    from ..simulate.step import with_overrides  # deferred: loaded when the command runs (start-up)
+    from ..simulate.moe_flags import refuse_moe_flags  # deferred: loaded when the command runs
+    from ..simulate.step import cluster_from_flags  # deferred: loaded when the command runs
     from ..spec.training import (  # deferred: loaded when the command runs (start-up)
-        DEFAULT_COMPUTE_EFFICIENCY,
-        TrainingSpec,
-        parse_trainable_ratio,
-    )
-    from ..units import (  # deferred: loaded when the command runs (start-up)
-        parse_bandwidth,
-        parse_size,
+        training_from_flags,
     )
 
     model = load_model(a.model)
     if model.is_extended and not (model.is_moe and a.command in ("simulate", "memory", "compare")
                                   and not getattr(a, "jobs", None)):
         raise InputError(model.refusal(f"parosim {a.command}"))
-    if not model.is_moe:
-        for flag in ("ep", "expert_strategy", "a2a_algo", "routing"):
-            if getattr(a, flag, None) is not None:
-                raise InputError(f"--{flag.replace('_', '-')} is for mixture-of-experts "
-                                 f"models; model {model.name!r} is dense")
-    cluster = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
-    cluster = with_overrides(
-        cluster,
-        None if a.nic_bandwidth is None else parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth"),
-        None if a.intra_bandwidth is None
-        else parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth"),
-        None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
-    accum = a.accum
-    if getattr(a, "global_batch", None) is not None:
-        from ..spec.training import (
-            accum_for_global_batch,  # deferred: loaded when the command runs (start-up)
-        )
-
-        dp = (cluster.gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
-              // (getattr(a, "cp", None) or 1))
-        accum = accum_for_global_batch(a.global_batch, a.micro_batch, dp, a.seq_len)
-        if getattr(a, "_given_accum", False) and a.accum != accum:
-            raise InputError(f"--accum {a.accum} disagrees with --global-batch "
-                             f"{a.global_batch} (which gives accum {accum}); expected one "
-                             "of them")
-    compute_model = a.compute_model
-    if a.efficiency is not None:   # an efficiency is the flat model's: it selects it
-        if compute_model == "kernel":
-            raise InputError(f"--efficiency {a.efficiency:g} applies to the flat compute "
-                             "model; got --compute-model kernel (which costs each kernel "
-                             "from its shape); expected one of them")
-        compute_model = "flat"
-    training = TrainingSpec(
-        micro_batch=a.micro_batch, accum_steps=accum, seq_len=a.seq_len,
-        trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
-        recompute={"auto": None, "on": True, "off": False, "full": True, "none": False,
-                   "selective": False}[a.recompute],
-        compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
-                            else a.efficiency),
-        overlap_slowdown=a.overlap_slowdown, compute_model=compute_model,
-        attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes,
-        precision=getattr(a, "precision", "bf16"))
+    # the MoE flags without a default value: a dense model refuses those given
+    refuse_moe_flags(model, [k for k in ("ep", "expert_strategy", "a2a_algo", "routing")
+                             if getattr(a, k, None) is not None])
+    cluster = cluster_from_flags(a)
+    training = training_from_flags(a, cluster.gpus)
     return model, cluster, training
 
 
@@ -146,21 +103,16 @@ def layered(a: argparse.Namespace) -> bool:
 
 def parallel_of(a: argparse.Namespace):
     """The ParallelSpec of the --tp / --pp / ... flags."""
-    from ..plan.layout import ParallelSpec  # deferred: loaded when the command runs (start-up)
+    from ..simulate.moe_flags import parallel_of as of_flags  # deferred: start-up
 
-    return ParallelSpec(tp=a.tp, pp=a.pp, schedule=str(a.pp_schedule).strip().lower(),
-                        virtual=a.virtual_stages, sequence_parallel=a.sequence_parallel,
-                        selective_recompute=a.recompute == "selective", tp_algo=a.tp_algo,
-                        tp_comm_overlap=bool(getattr(a, "tp_comm_overlap", False)),
-                        dp_comm_overlap=bool(getattr(a, "dp_comm_overlap", False)),
-                        cp=getattr(a, "cp", 1))
+    return of_flags(a)
 
 
 def dp_keys(d: dict) -> dict:
     """Plain data parallelism in the 3D vocabulary: tp = pp = 1, dp = GPUs, no bubble."""
-    for k, v in (("tp", 1), ("pp", 1), ("dp", d.get("gpus")), ("bubble_fraction", 0.0)):
-        d.setdefault(k, v)
-    return d
+    from ..simulate.step import dp_keys as keys  # deferred: start-up
+
+    return keys(d)
 
 
 def algos_of(text: str | None, fidelity: str = "paper"):
@@ -175,21 +127,17 @@ def algos_of(text: str | None, fidelity: str = "paper"):
 
 
 def ep_of(a: argparse.Namespace) -> int:
-    """``--ep``: 1 when unset; a value given is checked, never replaced (``--ep 0`` is
-    refused, not read as unset)."""
-    if a.ep is None:
-        return 1
-    if isinstance(a.ep, bool) or not isinstance(a.ep, int) or a.ep < 1:
-        raise InputError(f"--ep = {a.ep} must be a positive integer")
-    return a.ep
+    """``--ep``: 1 when unset (checked, never replaced: ``--ep 0`` is refused)."""
+    from ..simulate.moe_flags import ep_of as of_flags  # deferred: start-up
+
+    return of_flags(a)
 
 
 def seeded(spec, seed: int):
-    if seed < 0:
-        raise InputError(f"--seed = {seed} must be a non-negative integer")
-    if spec.network.ecmp == "hash":
-        spec = replace(spec, network=replace(spec.network, ecmp_seed=seed))
-    return spec
+    """The cluster with ``--seed`` as its ECMP hashing seed."""
+    from ..simulate.step import seeded as with_seed  # deferred: start-up
+
+    return with_seed(spec, seed)
 
 
 def settings_of(a: argparse.Namespace, cluster, training, rt=None) -> dict:

@@ -32,7 +32,6 @@ the k copies of a token are drawn independently (a token may pick one expert twi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,10 +52,10 @@ from ..fabric.engine import CountingEnvironment
 from ..fabric.network import MAX_PS, PS, Network, horizon_error, to_ps
 from ..fabric.topology import cluster_graph
 from ..spec.model import ModelSpec
+from ..spec.moe import check_max_over_mean, check_routing, check_zipf
 from ..spec.system import ClusterSpec
 from ..spec.training import TrainingSpec
 
-ROUTINGS = ("balanced", "uniform", "skew", "zipf")
 BYTES_PER_ELEMENT = 2  # bf16 tokens
 MAX_DRAWS = 1000       # steps per --routing run (each is one layer on the engine: ~0.1-1 s)
 
@@ -71,16 +70,9 @@ class Routing:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ROUTINGS:
-            raise InputError(f"--routing {self.kind!r} is not known; expected one of "
-                             f"{', '.join(ROUTINGS)}")
-        r = self.max_over_mean
-        if not (isinstance(r, (int, float)) and math.isfinite(r) and r >= 1):
-            raise InputError(f"--max-over-mean {r!r} must be a number >= 1 (the hot rank's "
-                             "load over the mean load)")
-        if not (isinstance(self.zipf, (int, float)) and math.isfinite(self.zipf)
-                and self.zipf >= 0):
-            raise InputError(f"--zipf {self.zipf!r} must be a non-negative exponent")
+        check_routing(self.kind)
+        check_max_over_mean(self.max_over_mean)
+        check_zipf(self.zipf)
         if not (isinstance(self.seed, int) and not isinstance(self.seed, bool)
                 and self.seed >= 0):
             raise InputError(f"--seed = {self.seed!r} must be a non-negative integer")

@@ -372,3 +372,42 @@ def moe_step_parts(model: ModelSpec, cluster: ClusterSpec, par: MoEParallel, glo
         optimizer_bytes=ADAM_BYTES_PER_PARAM * local_params, hbm_Bps=hbm,
         kernel_overhead_s=prof.kernel_overhead_s, tokens_per_step=global_batch * seq_len,
         gpus=n, rows_per_expert=rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fitted parameters (parosim.calibrate.moe_throughput fits them; kept here, below the
+# command line and the sweep that apply them).
+# ---------------------------------------------------------------------------------------------
+
+# the GPU model of a cluster preset -> the hardware of the fitted parameters
+GPU_HARDWARE = {"H100-SXM5-80GB": "H100", "B200": "B200", "B300": "B300", "GB200": "GB200",
+                "GB300": "GB300"}
+_SOURCE = ("fitted on the even Megatron-Bridge rows, parameter set chosen by cross-validation "
+           "inside them (docs/moe.md; experiments/17_moe_throughput/out/fit.json)")
+# the chosen variant's fit (:func:`parosim.calibrate.moe_throughput.calibrate`), rounded to
+# 6 decimals; tests/test_moe_bridge.py (slow) refits and checks these. The chosen variant has one
+# throughput factor per NeMo release, the newest release's (26.08) fixed at 1: these constants
+# predict that release.
+FITTED = {
+    hw: KernelEfficiency(gemm_efficiency=g, moe_layer_overhead_s=o, a2a_exposed=0.370948,
+                         attention_efficiency=1.0, hbm_efficiency=1.0,
+                         fp8_gemm_efficiency=1.0, source=_SOURCE)
+    for hw, g, o in (("H100", 0.461507, 0.001367),
+                     ("B200", 0.459622, 0.004303),
+                     ("B300", 0.368913, 0.0),
+                     ("GB200", 0.410811, 0.000584),
+                     ("GB300", 0.625761, 0.002))
+}
+FITTED_RELEASE = "26.08"
+
+
+def fitted_efficiency(gpu_model: str) -> tuple[str, KernelEfficiency]:
+    """(hardware, fitted :class:`KernelEfficiency`) of a GPU model; a GPU the Megatron-Bridge
+    rows do not cover is refused in one line."""
+    hw = GPU_HARDWARE.get(gpu_model)
+    if hw is None:
+        raise InputError(f"GPU {gpu_model!r}: the MoE TP / PP closed form is calibrated for "
+                         f"{', '.join(GPU_HARDWARE)} only (Megatron-Bridge rows); expected a "
+                         "cluster of one of those GPUs (e.g. dgx-h100-ib, dgx-b200-ib, "
+                         "dgx-b300-ib, gb200-nvl72, gb300-nvl72)")
+    return hw, FITTED[hw]

@@ -37,12 +37,13 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..spec.collective import Algo, Op, Scope, parse_enum
+from ..spec.collective import Algo, Op, Scope, check_a2a_algo, parse_enum
+from ..spec.moe import check_max_over_mean, check_routing, check_zipf
 from ..spec.system import check_jitter_cv
 from ..spec.training import (
     DEFAULT_FIDELITY,
@@ -106,6 +107,14 @@ class SweepSpec:
         for names, values in self._axes():
             keys.update(names if names is not None else (k for v in values for k in v))
         return keys
+
+    def has_moe(self) -> bool:
+        """True when a point of this step sweep has a mixture-of-experts model (its
+        ``results.csv`` then has the MoE columns, :func:`sweep_columns`)."""
+        models = {self.fixed.get("model")} | {
+            (v if names is None else dict(zip(names, v, strict=True))).get("model")
+            for names, values in self._axes() for v in values}
+        return self.kind == "step" and any(load_model(m).is_moe for m in models - {None})
 
     def points(self) -> list[dict[str, Any]]:
         """Every point (a plain dict): the product of the axes, the first varying slowest; a
@@ -280,7 +289,13 @@ def _validators(kind: str) -> dict[str, Callable[[Any], object]]:
             "pp_schedule": lambda v: _one_of(v, "pp_schedule", ("1f1b", "interleaved")),
             "virtual_stages": lambda v: positive_int(v, "virtual_stages"),
             "tp_algo": lambda v: parse_enum(Algo, v, "tp_algo"),
-            "fidelity": lambda v: check_fidelity(v, "fidelity")}
+            "fidelity": lambda v: check_fidelity(v, "fidelity"),
+            "ep": lambda v: positive_int(v, "ep"),
+            "expert_strategy": _parse_expert_strategy,
+            "a2a_algo": lambda v: check_a2a_algo(v, "a2a_algo"),
+            "routing": lambda v: check_routing(v, "routing"),
+            "max_over_mean": lambda v: check_max_over_mean(v, "max_over_mean"),
+            "zipf": lambda v: check_zipf(v, "zipf")}
 
 
 RECOMPUTE_VALUES = ("auto", "on", "off", "full", "none", "selective")
@@ -364,6 +379,13 @@ def _parse_strategy(v: Any) -> object:
     return parse_strategy(v)
 
 
+def _parse_expert_strategy(v: Any) -> object:
+    try:
+        return _parse_strategy(v)
+    except InputError as e:   # the message says "strategy": name the key
+        raise InputError(f"expert_strategy: {e}") from None
+
+
 def _best_x(fig: dict, grid: dict, where: str) -> dict:
     """A ``best`` figure draws its metric against a swept axis (default nic_bandwidth): that
     axis when swept, else the one numeric grid key left (not strategy, by or hue); refused
@@ -381,8 +403,8 @@ def _best_x(fig: dict, grid: dict, where: str) -> dict:
                      f"{', '.join(cands) if cands else 'a numeric grid key with 2+ values'}")
 
 
-def _figures(raw: Any, where: str, kind: str = "step",
-             grid: dict | None = None) -> tuple[dict[str, Any], ...]:
+def _figures(raw: Any, where: str, kind: str = "step", grid: dict | None = None,
+             columns=None) -> tuple[dict[str, Any], ...]:
     from ..plots.figures import SWEEP_PLOTS  # names only; matplotlib is imported lazily there
 
     if raw is None:
@@ -401,7 +423,7 @@ def _figures(raw: Any, where: str, kind: str = "step",
                              f"of {', '.join(SWEEP_PLOTS)}")
         by = fig.get("by", [])
         fig = {**fig, "by": [by] if isinstance(by, str) else list(by)}
-        columns = COLUMNS[kind]
+        columns = COLUMNS[kind] if columns is None else columns
         for key in ("x", "metric", "hue"):
             v = fig.get(key)
             if v is not None and v not in columns:
@@ -494,9 +516,12 @@ def sweep_from_dict(data: dict[str, Any], where: str = "sweep spec",
             seen.add((k, repr(v)))
             validators[k](v)
     spec = SweepSpec(name=str(data.get("name", "sweep")), kind=kind, mode=mode, grid=grid,
-                     fixed=dict(fixed), figures=_figures(data.get("figures"), where, kind, grid),
+                     fixed=dict(fixed),
                      description=str(data.get("description", "")),
                      axes=() if len(axes) == len(grid) else tuple(axes))
+    spec = replace(spec, figures=_figures(  # on the sweep's columns (optional ones included)
+        data.get("figures"), where, kind, grid,
+        sweep_columns(kind, spec.input_keys(), spec.has_moe())))
     in_axes = any(names is not None and "model" in names for names, _ in axes) or any(
         names is None and all("model" in p for p in vs) for names, vs in axes)
     if kind == "step" and "model" not in fixed and not in_axes:

@@ -68,8 +68,10 @@ OPTIONAL_STEP_INPUTS: dict[str, str] = {
     "attention": "eager or flash; empty = the runtime's",
     "memory_model": "korthikanti or runtime (docs/memory.md); empty = the runtime's",
     "logit_bytes": "bytes per logit live at the loss (count); empty = the runtime's",
-    "seed": "seed of the jitter draws and of ECMP hashing (count; empty = 0)",
-    "repeats": "steps simulated with jitter (count; empty = 1); step_time_s is their mean",
+    "seed": "seed of the jitter draws, of a MoE routing's draws and of ECMP hashing (count; "
+            "empty = 0)",
+    "repeats": "steps simulated with jitter or drawn from a MoE routing (count; empty = 1); "
+               "step_time_s is their mean",
     "jitter_cv": "lognormal compute jitter per op and rank, coefficient of variation "
                  "(fraction; empty = the cluster's)",
     "deepspeed_config": "a DeepSpeed JSON config path: runtime deepspeed, the strategy of its "
@@ -88,6 +90,22 @@ OPTIONAL_STEP_INPUTS: dict[str, str] = {
     "pp_schedule": "pipeline schedule: 1f1b or interleaved (empty = 1f1b)",
     "virtual_stages": "model chunks per stage of the interleaved schedule (count; empty = 2)",
     "tp_algo": "algorithm of TP collectives that cross nodes (empty = algo)",
+}
+# The inputs of a mixture-of-experts step (``parosim simulate``'s MoE flags): columns of a sweep
+# that gives one of them or has a MoE model (a dense model refuses them per point).
+MOE_STEP_INPUTS: dict[str, str] = {
+    "ep": "expert parallelism: the routed experts split over ep ranks (count; empty = 1); on "
+          "a MoE row the degree that applied",
+    "expert_strategy": "PaRO strategy of the routed experts over the expert-data-parallel "
+                       "group as given (empty = strategy's); on a MoE row the one that "
+                       "applied (e.g. PaRO-GGG)",
+    "a2a_algo": "dispatch / combine all-to-all: p2p, hierarchical-a2a, deepep-normal, "
+                "deepep-ll or hybridep (empty = p2p); on a MoE row the one that applied",
+    "routing": "token routing drawn per step (repeats steps): balanced, uniform, skew or "
+               "zipf (empty = every expert its mean load)",
+    "max_over_mean": "routing skew: the hot rank's load over the mean (factor >= 1; empty = "
+                     "1.5)",
+    "zipf": "routing zipf: the exponent (>= 0; empty = 1.0)",
 }
 _COMMON_OUTPUTS: dict[str, str] = {
     "status": "ok, does-not-fit (memory exceeds capacity) or error (bad combination)",
@@ -113,6 +131,30 @@ _STEP_OUTPUTS: dict[str, str] = {
     "shortfall_bytes": "memory missing to fit, total_bytes - capacity_bytes when positive "
                        "(bytes)",
     "fits": "total_bytes <= capacity_bytes (True/False)",
+}
+# The outputs of a mixture-of-experts step: columns of a sweep with a MoE model, empty on its
+# dense rows (docs/moe.md)
+MOE_STEP_OUTPUTS: dict[str, str] = {
+    "edp": "expert-data-parallel degree: replicas of each expert shard (count)",
+    "ep_nodes": "nodes one EP group spans (count; EP x DP steps)",
+    "a2a_size_bytes": "bytes per rank of one dispatch / combine all-to-all call (bytes; EP x "
+                      "DP steps)",
+    "a2a_per_step": "dispatch / combine all-to-all calls per global step (count; EP x DP "
+                    "steps)",
+    "expert_states_bytes": "parameters + gradients + optimizer states of the routed experts "
+                           "per GPU (bytes; EP x DP steps)",
+    "dense_states_bytes": "the same of the dense part (attention, router, shared experts, "
+                          "embeddings) per GPU (bytes; EP x DP steps)",
+    "balanced_step_s": "with routing: the step under forced balance (every expert its mean "
+                       "load) (s); step_time_s is the mean over the drawn steps",
+    "step_time_p50_s": "with routing: median of the drawn steps' times (s)",
+    "step_time_p99_s": "with routing: 99th percentile of the drawn steps' times (s)",
+    "step_time_max_s": "with routing: the slowest drawn step (s)",
+    "imbalance_cost": "with routing: step_time_s / balanced_step_s - 1 (fraction)",
+    "micro_batches": "micro-batches per step of the tp / pp closed form (count)",
+    "bubble_fraction": "pipeline bubble / step time (fraction; 0 without pp)",
+    "a2a_exposed_s": "tp / pp closed form: exposed all-to-all time per pipeline stage and "
+                     "micro-batch, forward + backward (s)",
 }
 _COLL_INPUTS: dict[str, str] = {
     "kind": "point kind: collective",
@@ -151,32 +193,35 @@ COLUMNS: dict[str, dict[str, str]] = {
 }
 INPUT_KEYS: dict[str, tuple[str, ...]] = {
     "step": tuple(k for k in _STEP_INPUTS if k != "kind") + tuple(OPTIONAL_STEP_INPUTS)
-    + tuple(CLUSTER_SET_INPUT),
+    + tuple(CLUSTER_SET_INPUT) + tuple(MOE_STEP_INPUTS),
     "collective": tuple(k for k in _COLL_INPUTS if k != "kind") + tuple(CLUSTER_SET_INPUT),
 }
 
 
-def sweep_columns(kind: str, keys=()) -> dict[str, str]:
+def sweep_columns(kind: str, keys=(), moe: bool = False) -> dict[str, str]:
     """The columns of ``results.csv`` (name -> meaning): :data:`COLUMNS` of the kind, with
-    the optional parallelism inputs among ``keys`` (the spec's grid and fixed keys) after
-    the other inputs."""
+    the optional inputs among ``keys`` (the spec's grid and fixed keys) after the other
+    inputs; ``moe`` (a step sweep with a mixture-of-experts model): every MoE input, and the
+    MoE outputs after the others (a sweep without MoE keeps its columns)."""
     cols = COLUMNS[kind]
     extra = {k: v for k, v in OPTIONAL_STEP_INPUTS.items() if k in keys} \
         if kind == "step" else {}
     extra.update({k: v for k, v in CLUSTER_SET_INPUT.items() if k in keys})
-    if not extra:
+    if kind == "step":
+        extra.update({k: v for k, v in MOE_STEP_INPUTS.items() if moe or k in keys})
+    outputs = MOE_STEP_OUTPUTS if kind == "step" and moe else {}
+    if not extra and not outputs:
         return dict(cols)
     names = list(cols)
     i = names.index("status")
-    return {**{k: cols[k] for k in names[:i]}, **extra, **{k: cols[k] for k in names[i:]}}
+    return {**{k: cols[k] for k in names[:i]}, **extra, **{k: cols[k] for k in names[i:]},
+            **outputs}
 
 
-def columns_markdown(kind: str, keys=()) -> str:
+def columns_markdown(kind: str, keys=(), moe: bool = False) -> str:
     """The column documentation of ``results.csv`` as a Markdown table (``columns.md``)."""
     lines = [f"# results.csv columns ({kind} sweep)", "",
              "One row per grid point, in grid order (first grid key slowest). Empty cell = not "
              "applicable or not given.", "", "| column | meaning (unit) |", "|---|---|"]
-    lines += [f"| `{k}` | {v} |" for k, v in sweep_columns(kind, keys).items()]
+    lines += [f"| `{k}` | {v} |" for k, v in sweep_columns(kind, keys, moe).items()]
     return "\n".join(lines) + "\n"
-
-

@@ -29,23 +29,16 @@ from ..evaluate.analytic import evaluate
 from ..evaluate.replay import replay
 from ..fabric.engine import MAX_ENGINE_OPS
 from ..fabric.network import MAX_SIM_SECONDS, horizon_error
-from ..io import load_cluster, load_model
-from ..io.cluster_base import split_sets
+from ..io import load_cluster
 from ..io.runtime import as_runtime, training_for_runtime
 from ..plan.dataparallel import CollectiveOp, ComputeOp, Plan, build_plan
-from ..plan.layout import PairSet, ParallelSpec, layout_for
+from ..plan.layout import PairSet, layout_for
 from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import ALL_STRATEGIES, Level, Strategy, parse_strategy
 from ..spec.system import ClusterSpec
 from ..spec.training import (
-    ACCURATE_ALGO,
-    DEFAULT_FIDELITY,
     TrainingSpec,
-    accum_for_global_batch,
-    check_fidelity,
-    for_fidelity,
-    parse_trainable_ratio,
 )
 from ..units import parse_bandwidth, parse_size
 
@@ -595,157 +588,30 @@ def with_overrides(cluster: ClusterSpec, nic_bandwidth_Bps: float | None = None,
     return cluster
 
 
-POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-roce",
-                  "nodes": None, "group_nodes": None, "strategy": "NIG", "algo": "ho-ring",
-                  "trainable_ratio": "full", "micro_batch": 4, "accum": 10, "seq_len": 512,
-                  "mode": "engine", "nic_bandwidth": None, "intra_bandwidth": None,
-                  "gpu_memory": None, "recompute": None, "runtime": "ideal",
-                  "overlap_slowdown": None, "precision": "bf16"}
-
-RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
-                  "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu",
-                  "exposed_comm_s", "bytes_intra", "bytes_inter", "model_states_bytes",
-                  "activations_bytes", "buffers_bytes", "total_bytes", "capacity_bytes",
-                  "shortfall_bytes", "fits")
-
-
-def _check_point_keys(point: dict) -> None:
-    """A misspelled key is an error, not a silently ignored value (``mode`` defaults to
-    ``engine``, as on the command line)."""
-    if not isinstance(point, dict):
-        raise InputError(f"a point must be a dict of inputs, got {type(point).__name__}")
-    import difflib  # deferred: only to suggest a key on a typo
-
-    from ..io.sweep import INPUT_KEYS  # deferred: sweep-point checks only
-    allowed = set(POINT_DEFAULTS) | set(INPUT_KEYS["step"]) | set(RESULT_COLUMNS) | {
-        "point_id"}
-    unknown = sorted(str(k) for k in point if k not in allowed)
-    if unknown:
-        near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1)
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise InputError(f"point key {unknown[0]!r} is not known{hint}; expected some of "
-                         f"{', '.join(sorted(set(POINT_DEFAULTS) | set(INPUT_KEYS['step'])))}")
-
-
-def point_setup(point: dict):
-    """(model, cluster, training, strategy, algo, mode, runtime) from a sweep point (raises
-    :class:`InputError` on a bad value): the keys as ``parosim simulate`` reads its flags
-    (docs/sweeps.md, "Keys")."""
-
-    _check_point_keys(point)
-    p = {**POINT_DEFAULTS, **point}
-    cluster = load_cluster(p["cluster"], p["nodes"], p["group_nodes"],
-                           split_sets(p.get("cluster_set")))
-    cluster = with_overrides(
+def cluster_from_flags(a) -> ClusterSpec:
+    """The cluster of ``parosim simulate``'s flags (``a``: the parsed namespace or any object
+    with its attributes): ``--cluster``, ``--nodes``, ``--group-nodes``, ``--set``, then the
+    ``--nic-bandwidth`` / ``--intra-bandwidth`` / ``--gpu-memory`` overrides."""
+    cluster = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
+    return with_overrides(
         cluster,
-        parse_bandwidth(p["nic_bandwidth"], "nic_bandwidth") if p["nic_bandwidth"] else None,
-        parse_bandwidth(p["intra_bandwidth"], "intra_bandwidth")
-        if p["intra_bandwidth"] else None,
-        parse_size(p["gpu_memory"], "gpu_memory") if p["gpu_memory"] else None)
-    if point.get("seed") is not None and cluster.network.ecmp == "hash":   # as --seed
-        cluster = replace(cluster, network=replace(cluster.network, ecmp_seed=point["seed"]))
-    rc = p["recompute"]
-    rc = {"auto": None, "on": True, "off": False, "full": True, "none": False,
-          "selective": False}.get(rc, rc) if isinstance(rc, str) else rc
-    strategy, micro, accum = p["strategy"], p["micro_batch"], p["accum"]
-    rt = resolve_runtime(p["runtime"])
-    if p.get("deepspeed_config"):
-        from ..io.runtime import deepspeed_config_runtime  # deferred: DeepSpeed points only
-
-        if p["runtime"] not in (None, "ideal", "deepspeed"):
-            raise InputError(f"deepspeed_config is read into runtime deepspeed; got runtime "
-                             f"{p['runtime']!r}; expected no runtime or deepspeed")
-        rt, ds_strategy, tr, _ = deepspeed_config_runtime(p["deepspeed_config"],
-                                                          resolve_runtime("deepspeed"),
-                                                          cluster.gpus)
-        for key, have in (("strategy", ds_strategy), ("micro_batch", tr.get("micro_batch")),
-                          ("accum", tr.get("accum"))):
-            if key in point and have is not None and point[key] != have and not (
-                    key == "strategy" and parse_strategy(point[key]).short == have):
-                raise InputError(f"{key} = {point[key]!r} disagrees with deepspeed_config "
-                                 f"{p['deepspeed_config']} (gives {have}); expected one of "
-                                 "them")
-        strategy = ds_strategy
-        micro, accum = tr.get("micro_batch", micro), tr.get("accum", accum)
-    if p.get("global_batch") is not None:
-        dp = cluster.gpus // ((p.get("tp") or 1) * (p.get("pp") or 1) * (p.get("cp") or 1))
-        gb_accum = accum_for_global_batch(p["global_batch"], micro, max(dp, 1), p["seq_len"])
-        if "accum" in point and point["accum"] != gb_accum:
-            raise InputError(f"accum = {point['accum']} disagrees with global_batch "
-                             f"{p['global_batch']!r} (which gives accum {gb_accum}); expected "
-                             "one of them")
-        accum = gb_accum
-    extra = {k: p[k] for k in ("compute_model", "attention", "memory_model", "logit_bytes")
-             if p.get(k) is not None}
-    if p.get("efficiency") is not None:
-        extra["compute_efficiency"] = float(p["efficiency"])
-    training = TrainingSpec(micro_batch=micro, accum_steps=accum, seq_len=p["seq_len"],
-                            trainable_ratio=parse_trainable_ratio(p["trainable_ratio"]),
-                            recompute=rc, overlap_slowdown=p["overlap_slowdown"],
-                            precision=p["precision"] or "bf16", **extra)
-    if p["mode"] not in MODES:
-        raise InputError(f"mode {p['mode']!r} is not known; expected one of "
-                         f"{', '.join(MODES)}")
-    fidelity = check_fidelity(point.get("fidelity") or DEFAULT_FIDELITY, "fidelity")
-    algo = p["algo"]
-    if fidelity == "accurate":   # the command line's defaults (docs/accuracy.md)
-        training = for_fidelity(training, fidelity, rt,
-                                layered=not point_parallel(point).trivial, cluster=cluster)
-        if "algo" not in point:
-            algo = ACCURATE_ALGO
-    return (load_model(p["model"]), cluster, training, parse_strategy(strategy),
-            parse_enum(Algo, algo, "algo"), p["mode"], rt)
+        None if a.nic_bandwidth is None else parse_bandwidth(a.nic_bandwidth, "--nic-bandwidth"),
+        None if a.intra_bandwidth is None
+        else parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth"),
+        None if a.gpu_memory is None else parse_size(a.gpu_memory, "--gpu-memory"))
 
 
-def point_parallel(point: dict):
-    """The :class:`~parosim.plan.layout.ParallelSpec` of a sweep point's optional ``tp``,
-    ``pp``, ``cp``, ``pp_schedule``, ``virtual_stages``, ``sequence_parallel``, ``tp_algo``,
-    ``tp_comm_overlap``, ``dp_comm_overlap`` keys and ``recompute: selective`` (absent:
-    plain data parallelism)."""
-    tp_algo = point.get("tp_algo")
-    return ParallelSpec(tp=point.get("tp") or 1, pp=point.get("pp") or 1,
-                        schedule=str(point.get("pp_schedule") or "1f1b").strip().lower(),
-                        virtual=point.get("virtual_stages"),
-                        sequence_parallel=bool(point.get("sequence_parallel")),
-                        selective_recompute=point.get("recompute") == "selective",
-                        tp_algo=None if tp_algo is None
-                        else parse_enum(Algo, tp_algo, "tp_algo"),
-                        tp_comm_overlap=bool(point.get("tp_comm_overlap")),
-                        dp_comm_overlap=bool(point.get("dp_comm_overlap")),
-                        cp=point.get("cp") or 1)
+def seeded(cluster: ClusterSpec, seed: int) -> ClusterSpec:
+    """The cluster with ``seed`` (``--seed``) as its ECMP hashing seed (when it hashes)."""
+    if seed < 0:
+        raise InputError(f"--seed = {seed} must be a non-negative integer")
+    if cluster.network.ecmp == "hash":
+        cluster = replace(cluster, network=replace(cluster.network, ecmp_seed=seed))
+    return cluster
 
 
-def run_point(point: dict) -> dict:
-    """A sweep point -> one flat result row (a pure function of the point).
-
-    Problems of the point itself (invalid strategy, group size that does not divide, ...)
-    become ``status: "error"`` with the reason; a configuration that does not fit becomes
-    ``status: "does-not-fit"`` with its memory columns. Columns are listed in
-    :data:`RESULT_COLUMNS` (units in their names; bytes and seconds).
-
-    >>> row = run_point({"strategy": "IIG", "mode": "analytic"})
-    >>> row["status"], row["gpus"], row["step_time_s"] > 0
-    ('ok', 32, True)
-    """
-    row = {**point, **{c: None for c in RESULT_COLUMNS}}
-    try:
-        model, cluster, training, strategy, algo, mode, rt = point_setup(point)
-        r = simulate_step(model, cluster, strategy, training, algo, mode, runtime=rt,
-                          repeats=point.get("repeats") or 1, seed=point.get("seed") or 0,
-                          jitter_cv=point.get("jitter_cv"), parallel=point_parallel(point))
-    except InputError as e:
-        row.update(status="error", reason=str(e))
-        return row
-    d = r.to_dict()
-    mem = d.pop("memory")
-    for c in RESULT_COLUMNS:
-        if c in d:
-            row[c] = d[c]
-        elif c in mem:
-            row[c] = mem[c]
-    if point.get("global_batch") is not None or point.get("deepspeed_config"):
-        # the accumulation (micro-batch) they gave, in the accum (micro_batch) column
-        row["accum"], row["micro_batch"] = training.accum_steps, training.micro_batch
-    row["status"] = "ok" if r.fits else "does-not-fit"
-    row["reason"] = "" if r.fits else f"lacks {mem['shortfall_bytes']:.0f} bytes of memory"
-    return row
+def dp_keys(d: dict) -> dict:
+    """Plain data parallelism in the 3D vocabulary: tp = pp = 1, dp = GPUs, no bubble."""
+    for k, v in (("tp", 1), ("pp", 1), ("dp", d.get("gpus")), ("bubble_fraction", 0.0)):
+        d.setdefault(k, v)
+    return d

@@ -50,6 +50,9 @@ RING_OPS = (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_REDUCE)
 #: the algorithms of each kind of operation (``--algo all``)
 RING_ALGOS = (Algo.RING, Algo.HIERARCHICAL, Algo.HO_RING, Algo.NCCL)
 A2A_ALGOS = (Algo.P2P, Algo.HIERARCHICAL_A2A)
+#: the dispatchers of a MoE step (``--a2a-algo``): :data:`A2A_ALGOS`, then DeepEP's kernel
+#: families (:class:`parosim.collectives.deepep.EPDispatcher`; a test keeps the lists equal)
+A2A_ALGO_NAMES = ("p2p", "hierarchical-a2a", "deepep-normal", "deepep-ll", "hybridep")
 
 
 def parse_enum(cls, text: str, what: str):
@@ -66,3 +69,18 @@ def parse_enum(cls, text: str, what: str):
     except ValueError:
         raise InputError(f"{what} {text!r} is not known; expected one of "
                          f"{', '.join(e.value for e in cls)}") from None
+
+
+def check_a2a_algo(text, what: str = "--a2a-algo") -> str:
+    """The name of a MoE step's all-to-all algorithm (:data:`A2A_ALGO_NAMES`), read as
+    ``--a2a-algo`` reads it (aliases too); else one line naming ``what``."""
+    key = str(text).strip().lower()
+    if key not in A2A_ALGO_NAMES:
+        try:
+            key = parse_enum(Algo, text, what).value
+        except InputError:
+            pass
+    if key not in A2A_ALGO_NAMES:
+        raise InputError(f"{what} {text!r} is not an all-to-all algorithm; expected one of "
+                         f"{', '.join(A2A_ALGO_NAMES)}")
+    return key

@@ -338,3 +338,35 @@ MOE_PRESETS: dict[str, dict[str, Any]] = {
         published_source="OpenAI, 'gpt-oss-120b & gpt-oss-20b Model Card' (2025-08-05), "
                          "table 1: 116.83B total, 5.13B active parameters per token"),
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# The inputs of a MoE step beside the model (``parosim simulate`` flags, sweep keys): checked
+# here, the lowest floor, so that the command line, the layer / step models and the sweep
+# parser share one rule and one line per bad value.
+# ---------------------------------------------------------------------------------------------
+
+#: token routings drawn per step (:class:`parosim.evaluate.moe_layer.Routing`)
+ROUTINGS = ("balanced", "uniform", "skew", "zipf")
+
+
+def check_routing(kind: Any, what: str = "--routing") -> str:
+    """A routing name of :data:`ROUTINGS` (else one line naming ``what``)."""
+    if kind not in ROUTINGS:
+        raise InputError(f"{what} {kind!r} is not known; expected one of {', '.join(ROUTINGS)}")
+    return kind
+
+
+def check_max_over_mean(r: Any, what: str = "--max-over-mean") -> float:
+    """Skew routing's hot-rank load over the mean: a finite number >= 1."""
+    if isinstance(r, bool) or not (isinstance(r, (int, float)) and math.isfinite(r) and r >= 1):
+        raise InputError(f"{what} {r!r} must be a number >= 1 (the hot rank's load over the "
+                         "mean load)")
+    return r
+
+
+def check_zipf(z: Any, what: str = "--zipf") -> float:
+    """Zipf routing's exponent: a finite number >= 0."""
+    if isinstance(z, bool) or not (isinstance(z, (int, float)) and math.isfinite(z) and z >= 0):
+        raise InputError(f"{what} {z!r} must be a non-negative exponent")
+    return z

@@ -398,3 +398,40 @@ def accum_for_global_batch(text: str | int, micro_batch: int, data_parallel: int
                          f"{data_parallel} = {per_step}; expected e.g. {lo} or {lo + per_step}"
                          " sequences")
     return value // per_step
+
+
+RECOMPUTE_FLAGS = {"auto": None, "on": True, "off": False, "full": True, "none": False,
+                   "selective": False}
+
+
+def training_from_flags(a, gpus: int) -> TrainingSpec:
+    """The :class:`TrainingSpec` of ``parosim simulate``'s flags (``a``: the parsed
+    namespace, or any object with the same attributes, e.g. a sweep point read as flags) on
+    ``gpus`` GPUs: ``--global-batch`` sets the accumulation (a different ``--accum`` given
+    with it is refused), ``--efficiency`` selects the flat compute model (refused beside
+    ``--compute-model kernel``)."""
+    accum = a.accum
+    if getattr(a, "global_batch", None) is not None:
+        dp = (gpus // (getattr(a, "tp", None) or 1) // (getattr(a, "pp", None) or 1)
+              // (getattr(a, "cp", None) or 1))
+        accum = accum_for_global_batch(a.global_batch, a.micro_batch, dp, a.seq_len)
+        if getattr(a, "_given_accum", False) and a.accum != accum:
+            raise InputError(f"--accum {a.accum} disagrees with --global-batch "
+                             f"{a.global_batch} (which gives accum {accum}); expected one "
+                             "of them")
+    compute_model = a.compute_model
+    if a.efficiency is not None:   # an efficiency is the flat model's: it selects it
+        if compute_model == "kernel":
+            raise InputError(f"--efficiency {a.efficiency:g} applies to the flat compute "
+                             "model; got --compute-model kernel (which costs each kernel "
+                             "from its shape); expected one of them")
+        compute_model = "flat"
+    return TrainingSpec(
+        micro_batch=a.micro_batch, accum_steps=accum, seq_len=a.seq_len,
+        trainable_ratio=parse_trainable_ratio(a.trainable_ratio),
+        recompute=RECOMPUTE_FLAGS[a.recompute],
+        compute_efficiency=(DEFAULT_COMPUTE_EFFICIENCY if a.efficiency is None
+                            else a.efficiency),
+        overlap_slowdown=a.overlap_slowdown, compute_model=compute_model,
+        attention=a.attention, memory_model=a.memory_model, logit_bytes=a.logit_bytes,
+        precision=getattr(a, "precision", "bf16"))

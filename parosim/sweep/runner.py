@@ -114,7 +114,7 @@ def evaluate(point: dict[str, Any]) -> dict[str, Any]:
     try:
         if point.get("kind", "step") == "collective":
             return run_collective_point(point)
-        from ..simulate.step import run_point  # deferred: a worker process imports the simulator
+        from ..simulate.point import run_point  # deferred: a worker process imports the simulator
 
         return run_point(point)
     except (KeyboardInterrupt, SystemExit):
@@ -172,7 +172,7 @@ def _local_pool(points: list[dict], workers: int) -> Iterator[tuple[int, dict]]:
         # (not parosim.sweep itself: it may be __main__, which workers re-run under runpy)
         # (the packages load their names on first use: preload the modules themselves)
         ctx.set_forkserver_preload(["parosim.collectives.simulate", "parosim.io.cluster",
-                                    "parosim.io.model", "parosim.simulate.step"])
+                                    "parosim.io.model", "parosim.simulate.point"])
     else:
         ctx = multiprocessing.get_context("spawn")
 
@@ -307,7 +307,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
     changed = sorted(k for k, sha in inputs_now.items() if k in before and before[k] != sha)
     if VERSION_LABEL in before and before[VERSION_LABEL] != __version__:
         changed.append(VERSION_LABEL)
-    columns = list(sweep_columns(spec.kind, spec.input_keys()))
+    moe = spec.has_moe()   # a mixture-of-experts model: the MoE columns too
+    columns = list(sweep_columns(spec.kind, spec.input_keys(), moe))
     client = _connect(scheduler, scheduler_timeout_s) if scheduler is not None else None
     try:
         log = ResultsLog(out / "results.csv", columns, fresh=fresh)
@@ -318,8 +319,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 2,
             client.close()
         raise
     try:
-        (out / "columns.md").write_text(columns_markdown(spec.kind,
-                                                         spec.input_keys()))
+        (out / "columns.md").write_text(columns_markdown(spec.kind, spec.input_keys(), moe))
     except OSError as e:
         log.release()
         if client is not None:
