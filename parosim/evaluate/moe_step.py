@@ -454,6 +454,95 @@ def _a2a_share(plan: MoEPlan, links: dict, flows: dict, starts: np.ndarray,
     return cap
 
 
+def _a2a_windows(plan: MoEPlan, links: dict, flows: dict, dur: list[float],
+                 starts: np.ndarray, ends: np.ndarray, c_k: dict, w_k: dict,
+                 path: float) -> float:
+    """Term 5 of the module docstring: the growth of the all-to-alls' windows, summed over
+    every window of every micro-step of every run. A window: one micro-step's all-to-alls
+    between the embedding and the head (its forward, or its backward), from the first one's
+    start to the last one's end in ``R``. Each grows by the larger of term 3 restricted to
+    its all-to-alls (each collective stream's share ``c_jK a_wK / P``, at most the flow
+    shares of the window's all-to-alls inside the stream's span of that micro-step) and
+    the work its link class must do in it beyond its length: every op's transfers on K by
+    the share of its time inside, and the time K idles while the gathers that transfer on
+    K run their other phases (not in a backward with reduce-scatters, which fill it)."""
+    ops = plan.ops
+    m = ends.shape[1]
+    windows: list[list[int]] = []
+    cur: list[int] = []
+    for op in ops[:m]:
+        if isinstance(op, A2AOp):
+            cur.append(op.id)
+        elif isinstance(op, ComputeOp) and op.layer is None and cur:
+            windows.append(cur)
+            cur = []
+    if cur:
+        windows.append(cur)
+    if not windows:
+        return 0.0
+    # a micro-step's first window is its forward, the next its backward
+    seen: set = set()
+    later = set()
+    for w in windows:
+        mb = ops[w[0]].micro_step
+        if mb in seen:
+            later.add(w[0])
+        seen.add(mb)
+    ids = list(links)
+    x = np.array([[links[i][kk][0] for kk in (0, 1)] for i in ids])
+    # the gathers that transfer on K: K idles while they run their other phases
+    idle = np.array([[max(0.0, dur[i] - links[i][kk][0]) if ops[i].stream == COMM_PARAM
+                      and links[i][kk][0] > 0 else 0.0 for kk in (0, 1)] for i in ids])
+    grads = any(ops[i].stream == COMM_GRAD for i in ids)
+    # the gathers fall behind the compute only where an all-to-all has more flows on a
+    # GPU's K link than a gather (weighted max-min: the gather keeps the smaller share)
+    paced = [max(flows[i][kk] for w in windows for i in w) > w_k[COMM_PARAM][kk]
+             for kk in (0, 1)]
+    on_k = [any(links[i][kk][0] > 0 for w in windows for i in w) for kk in (0, 1)]
+    # each collective stream's ops by micro-step (its span in R, per run)
+    spans = {}
+    for stream in c_k:
+        by: dict = {}
+        for i in range(m):
+            if ops[i].stream == stream:
+                by.setdefault(ops[i].micro_step, []).append(i)
+        spans[stream] = by
+    seconds = {kk: {w[0]: np.array([sum(links[i][kk]) for i in w]) for w in windows}
+               for kk in (0, 1)}
+    total = 0.0
+    for r in range(ends.shape[0]):
+        s_, e_ = starts[r, ids], ends[r, ids]
+        for w in windows:
+            lo, hi = float(starts[r, w].min()), float(ends[r, w].max())
+            inside = np.clip(np.minimum(e_, hi) - np.maximum(s_, lo), 0.0, None) / np.where(
+                e_ > s_, e_ - s_, 1.0)
+            backward = w[0] in later
+            g3 = 0.0
+            for stream, cs in c_k.items():
+                own = spans[stream].get(ops[w[0]].micro_step)
+                if not own or path <= 0:
+                    continue
+                lo_j, hi_j = starts[r, own].min(), ends[r, own].max()
+                meet = (starts[r, w] < hi_j) & (ends[r, w] > lo_j)
+                for kk in (0, 1):
+                    if not w_k[stream][kk]:
+                        continue
+                    sec = seconds[kk][w[0]]
+                    fl = np.array([flows[i][kk] for i in w], dtype=float)
+                    cap = float(np.where(fl > 0, sec * w_k[stream][kk] / np.where(
+                        fl > 0, fl, 1.0), 0.0) @ meet)
+                    g3 += min(cs[kk] * float(sec.sum()) / path, cap)
+            grow = g3
+            for kk in (0, 1):
+                if on_k[kk]:
+                    work = float(inside @ x[:, kk])
+                    if not (grads and backward) and paced[kk]:
+                        work += float(inside @ idle[:, kk])
+                    grow = max(grow, work - (hi - lo))
+            total += grow
+    return total
+
+
 def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
                  repeat: int = 1) -> MoEAnalytic:
     """The closed form of the module docstring on the plan the engine replays; ``repeat``:
@@ -542,7 +631,9 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
         cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
         shared += sum(min(c * a * repeat * repeat / path, m) if path > 0 else 0.0
                       for c, a, m in zip(cs, a_k, cap, strict=True))
-    contention = sched + shared
+    # term 5: the all-to-alls' windows, each grown by term 3 or by its link's work
+    contention = max(sched + shared, sched + _a2a_windows(plan, links, flows, dur, starts, ends,
+                                                          c_k, w_k, comp + a2a))
     step = max(sched, links_t, contention, own_links)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:
