@@ -164,6 +164,21 @@ def test_engine_equals_closed_form_link_shares(setting, strategy, expert):
     assert _engine_vs_closed_form(setting, strategy, expert)
 
 
+# term 5, the all-to-alls' windows: the gathers, paced by the all-to-alls' flow share on the
+# NICs, run back to back and the compute waits for them (Qwen3-30B-A3B at EP 16 on 4 x 8;
+# engine / closed form - 1 before: GGG x GGG +5.69 %, GIG x GGG +3.70 %, GNG x GNG +3.10 %),
+# and Mixtral-8x7B at EP 2 on 2 x 8 (IIG x IGG +3.40 %, IGG x IGG +4.09 %, GGG x IGG +4.06 %)
+SETTINGS["mixtral-ep2"] = (MIX, T1, 2, 2)
+PAIRS_WINDOWS = [("qwen3-ep16-4nodes", "GGG", "GGG"), ("qwen3-ep16-4nodes", "GIG", "GGG"),
+                 ("qwen3-ep16-4nodes", "GNG", "GNG"), ("mixtral-ep2", "IIG", "IGG"),
+                 ("mixtral-ep2", "IGG", "IGG"), ("mixtral-ep2", "GGG", "IGG")]
+
+
+@pytest.mark.parametrize("setting,strategy,expert", PAIRS_WINDOWS)
+def test_engine_equals_closed_form_a2a_windows(setting, strategy, expert):
+    assert _engine_vs_closed_form(setting, strategy, expert)
+
+
 # Qwen3-30B-A3B at EP 2 on 8 x 8 H100, s = 4096, FlashAttention, --accum 16 (the layout
 # `advise --model qwen3-30b-a3b --nodes 8 --global-batch 1024 --seq-len 4096` ranks first):
 # term 2's gather gaps (the NICs idle while the expert gathers, two uses ahead, wait for the
@@ -196,7 +211,8 @@ def test_engine_equals_closed_form_gather_gaps(setting, strategy, expert):
 @pytest.mark.slow
 @pytest.mark.parametrize("setting,fits,within,lo,hi", [
     ("qwen3-ep2-8nodes", 79, 35, -0.0451, 0.0343),
-    ("qwen3-ep16-4nodes", 191, 146, -0.0178, 0.0569),
+    ("qwen3-ep16-4nodes", 191, 155, -0.0178, 0.0132),
+    ("mixtral-ep2", 37, 25, -0.0180, 0.0150),
     ("qwen3-ep8-4nodes", 122, 112, -0.0135, 0.0064),
     ("qwen3-ep8-accum2", 117, 81, -0.0188, 0.0079)])
 def test_engine_against_closed_form_outside_the_tested_settings(setting, fits, within, lo, hi):

@@ -4,7 +4,7 @@ that put token imbalance into it (docs/moe.md, "A MoE training step").
 Closed form: the plan's own schedule, costed op by op with each collective's lowered
 program time (:func:`~parosim.collectives.cost.program_time`; the all-to-alls over the
 layout's EP groups, the expert collectives over its EDP groups), bounded by the links the
-streams share (docs/moe.md, "A MoE training step"). Four terms, each a mechanism of the
+streams share (docs/moe.md, "A MoE training step"). Five terms, each a mechanism of the
 engine's schedule:
 
 1. **The streams' schedule** ``R``: every op starts when its dependencies and the op before
@@ -59,9 +59,24 @@ engine's schedule:
    ``d_i`` later (the growth of the stream's ops from ``b0`` to it), and the step ends no
    earlier than ``e_i + d_i + tail_i`` (``tail_i``: the longest chain of ops by dependency
    and stream order from op i's end to the step's end, at uncontended times).
+5. **The all-to-alls' windows** ``R + sum_w max(g_w, N_w - L_w)``: a micro-step's forward
+   all-to-alls (between the embedding and the head) and its backward ones each span a
+   window w of ``R`` (the first one's start to the last one's end, ``L_w`` long) on the
+   compute path. Each window grows by term 3 restricted to its all-to-alls (``g_w``: each
+   stream's share ``c_jK a_wK / P``, at most its flow shares of the window's all-to-alls
+   inside its span) or, if more, by the work ``N_w`` its link class K (the all-to-alls'
+   links) must do in it beyond ``L_w``: every op's transfers on K by the share of its time
+   inside, and the time K idles while the gathers that transfer on K run their other
+   phases (latency parts, phases on other links), where an all-to-all has more flows on a
+   GPU's K link than a gather: by weighted max-min the gather then keeps the smaller share
+   and ends a whole all-to-all transfer later for each it meets, the gather stream falls
+   behind and runs back to back, the compute waits for it, and the all-to-alls, which
+   wait for the compute, no longer fill the gathers' other phases as they do in ``R``.
+   Not in a backward with reduce-scatters (they fill K there, as in term 2).
 
     T = max(R, max_K (W_K + max(0, I_K - F_K - S_K) + G_K) + t_sync_g + t_opt + t_sync_p,
-            R + sum_K sum_j min(c_jK a_K / P, m_jK), max_i (e_i + d_i + tail_i))
+            R + max(sum_K sum_j min(c_jK a_K / P, m_jK), sum_w max(g_w, N_w - L_w)),
+            max_i (e_i + d_i + tail_i))
 
 (``R`` ends with the boundary: gradient syncs, optimizer, parameter syncs.) With overlap
 slowdown f > 1 the schedule does not slow compute beside collectives; the step is then the
@@ -509,9 +524,12 @@ def _a2a_windows(plan: MoEPlan, links: dict, flows: dict, dur: list[float],
         spans[stream] = by
     seconds = {kk: {w[0]: np.array([sum(links[i][kk]) for i in w]) for w in windows}
                for kk in (0, 1)}
+    # every op of every run: a previous micro-step's ops may run into a window
+    runs = ends.shape[0]
+    s_, e_ = starts[:, ids].ravel(), ends[:, ids].ravel()
+    x, idle = np.tile(x, (runs, 1)), np.tile(idle, (runs, 1))
     total = 0.0
-    for r in range(ends.shape[0]):
-        s_, e_ = starts[r, ids], ends[r, ids]
+    for r in range(runs):
         for w in windows:
             lo, hi = float(starts[r, w].min()), float(ends[r, w].max())
             inside = np.clip(np.minimum(e_, hi) - np.maximum(s_, lo), 0.0, None) / np.where(
