@@ -509,9 +509,12 @@ def _a2a_windows(plan: MoEPlan, links: dict, flows: dict, dur: list[float],
     idle = np.array([[max(0.0, dur[i] - links[i][kk][0]) if ops[i].stream == COMM_PARAM
                       and links[i][kk][0] > 0 else 0.0 for kk in (0, 1)] for i in ids])
     grads = any(ops[i].stream == COMM_GRAD for i in ids)
-    # the gathers fall behind the compute only where an all-to-all has more flows on a
-    # GPU's K link than a gather (weighted max-min: the gather keeps the smaller share)
-    paced = [max(flows[i][kk] for w in windows for i in w) > w_k[COMM_PARAM][kk]
+    # the gathers fall behind the compute only on the link class that carries most of their
+    # transfers, and only where an all-to-all has more flows on a GPU's link of that class
+    # than a gather (weighted max-min: the gather keeps the smaller share)
+    gx = [sum(links[i][kk][0] for i in ids if ops[i].stream == COMM_PARAM) for kk in (0, 1)]
+    paced = [gx[kk] > 0 and gx[kk] >= gx[1 - kk] and max(flows[i][kk] for w in windows
+                                                         for i in w) > w_k[COMM_PARAM][kk]
              for kk in (0, 1)]
     on_k = [any(links[i][kk][0] > 0 for w in windows for i in w) for kk in (0, 1)]
     # each collective stream's ops by micro-step (its span in R, per run)
