@@ -504,55 +504,61 @@ def _a2a_windows(plan: MoEPlan, links: dict, flows: dict, dur: list[float],
             later.add(w[0])
         seen.add(mb)
     ids = list(links)
-    x = np.array([[links[i][kk][0] for kk in (0, 1)] for i in ids])
+    x = np.array([links[i] for i in ids])[:, :, 0]          # transfers on K
+    stream_of = [ops[i].stream for i in ids]
+    gat = np.array([st == COMM_PARAM for st in stream_of])
     # the gathers that transfer on K: K idles while they run their other phases
-    idle = np.array([[max(0.0, dur[i] - links[i][kk][0]) if ops[i].stream == COMM_PARAM
-                      and links[i][kk][0] > 0 else 0.0 for kk in (0, 1)] for i in ids])
-    grads = any(ops[i].stream == COMM_GRAD for i in ids)
+    d_ids = np.array([dur[i] for i in ids])
+    idle = np.where(gat[:, None] & (x > 0), np.clip(d_ids[:, None] - x, 0.0, None), 0.0)
+    grads = COMM_GRAD in stream_of
     # the gathers fall behind the compute only on the link class that carries most of their
     # transfers, and only where an all-to-all has more flows on a GPU's link of that class
     # than a gather (weighted max-min: the gather keeps the smaller share)
-    gx = [sum(links[i][kk][0] for i in ids if ops[i].stream == COMM_PARAM) for kk in (0, 1)]
+    gx = x[gat].sum(axis=0)
     paced = [gx[kk] > 0 and gx[kk] >= gx[1 - kk] and max(flows[i][kk] for w in windows
                                                          for i in w) > w_k[COMM_PARAM][kk]
              for kk in (0, 1)]
     on_k = [any(links[i][kk][0] > 0 for w in windows for i in w) for kk in (0, 1)]
     # each collective stream's ops by micro-step (its span in R, per run)
-    spans = {}
-    for stream in c_k:
-        by: dict = {}
-        for i in range(m):
-            if ops[i].stream == stream:
-                by.setdefault(ops[i].micro_step, []).append(i)
-        spans[stream] = by
-    seconds = {kk: {w[0]: np.array([sum(links[i][kk]) for i in w]) for w in windows}
-               for kk in (0, 1)}
+    spans: dict = {stream: {} for stream in c_k}
+    for op in ops[:m]:
+        if op.stream in spans:
+            spans[op.stream].setdefault(op.micro_step, []).append(op.id)
+    spans = {st: {mb: np.array(v) for mb, v in by.items()} for st, by in spans.items()}
+    # per window and link class: each all-to-all's seconds on K, and the most one stream's
+    # op can delay it (term 3's flow share), fixed over the runs
+    caps = []
+    for w in windows:
+        per = {}
+        for kk in (0, 1):
+            sec = np.array([sum(links[i][kk]) for i in w])
+            fl = np.array([flows[i][kk] for i in w], dtype=float)
+            share = np.divide(sec, fl, out=np.zeros_like(sec), where=fl > 0)
+            per[kk] = (float(sec.sum()), share)
+        caps.append(per)
     # every op of every run: a previous micro-step's ops may run into a window
     runs = ends.shape[0]
     s_, e_ = starts[:, ids].ravel(), ends[:, ids].ravel()
+    d_ = np.where(e_ > s_, e_ - s_, 1.0)
     x, idle = np.tile(x, (runs, 1)), np.tile(idle, (runs, 1))
     total = 0.0
+    arrays = [np.array(w) for w in windows]
     for r in range(runs):
-        for w in windows:
-            lo, hi = float(starts[r, w].min()), float(ends[r, w].max())
-            inside = np.clip(np.minimum(e_, hi) - np.maximum(s_, lo), 0.0, None) / np.where(
-                e_ > s_, e_ - s_, 1.0)
+        for w, wa, per in zip(windows, arrays, caps, strict=True):
+            w_s, w_e = starts[r, wa], ends[r, wa]
+            lo, hi = float(w_s.min()), float(w_e.max())
+            inside = np.clip(np.minimum(e_, hi) - np.maximum(s_, lo), 0.0, None) / d_
             backward = w[0] in later
             g3 = 0.0
             for stream, cs in c_k.items():
                 own = spans[stream].get(ops[w[0]].micro_step)
-                if not own or path <= 0:
+                if own is None or path <= 0:
                     continue
-                lo_j, hi_j = starts[r, own].min(), ends[r, own].max()
-                meet = (starts[r, w] < hi_j) & (ends[r, w] > lo_j)
+                meet = (w_s < ends[r, own].max()) & (w_e > starts[r, own].min())
                 for kk in (0, 1):
-                    if not w_k[stream][kk]:
-                        continue
-                    sec = seconds[kk][w[0]]
-                    fl = np.array([flows[i][kk] for i in w], dtype=float)
-                    cap = float(np.where(fl > 0, sec * w_k[stream][kk] / np.where(
-                        fl > 0, fl, 1.0), 0.0) @ meet)
-                    g3 += min(cs[kk] * float(sec.sum()) / path, cap)
+                    if w_k[stream][kk]:
+                        a_w, share = per[kk]
+                        g3 += min(cs[kk] * a_w / path, w_k[stream][kk] * float(share @ meet))
             grow = g3
             for kk in (0, 1):
                 if on_k[kk]:
