@@ -38,15 +38,16 @@ engine's schedule:
    and not on a link class the all-to-alls move data on (term 3's contention moves the
    gathers' waits there).
 3. **All-to-all contention** ``R + sum_K sum_j min(c_jK a_K / P, m_jK)``: each collective
-   stream j (the gathers, the reduce-scatters; c_jK seconds on K) runs spread over the
-   compute path ``P = t_comp + t_a2a``; the share ``a_K / P`` of it falls into the
+   stream j (the gathers, the reduce-scatters; c_jK seconds of transfer on K) runs spread
+   over the compute path ``P = t_comp + t_a2a``; the share ``a_K / P`` of it falls into the
    all-to-alls' windows on the same links and delays the all-to-alls on the compute path by
    that much (the link moves both), but by at most ``m_jK``: the engine shares a link by
    weighted max-min fairness, a transfer counting once per flow it has there, so an
    all-to-all with ``w_a`` flows on a GPU's K link beside an op of stream j with ``w_j``
    flows keeps ``w_a / (w_a + w_j)`` of it and each second of its own time on K grows by at
    most ``w_j / w_a``; ``m_jK`` sums that over the all-to-alls inside the stream's span in
-   ``R`` (its first op's start to its last op's end, per micro-step).
+   ``R`` (its first op's start to its last op's end, per micro-step). ``c_jK`` counts the
+   stream's transfers only: its latency parts move no bytes and take no share of K.
 4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
    (which the compute waits for) and the reduce-scatter stream (which the boundary waits
    for). Each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
@@ -626,7 +627,9 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             if isinstance(op, A2AOp):
                 a_k[kk] += xfer + lat
             else:
-                c_k.setdefault(op.stream, [0.0, 0.0])[kk] += xfer + lat
+                # the stream's transfers: its latency parts move no bytes and take nothing
+                # from the all-to-alls
+                c_k.setdefault(op.stream, [0.0, 0.0])[kk] += xfer
                 w_k.setdefault(op.stream, [0, 0])[kk] = max(w_k[op.stream][kk], flows[i][kk])
             if alone:
                 idle[kk] += max(0.0, dur[i] - xfer)
