@@ -68,8 +68,9 @@ engine's schedule:
    inside its span) or, if more, by the work ``N_w`` its link class K (the all-to-alls'
    links) must do in it beyond ``L_w``: every op's transfers on K by the share of its time
    inside, and the time K idles while the gathers that transfer on K run their other
-   phases (latency parts, phases on other links), where an all-to-all has more flows on a
-   GPU's K link than a gather: by weighted max-min the gather then keeps the smaller share
+   phases (latency parts, phases on other links), where K carries most of the gather
+   stream's transfers and an all-to-all has more flows on a GPU's K link than a gather:
+   by weighted max-min the gather then keeps the smaller share
    and ends a whole all-to-all transfer later for each it meets, the gather stream falls
    behind and runs back to back, the compute waits for it, and the all-to-alls, which
    wait for the compute, no longer fill the gathers' other phases as they do in ``R``.
@@ -481,7 +482,8 @@ def _a2a_windows(plan: MoEPlan, links: dict, flows: dict, dur: list[float],
     shares of the window's all-to-alls inside the stream's span of that micro-step) and
     the work its link class must do in it beyond its length: every op's transfers on K by
     the share of its time inside, and the time K idles while the gathers that transfer on
-    K run their other phases (not in a backward with reduce-scatters, which fill it)."""
+    K run their other phases, where the gathers fall behind the compute (``paced``; not in
+    a backward with reduce-scatters, which fill it)."""
     ops = plan.ops
     m = ends.shape[1]
     windows: list[list[int]] = []
