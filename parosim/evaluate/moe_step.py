@@ -4,7 +4,7 @@ that put token imbalance into it (docs/moe.md, "A MoE training step").
 Closed form: the plan's own schedule, costed op by op with each collective's lowered
 program time (:func:`~parosim.collectives.cost.program_time`; the all-to-alls over the
 layout's EP groups, the expert collectives over its EDP groups), bounded by the links the
-streams share (docs/moe.md, "A MoE training step"). Four terms, each a mechanism of the
+streams share (docs/moe.md, "A MoE training step"). Five terms, each a mechanism of the
 engine's schedule:
 
 1. **The streams' schedule** ``R``: every op starts when its dependencies and the op before
@@ -38,15 +38,16 @@ engine's schedule:
    and not on a link class the all-to-alls move data on (term 3's contention moves the
    gathers' waits there).
 3. **All-to-all contention** ``R + sum_K sum_j min(c_jK a_K / P, m_jK)``: each collective
-   stream j (the gathers, the reduce-scatters; c_jK seconds on K) runs spread over the
-   compute path ``P = t_comp + t_a2a``; the share ``a_K / P`` of it falls into the
+   stream j (the gathers, the reduce-scatters; c_jK seconds of transfer on K) runs spread
+   over the compute path ``P = t_comp + t_a2a``; the share ``a_K / P`` of it falls into the
    all-to-alls' windows on the same links and delays the all-to-alls on the compute path by
    that much (the link moves both), but by at most ``m_jK``: the engine shares a link by
    weighted max-min fairness, a transfer counting once per flow it has there, so an
    all-to-all with ``w_a`` flows on a GPU's K link beside an op of stream j with ``w_j``
    flows keeps ``w_a / (w_a + w_j)`` of it and each second of its own time on K grows by at
    most ``w_j / w_a``; ``m_jK`` sums that over the all-to-alls inside the stream's span in
-   ``R`` (its first op's start to its last op's end, per micro-step).
+   ``R`` (its first op's start to its last op's end, per micro-step). ``c_jK`` counts the
+   stream's transfers only: its latency parts move no bytes and take no share of K.
 4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
    (which the compute waits for) and the reduce-scatter stream (which the boundary waits
    for). Each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
@@ -59,9 +60,25 @@ engine's schedule:
    ``d_i`` later (the growth of the stream's ops from ``b0`` to it), and the step ends no
    earlier than ``e_i + d_i + tail_i`` (``tail_i``: the longest chain of ops by dependency
    and stream order from op i's end to the step's end, at uncontended times).
+5. **The all-to-alls' windows** ``R + sum_w max(g_w, N_w - L_w)``: a micro-step's forward
+   all-to-alls (between the embedding and the head) and its backward ones each span a
+   window w of ``R`` (the first one's start to the last one's end, ``L_w`` long) on the
+   compute path. Each window grows by term 3 restricted to its all-to-alls (``g_w``: each
+   stream's share ``c_jK a_wK / P``, at most its flow shares of the window's all-to-alls
+   inside its span) or, if more, by the work ``N_w`` its link class K (the all-to-alls'
+   links) must do in it beyond ``L_w``: every op's transfers on K by the share of its time
+   inside, and the time K idles while the gathers that transfer on K run their other
+   phases (latency parts, phases on other links), where K carries most of the gather
+   stream's transfers and an all-to-all has more flows on a GPU's K link than a gather:
+   by weighted max-min the gather then keeps the smaller share
+   and ends a whole all-to-all transfer later for each it meets, the gather stream falls
+   behind and runs back to back, the compute waits for it, and the all-to-alls, which
+   wait for the compute, no longer fill the gathers' other phases as they do in ``R``.
+   Not in a backward with reduce-scatters (they fill K there, as in term 2).
 
     T = max(R, max_K (W_K + max(0, I_K - F_K - S_K) + G_K) + t_sync_g + t_opt + t_sync_p,
-            R + sum_K sum_j min(c_jK a_K / P, m_jK), max_i (e_i + d_i + tail_i))
+            R + max(sum_K sum_j min(c_jK a_K / P, m_jK), sum_w max(g_w, N_w - L_w)),
+            max_i (e_i + d_i + tail_i))
 
 (``R`` ends with the boundary: gradient syncs, optimizer, parameter syncs.) With overlap
 slowdown f > 1 the schedule does not slow compute beside collectives; the step is then the
@@ -454,6 +471,108 @@ def _a2a_share(plan: MoEPlan, links: dict, flows: dict, starts: np.ndarray,
     return cap
 
 
+def _a2a_windows(plan: MoEPlan, links: dict, flows: dict, dur: list[float],
+                 starts: np.ndarray, ends: np.ndarray, c_k: dict, w_k: dict,
+                 path: float) -> float:
+    """Term 5 of the module docstring: the growth of the all-to-alls' windows, summed over
+    every window of every micro-step of every run. A window: one micro-step's all-to-alls
+    between the embedding and the head (its forward, or its backward), from the first one's
+    start to the last one's end in ``R``. Each grows by the larger of term 3 restricted to
+    its all-to-alls (each collective stream's share ``c_jK a_wK / P``, at most the flow
+    shares of the window's all-to-alls inside the stream's span of that micro-step) and
+    the work its link class must do in it beyond its length: every op's transfers on K by
+    the share of its time inside, and the time K idles while the gathers that transfer on
+    K run their other phases, where the gathers fall behind the compute (``paced``; not in
+    a backward with reduce-scatters, which fill it)."""
+    ops = plan.ops
+    m = ends.shape[1]
+    windows: list[list[int]] = []
+    cur: list[int] = []
+    for op in ops[:m]:
+        if isinstance(op, A2AOp):
+            cur.append(op.id)
+        elif isinstance(op, ComputeOp) and op.layer is None and cur:
+            windows.append(cur)
+            cur = []
+    if cur:
+        windows.append(cur)
+    if not windows:
+        return 0.0
+    # a micro-step's first window is its forward, the next its backward
+    seen: set = set()
+    later = set()
+    for w in windows:
+        mb = ops[w[0]].micro_step
+        if mb in seen:
+            later.add(w[0])
+        seen.add(mb)
+    ids = list(links)
+    x = np.array([links[i] for i in ids])[:, :, 0]          # transfers on K
+    stream_of = [ops[i].stream for i in ids]
+    gat = np.array([st == COMM_PARAM for st in stream_of])
+    # the gathers that transfer on K: K idles while they run their other phases
+    d_ids = np.array([dur[i] for i in ids])
+    idle = np.where(gat[:, None] & (x > 0), np.clip(d_ids[:, None] - x, 0.0, None), 0.0)
+    grads = COMM_GRAD in stream_of
+    # the gathers fall behind the compute only on the link class that carries most of their
+    # transfers, and only where an all-to-all has more flows on a GPU's link of that class
+    # than a gather (weighted max-min: the gather keeps the smaller share)
+    gx = x[gat].sum(axis=0)
+    paced = [gx[kk] > 0 and gx[kk] >= gx[1 - kk] and max(flows[i][kk] for w in windows
+                                                         for i in w) > w_k[COMM_PARAM][kk]
+             for kk in (0, 1)]
+    on_k = [any(links[i][kk][0] > 0 for w in windows for i in w) for kk in (0, 1)]
+    # each collective stream's ops by micro-step (its span in R, per run)
+    spans: dict = {stream: {} for stream in c_k}
+    for op in ops[:m]:
+        if op.stream in spans:
+            spans[op.stream].setdefault(op.micro_step, []).append(op.id)
+    spans = {st: {mb: np.array(v) for mb, v in by.items()} for st, by in spans.items()}
+    # per window and link class: each all-to-all's seconds on K, and the most one stream's
+    # op can delay it (term 3's flow share), fixed over the runs
+    caps = []
+    for w in windows:
+        per = {}
+        for kk in (0, 1):
+            sec = np.array([sum(links[i][kk]) for i in w])
+            fl = np.array([flows[i][kk] for i in w], dtype=float)
+            share = np.divide(sec, fl, out=np.zeros_like(sec), where=fl > 0)
+            per[kk] = (float(sec.sum()), share)
+        caps.append(per)
+    # every op of every run: a previous micro-step's ops may run into a window
+    runs = ends.shape[0]
+    s_, e_ = starts[:, ids].ravel(), ends[:, ids].ravel()
+    d_ = np.where(e_ > s_, e_ - s_, 1.0)
+    x, idle = np.tile(x, (runs, 1)), np.tile(idle, (runs, 1))
+    total = 0.0
+    arrays = [np.array(w) for w in windows]
+    for r in range(runs):
+        for w, wa, per in zip(windows, arrays, caps, strict=True):
+            w_s, w_e = starts[r, wa], ends[r, wa]
+            lo, hi = float(w_s.min()), float(w_e.max())
+            inside = np.clip(np.minimum(e_, hi) - np.maximum(s_, lo), 0.0, None) / d_
+            backward = w[0] in later
+            g3 = 0.0
+            for stream, cs in c_k.items():
+                own = spans[stream].get(ops[w[0]].micro_step)
+                if own is None or path <= 0:
+                    continue
+                meet = (w_s < ends[r, own].max()) & (w_e > starts[r, own].min())
+                for kk in (0, 1):
+                    if w_k[stream][kk]:
+                        a_w, share = per[kk]
+                        g3 += min(cs[kk] * a_w / path, w_k[stream][kk] * float(share @ meet))
+            grow = g3
+            for kk in (0, 1):
+                if on_k[kk]:
+                    work = float(inside @ x[:, kk])
+                    if not (grads and backward) and paced[kk]:
+                        work += float(inside @ idle[:, kk])
+                    grow = max(grow, work - (hi - lo))
+            total += grow
+    return total
+
+
 def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
                  repeat: int = 1) -> MoEAnalytic:
     """The closed form of the module docstring on the plan the engine replays; ``repeat``:
@@ -510,7 +629,9 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
             if isinstance(op, A2AOp):
                 a_k[kk] += xfer + lat
             else:
-                c_k.setdefault(op.stream, [0.0, 0.0])[kk] += xfer + lat
+                # the stream's transfers: its latency parts move no bytes and take nothing
+                # from the all-to-alls
+                c_k.setdefault(op.stream, [0.0, 0.0])[kk] += xfer
                 w_k.setdefault(op.stream, [0, 0])[kk] = max(w_k[op.stream][kk], flows[i][kk])
             if alone:
                 idle[kk] += max(0.0, dur[i] - xfer)
@@ -542,7 +663,9 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
         cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
         shared += sum(min(c * a * repeat * repeat / path, m) if path > 0 else 0.0
                       for c, a, m in zip(cs, a_k, cap, strict=True))
-    contention = sched + shared
+    # term 5: the all-to-alls' windows, each grown by term 3 or by its link's work
+    contention = max(sched + shared, sched + _a2a_windows(plan, links, flows, dur, starts, ends,
+                                                          c_k, w_k, comp + a2a))
     step = max(sched, links_t, contention, own_links)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:

@@ -15,8 +15,12 @@ and every count unchanged). It was regenerated once more when term 2 of the MoE 
 counted the links' idle time while the expert gathers wait for the compute and took the
 previous micro-step's reduce-scatters off the gathers' idle time (one ranked candidate's
 closed-form step 0.5198 s -> 0.5214 s, its MFU and tokens/s with it; the ranking, every
-count and the dense cases unchanged). Regenerate it only when the model (collective,
-compute or memory costs, the search space) changes on purpose.
+count and the dense cases unchanged). It was regenerated again when term 3 of the MoE
+closed form counted only the collective streams' transfers, not their latency parts, in
+what they take from the all-to-alls (four ranked candidates' closed-form steps 0.1 % to
+1.0 % lower, closer to the engine; the ranking, every count and the dense cases unchanged).
+Regenerate it only when the model (collective, compute or memory costs, the search space)
+changes on purpose.
 """
 
 import json
