@@ -139,9 +139,10 @@ def moe_step_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--routing", default=None,
                    help="token routing drawn per step (--repeats steps): balanced | uniform | "
                    "skew | zipf (default: every expert its mean load)")
-    g.add_argument("--max-over-mean", type=float, default=1.5,
+    g.add_argument("--max-over-mean", type=float, default=1.5, action=Explicit,
                    help="skew routing: the hot rank's load over the mean")
-    g.add_argument("--zipf", type=float, default=1.0, help="zipf routing: the exponent")
+    g.add_argument("--zipf", type=float, default=1.0, action=Explicit,
+                   help="zipf routing: the exponent")
 
 
 def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
