@@ -96,7 +96,8 @@ BASES: dict[str, dict[str, list[str]]] = {
     "model": {"dense": ["model", "--model", "mpt-125m", "--seq-len", "512"]},
     "cluster": {"dense": ["cluster", "show", "paper-a100-roce", "--nodes", "2"]},
     "calibrate": {"dense": ["calibrate", "--nccl-tests", NCCL_LOG, "--cluster", "aws-p4de",
-                            "-o", "{tmp}/base.yaml"]},
+                            "-o", "{tmp}/base.yaml", "--params", "nic.bandwidth",
+                            "--min-size", "64M"]},
 }
 # Commands with --json not probed here, and why.
 NOT_PROBED = {
@@ -327,23 +328,37 @@ TABLE: dict[str, dict[str, object]] = {
     },
     "calibrate": {
         "--steps": err("--steps", STEPS_CSV),
-        "--nccl-tests": d("--nccl-tests", NCCL_LOG_1NODE),
+        "--nccl-tests": d("--nccl-tests", NCCL_LOG_1NODE, "--min-size", "1"),
         "--cluster": d("--cluster", "paper-a100-roce"),
         "--set": d("--set", "nic.latency=20us"),
         "--output": f("-o", "{tmp}/out.yaml"),
         "--nodes": err("--nodes", "4", needle="16 ranks but --nodes 4"),
         "--algo": d("--algo", "ring"),
-        "--params": d("--params", "nic.bandwidth"),
+        "--params": d("--params", "nic.bandwidth,nic.latency"),
         "--holdout": d("--holdout", "every-other"),
-        "--min-size": d("--min-size", "1M"),
+        "--min-size": d("--min-size", "128M"),
         "--name": d("--name", "probe"),
         # fixed: --mode engine was accepted and ignored by a --nccl-tests fit
         "--mode": err("--mode", "engine", needle="--nccl-tests"),
         "--json": None,
     },
 }
-# flags that run the engine or a layer simulation: heavier, marked slow
-SLOW = {("compare", "--mode"), ("run", "--mode"), ("advise", "--engine-top")}
+# heavier probes, marked slow (the default run stays near a minute on two cores): the engine
+# runs, advise's two-node searches, the 14 MoE rows of compare (the MoE step is probed
+# through simulate in the default run) and calibrate's fits
+SLOW = {("compare", "dense", "--mode"), ("run", "dense", "--mode"),
+        ("advise", "dense", "--engine-top"), ("advise", "dense", "--algo"),
+        ("advise", "dense", "--group-nodes"), ("advise", "dense", "--nodes"),
+        ("compare", "moe", "*"), ("calibrate", "dense", "*")}
+
+
+def _slow(cmd: str, base: str, flag: str) -> bool:
+    entry = TABLE.get(cmd, {}).get(flag)
+    if isinstance(entry, dict):
+        entry = entry.get(base)
+    if isinstance(entry, P) and entry.want == "err":
+        return False  # a refusal is quick
+    return bool({(cmd, base, flag), (cmd, base, "*")} & SLOW)
 
 
 def _sub_actions(cmd: str) -> list[argparse.Action]:
@@ -372,7 +387,7 @@ def _cases():
             continue
         for flag, spellings in _flags(cmd):
             for base in BASES.get(cmd, {"dense": []}):
-                marks = [pytest.mark.slow] if (cmd, flag) in SLOW else []
+                marks = [pytest.mark.slow] if _slow(cmd, base, flag) else []
                 yield pytest.param(cmd, flag, spellings, base, marks=marks,
                                    id=f"{cmd}-{base}-{flag.lstrip('-')}")
 
