@@ -120,6 +120,8 @@ NOT_PROBED = {
 # a MoE step's default algorithm is HO-Ring (paper fidelity); one node's collectives are the
 # same rings whatever the algorithm
 ALGO = {"dense": d("--algo", "ho-ring", with_=("--nodes", "2")), "moe": d("--algo", "ring")}
+DP_OVERLAP = (err("--dp-comm-overlap"),
+              d("--dp-comm-overlap", with_=("--tp", "2", "--strategy", "NNG")))
 ENGINE_JITTER = ("--mode", "engine", "--jitter-cv", "0.1", "--repeats", "3")
 TRAINING = {
     "--model": {"dense": d("--model", "mpt-350m"), "moe": d("--model", "qwen3-30b-a3b")},
@@ -157,14 +159,26 @@ TRAINING = {
     "--tp": {"dense": d("--tp", "2"), "moe": err("--tp", "2"), "moe-tp": d("--tp", "4")},
     "--pp": {"dense": d("--pp", "2"), "moe": err("--pp", "2"), "moe-tp": d("--pp", "2")},
     "--cp": {"dense": d("--cp", "2"), "moe": err("--cp", "2"), "moe-tp": d("--cp", "2")},
-    "--pp-schedule": err("--pp-schedule", "interleaved"),
-    "--virtual-stages": err("--virtual-stages", "3"),
-    "--sequence-parallel": {"dense": err("--sequence-parallel"),
+    # refused without their prerequisites, honoured with them (dense)
+    "--pp-schedule": {"dense": (err("--pp-schedule", "interleaved"),
+                                d("--pp-schedule", "interleaved", with_=("--pp", "2"))),
+                      "moe": err("--pp-schedule", "interleaved")},
+    "--virtual-stages": {"dense": (err("--virtual-stages", "3"),
+                                   d("--virtual-stages", "3",
+                                     with_=("--pp", "2", "--pp-schedule", "interleaved"))),
+                         "moe": err("--virtual-stages", "3")},
+    "--sequence-parallel": {"dense": (err("--sequence-parallel"),
+                                      d("--sequence-parallel", with_=("--tp", "2"))),
                             "moe": err("--sequence-parallel"), "moe-tp": None},
     # fixed: accepted and ignored where the TP group is within a node (rings on NVLink)
-    "--tp-algo": err("--tp-algo", "ring", needle="cross nodes", with_=("--tp", "2")),
-    "--tp-comm-overlap": err("--tp-comm-overlap"),
-    "--dp-comm-overlap": {"dense": err("--dp-comm-overlap"), "moe": err("--dp-comm-overlap"),
+    "--tp-algo": {"dense": err("--tp-algo", "ring", needle="cross nodes", with_=("--tp", "2")),
+                  "moe": err("--tp-algo", "ring")},
+    "--tp-comm-overlap": {"dense": (err("--tp-comm-overlap"),
+                                    d("--tp-comm-overlap", with_=("--tp", "2",
+                                                                  "--sequence-parallel"))),
+                          "moe": err("--tp-comm-overlap")},
+    "--dp-comm-overlap": {"dense": (err("--dp-comm-overlap"),
+                                    d("--dp-comm-overlap", with_=("--tp", "2"))), "moe": err("--dp-comm-overlap"),
                           "moe-tp": None},
     "--cluster": {"dense": d("--cluster", "dgx-a100-ib"), "moe": d("--cluster", "dgx-b200-ib")},
     "--set": d("--set", "intra_node.bandwidth=1000Gbps"),
@@ -195,6 +209,7 @@ TABLE: dict[str, dict[str, object]] = {
     "simulate": {
         **TRAINING, **MOE_FLAGS, **ROUTING,
         "--strategy": d("--strategy", "IIG"),
+        "--dp-comm-overlap": {**TRAINING["--dp-comm-overlap"], "dense": DP_OVERLAP},
         "--algo": ALGO,
         "--mode": d("--mode", "engine"),
         "--trace": {"dense": f("--trace", "{tmp}/out.json", with_=("--mode", "engine")),
@@ -239,6 +254,7 @@ TABLE: dict[str, dict[str, object]] = {
     "run": {
         **TRAINING,
         "--strategy": d("--strategy", "IIG"),
+        "--dp-comm-overlap": DP_OVERLAP,
         "--algo": ALGO["dense"],
         "--mode": d("--mode", "engine"),
         "--tokens": d("--tokens", "2T"),
@@ -471,6 +487,14 @@ def test_flag_changes_the_result_or_is_refused(cmd, flag, spellings, base, tmp_p
             f"{cmd} {flag}: None only for ALLOWED_NIL flags")
         return
     _inputs(tmp_path)
+    for probe in (entry if isinstance(entry, tuple) else (entry,)):
+        _check(cmd, flag, spellings, base, probe, tmp_path, capsys)
+
+
+def _check(cmd, flag, spellings, base, entry: P, tmp_path: Path, capsys) -> None:
+    """One probe of ``flag`` on ``cmd``'s ``base`` baseline (see :class:`P`)."""
+    for old in tmp_path.glob("out.*"):
+        old.unlink()
     argv0 = _fill([*BASES[cmd][base], *entry.with_], tmp_path)
     argv1 = [*argv0, *_fill(entry.args, tmp_path)]
     rc1, res1, err1 = _run_json(argv1, capsys)

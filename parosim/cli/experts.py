@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
-from .parser import Explicit
+from .actions import Explicit
 from .setup import refuse_unused_routing
 
 # what frameworks call the expert sharding levels (docs/moe.md)

@@ -10,13 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-
-class Explicit(argparse.Action):
-    """Stores the value and remembers that the flag was given (``_given_<dest>``)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        setattr(namespace, f"_given_{self.dest}", True)
+from .actions import Explicit
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

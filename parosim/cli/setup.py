@@ -31,7 +31,8 @@ def specs_of(a: argparse.Namespace):
                      + [k for k in ("max_over_mean", "zipf") if getattr(a, f"_given_{k}", False)])
     refuse_unused_routing(a)
     cluster = cluster_from_flags(a)
-    refuse_unused_tp_algo(a, cluster)
+    if not model.is_moe:  # a MoE step refuses --tp-algo itself (simulate.moe_flags)
+        refuse_unused_tp_algo(a, cluster)
     training = training_from_flags(a, cluster.gpus)
     return model, cluster, training
 
