@@ -98,7 +98,11 @@ BASES: dict[str, dict[str, list[str]]] = {
     "run": {"dense": ["run", *DENSE, "--mode", "analytic", "--replications", "10",
                       "--search-points", "5", "--tokens", "1T"]},
     "advise": {"dense": ["advise", *DENSE, "--global-batch", "64", "--max-micro-batch", "4",
-                         "--engine-top", "0"]},
+                         "--engine-top", "0"],
+               "moe": ["advise", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib",
+                       "--nodes", "2", "--seq-len", "512", "--global-batch", "32",
+                       "--engine-top", "0", "--max-micro-batch", "1", "--ep", "8",
+                       "--expert-strategies", "GGG", "--strategy", "GGG"]},
     "collective": {"dense": ["collective", "--nodes", "2"]},
     "experts": {"moe": ["experts", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ib",
                         "--nodes", "1", "--ep", "8", "--seq-len", "512"]},
@@ -391,6 +395,26 @@ for _flag, _value in MOE_TP_REFUSED.items():
     _e = TABLE["simulate"][_flag]
     TABLE["simulate"][_flag] = {**(_e if isinstance(_e, dict) else {"dense": _e, "moe": _e}),
                                 "moe-tp": err(_flag, _value)}
+
+# advise [moe]: the search is EP x DP (bf16, the ideal runtime); the other dimensions are
+# refused in one line naming the flag
+ADVISE_MOE_REFUSED = {
+    "--runtime": "deepspeed", "--recompute": "full", "--tp": "2", "--pp": "2", "--cp": "2",
+    "--group-nodes": "2", "--algo": "ho-ring", "--compute-model": "kernel",
+    "--tp-comm-overlap": None, "--dp-comm-overlap": None, "--tokens": "2B",
+    "--gpu-hour-price": "2.5", "--plot": "{tmp}/out.png"}
+for _flag, _value in ADVISE_MOE_REFUSED.items():
+    TABLE["advise"][_flag] = {"dense": TABLE["advise"][_flag],
+                              "moe": err(_flag, *([] if _value is None else [_value]))}
+TABLE["advise"].update({
+    "--model": {"dense": d("--model", "mpt-350m"), "moe": d("--model", "qwen3-30b-a3b")},
+    "--top": {"dense": d("--top", "3"), "moe": d("--top", "1")},
+    "--strategy": {"dense": d("--strategy", "GGG"), "moe": d("--strategy", "NGG")},
+    "--ep": {"dense": err("--ep", "8"), "moe": d("--ep", "4")},
+    "--expert-strategies": {"dense": err("--expert-strategies", "GGG"),
+                            "moe": d("--expert-strategies", "NGG")},
+    "--nodes": {"dense": d("--nodes", "2"), "moe": d("--nodes", "4")},
+})
 
 # heavier probes, marked slow (the default run stays near a minute on two cores): the engine
 # runs, advise's two-node searches, the 14 MoE rows of compare (the MoE step is probed
