@@ -55,9 +55,9 @@ def add_arguments(sub) -> None:
                    "| hybridep (DeepEP's kernels, costs collective.ep_normal / ep_ll / "
                    "ep_hybrid: fitted in dgx-h800-ib, ideal defaults elsewhere; docs/moe.md)")
     e.add_argument("--max-over-mean", type=float, default=1.5, action=Explicit,
-                   help="skew routing: the hot rank's load over the mean")
+                   help="--routing skew only: the hot rank's load over the mean")
     e.add_argument("--zipf", type=float, default=1.0, action=Explicit,
-                   help="zipf routing: the exponent")
+                   help="--routing zipf only: the exponent")
     e.add_argument("--seed", type=int, default=0, action=Explicit,
                    help="seed of the routing draws (with --routing)")
     e.add_argument("--draws", type=int, default=20, action=Explicit,
