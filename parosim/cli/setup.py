@@ -65,6 +65,26 @@ def refuse_unused_tp_algo(a: argparse.Namespace, cluster) -> None:
                          f"or --tp above {cluster.gpus_per_node}")
 
 
+def refuse_deterministic_draws(a: argparse.Namespace, cluster, seed: bool = True) -> None:
+    """``--repeats`` draws steps with compute jitter: without any (no ``--jitter-cv``, none in
+    the cluster) every step is the same, so ``--repeats`` above 1 is refused; ``seed``:
+    ``--seed`` (other than 0) is refused too when there is neither jitter nor ECMP hashing
+    for it to seed (``simulate``; ``run``'s seed also draws the failures)."""
+    cv = a.jitter_cv if a.jitter_cv is not None else cluster.jitter_cv
+    if cv > 0:
+        return
+    if a.repeats > 1:
+        raise InputError(f"--repeats {a.repeats} draws steps with compute jitter; cluster "
+                         f"{cluster.name!r} has none and --jitter-cv is not above 0, so every "
+                         "step is the same; expected --jitter-cv (or a cluster jitter.cv) or "
+                         "--repeats 1")
+    if seed and a.seed != 0 and cluster.network.ecmp != "hash":
+        raise InputError(f"--seed {a.seed} seeds the compute-jitter draws and ECMP hashing; "
+                         f"cluster {cluster.name!r} has neither (no jitter, network.ecmp: "
+                         f"{cluster.network.ecmp}); expected it unset, a --jitter-cv or a "
+                         "fabric with ecmp: hash")
+
+
 def runtime_of(a: argparse.Namespace, cluster, training):
     """(runtime, training, strategy from the DeepSpeed config or None, config info)."""
     from ..io.runtime import (  # deferred: loaded when the command runs (start-up)
