@@ -56,7 +56,8 @@ def f(*args, with_=()):
     return P(tuple(args), "file", tuple(with_))
 
 
-# Flags whose effect is nil at every baseline by design, with the reason (kept short).
+# The only flags whose TABLE entry may be None (no effect by design where the entry says so;
+# a key "COMMAND FLAG" for one command, "FLAG" for all), with the reason. Kept short.
 ALLOWED_NIL = {
     "--fidelity": "[moe] a MoE step runs the paper fidelity's models whatever is asked (the "
                   "accurate ones have no MoE form): settings.fidelity says paper either way",
