@@ -150,7 +150,7 @@ def test_single_size_form_still_works_with_a_comma_list(capsys):
     (["collective", "--algo", "ring,bogus"], "--algo 'bogus' is not known"),
     (["collective", "--plot", "x.png"], "--plot and --in-place go with"),
     (["collective", "--compare", str(DATA / "aws-p4de-2node-all_reduce.txt"), "--nodes", "3",
-      "--cluster", "dgx-a100-ib"], "has 16 ranks but the cluster has 3 nodes x 8 GPUs = 24"),
+      "--cluster", "dgx-a100-ib"], "has 16 ranks but --nodes 3 x 8 GPUs = 24"),
     (["collective", "--compare", str(DATA / "aws-p4de-2node-all_reduce.txt"), "--cluster",
       "paper-a100-roce", "--op", "all-gather"], "is all-reduce"),
 ])

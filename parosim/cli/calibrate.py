@@ -78,6 +78,10 @@ def run(a: argparse.Namespace) -> dict:
 
         return run_steps(a)
     if a.nccl_tests:
+        if a.mode != "analytic":
+            raise InputError(f"--mode {a.mode} is how --steps simulates each measured step; "
+                             "a --nccl-tests fit simulates collectives in closed form; "
+                             "expected it unset with --nccl-tests")
         return _run_nccl_tests(a)
     raise InputError("calibrate needs a mode; expected --nccl-tests LOG... or --steps CSV")
 

@@ -31,6 +31,10 @@ def cmd_collective(a: argparse.Namespace) -> dict:
         raise InputError("--plot and --in-place go with -b/-e/-f or --compare")
     spec = load_cluster(a.cluster, a.nodes, a.group_nodes, a.set or ())
     if a.seed is not None:  # the ECMP hash seed (a leaf-spine fabric with ecmp: hash)
+        if spec.network.ecmp != "hash":
+            raise InputError(f"--seed {a.seed} is the ECMP hash seed; cluster {spec.name!r} "
+                             f"does not hash flows (network.ecmp: {spec.network.ecmp}); "
+                             "expected it unset or a fabric with ecmp: hash")
         spec = seeded(spec, a.seed)
     op = parse_enum(Op, "all-gather" if a.op is None else a.op, "--op")
     scope = parse_enum(Scope, a.scope, "--scope")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
+from .actions import Explicit
+from .setup import refuse_unused_routing
 
 # what frameworks call the expert sharding levels (docs/moe.md)
 EXPERT_SYSTEMS = {
@@ -52,11 +54,14 @@ def add_arguments(sub) -> None:
                    "p2p (default: NCCL's all-to-all, per flow) | deepep-normal | deepep-ll "
                    "| hybridep (DeepEP's kernels, costs collective.ep_normal / ep_ll / "
                    "ep_hybrid: fitted in dgx-h800-ib, ideal defaults elsewhere; docs/moe.md)")
-    e.add_argument("--max-over-mean", type=float, default=1.5,
-                   help="skew routing: the hot rank's load over the mean")
-    e.add_argument("--zipf", type=float, default=1.0, help="zipf routing: the exponent")
-    e.add_argument("--seed", type=int, default=0, help="seed of the routing draws")
-    e.add_argument("--draws", type=int, default=20, help="steps drawn with --routing")
+    e.add_argument("--max-over-mean", type=float, default=1.5, action=Explicit,
+                   help="--routing skew only: the hot rank's load over the mean")
+    e.add_argument("--zipf", type=float, default=1.0, action=Explicit,
+                   help="--routing zipf only: the exponent")
+    e.add_argument("--seed", type=int, default=0, action=Explicit,
+                   help="seed of the routing draws (with --routing)")
+    e.add_argument("--draws", type=int, default=20, action=Explicit,
+                   help="steps drawn with --routing")
     e.add_argument("--plot", default=None,
                    help="with --routing: write the layer-time distribution to FILE (.png, "
                    ".svg, .pdf)")
@@ -91,6 +96,11 @@ def cmd_experts(a: argparse.Namespace) -> dict:
         raise InputError(f"model {model.name!r} has no experts; parosim experts needs a "
                          "mixture of experts (e.g. --model mixtral-8x7b); dense models: "
                          "parosim memory / simulate")
+    refuse_unused_routing(a)
+    for dest, flag in (("seed", "--seed"), ("draws", "--draws")):
+        if getattr(a, f"_given_{dest}", False) and a.routing is None:
+            raise InputError(f"{flag} {getattr(a, dest)} is of the drawn routing of the layer; "
+                             "got no --routing; expected it unset or a --routing")
     cluster = load_cluster(a.cluster, a.nodes, a.group_nodes)
     lay = ExpertLayout(cluster, model.moe.experts, ep=a.ep, etp=a.etp, tp=a.tp, pp=a.pp,
                        cp=a.cp)

@@ -10,13 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-
-class Explicit(argparse.Action):
-    """Stores the value and remembers that the flag was given (``_given_<dest>``)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        setattr(namespace, f"_given_{self.dest}", True)
+from .actions import Explicit
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -139,9 +133,10 @@ def moe_step_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--routing", default=None,
                    help="token routing drawn per step (--repeats steps): balanced | uniform | "
                    "skew | zipf (default: every expert its mean load)")
-    g.add_argument("--max-over-mean", type=float, default=1.5,
-                   help="skew routing: the hot rank's load over the mean")
-    g.add_argument("--zipf", type=float, default=1.0, help="zipf routing: the exponent")
+    g.add_argument("--max-over-mean", type=float, default=1.5, action=Explicit,
+                   help="--routing skew only: the hot rank's load over the mean")
+    g.add_argument("--zipf", type=float, default=1.0, action=Explicit,
+                   help="--routing zipf only: the exponent")
 
 
 def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
@@ -229,7 +224,8 @@ def training_args(p: argparse.ArgumentParser, memory: bool = False) -> None:
     g.add_argument("--sequence-parallel", action="store_true",
                    help="Megatron sequence parallelism (needs --tp >= 2)")
     g.add_argument("--tp-algo", default=None,
-                   help="algorithm of TP collectives that cross nodes (default: --algo)")
+                   help="algorithm of TP collectives that cross nodes, with --tp above the "
+                   "GPUs per node (default: --algo)")
     g.add_argument("--tp-comm-overlap", action="store_true",
                    help="Megatron-Core / Transformer Engine tp_comm_overlap: the sequence-"
                    "parallel all-gathers / reduce-scatters run in chunks beside their GEMMs "

@@ -27,10 +27,62 @@ def specs_of(a: argparse.Namespace):
         raise InputError(model.refusal(f"parosim {a.command}"))
     # the MoE flags without a default value: a dense model refuses those given
     refuse_moe_flags(model, [k for k in ("ep", "expert_strategy", "a2a_algo", "routing")
-                             if getattr(a, k, None) is not None])
+                             if getattr(a, k, None) is not None]
+                     + [k for k in ("max_over_mean", "zipf") if getattr(a, f"_given_{k}", False)])
+    refuse_unused_routing(a)
     cluster = cluster_from_flags(a)
+    if not model.is_moe:  # a MoE step refuses --tp-algo itself (simulate.moe_flags)
+        refuse_unused_tp_algo(a, cluster)
     training = training_from_flags(a, cluster.gpus)
     return model, cluster, training
+
+
+# the parameters of one routing kind: (attribute, flag, the --routing they shape)
+ROUTING_PARAMS = (("max_over_mean", "--max-over-mean", "skew"), ("zipf", "--zipf", "zipf"))
+
+
+def refuse_unused_routing(a: argparse.Namespace) -> None:
+    """``--max-over-mean`` shapes skew routing and ``--zipf`` zipf routing only: given with
+    another (or no) ``--routing`` they would change nothing, so they are refused."""
+    routing = getattr(a, "routing", None)
+    kind = None if routing is None else str(routing).strip().lower()
+    for dest, flag, wants in ROUTING_PARAMS:
+        if getattr(a, f"_given_{dest}", False) and kind != wants:
+            raise InputError(f"{flag} {getattr(a, dest)} shapes --routing {wants} only; got "
+                             f"{'no --routing' if routing is None else '--routing ' + routing}"
+                             f"; expected it unset or --routing {wants}")
+
+
+def refuse_unused_tp_algo(a: argparse.Namespace, cluster) -> None:
+    """``--tp-algo`` is the algorithm of tensor-parallel groups that cross nodes; a group
+    within a node (``--tp`` <= GPUs per node) runs rings on NVLink, so it is refused there."""
+    algo = getattr(a, "tp_algo", None)
+    tp = getattr(a, "tp", None) or 1
+    if algo is not None and tp <= cluster.gpus_per_node:
+        raise InputError(f"--tp-algo {algo} is the algorithm of tensor-parallel groups that "
+                         f"cross nodes; --tp {tp} fits in a node of {cluster.gpus_per_node} "
+                         f"GPUs, whose TP collectives are rings on NVLink; expected it unset "
+                         f"or --tp above {cluster.gpus_per_node}")
+
+
+def refuse_deterministic_draws(a: argparse.Namespace, cluster, seed: bool = True) -> None:
+    """``--repeats`` draws steps with compute jitter: without any (no ``--jitter-cv``, none in
+    the cluster) every step is the same, so ``--repeats`` above 1 is refused; ``seed``:
+    ``--seed`` (other than 0) is refused too when there is neither jitter nor ECMP hashing
+    for it to seed (``simulate``; ``run``'s seed also draws the failures)."""
+    cv = a.jitter_cv if a.jitter_cv is not None else cluster.jitter_cv
+    if cv > 0:
+        return
+    if a.repeats > 1:
+        raise InputError(f"--repeats {a.repeats} draws steps with compute jitter; cluster "
+                         f"{cluster.name!r} has none and --jitter-cv is not above 0, so every "
+                         "step is the same; expected --jitter-cv (or a cluster jitter.cv) or "
+                         "--repeats 1")
+    if seed and a.seed != 0 and cluster.network.ecmp != "hash":
+        raise InputError(f"--seed {a.seed} seeds the compute-jitter draws and ECMP hashing; "
+                         f"cluster {cluster.name!r} has neither (no jitter, network.ecmp: "
+                         f"{cluster.network.ecmp}); expected it unset, a --jitter-cv or a "
+                         "fabric with ecmp: hash")
 
 
 def runtime_of(a: argparse.Namespace, cluster, training):

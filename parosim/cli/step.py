@@ -15,6 +15,7 @@ from .setup import (
     dp_keys,
     fidelity_of,
     parallel_of,
+    refuse_deterministic_draws,
     runtime_of,
     seeded,
     settings_of,
@@ -103,6 +104,7 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
         check_jitter_cv(a.jitter_cv, "--jitter-cv")
     if a.repeats < 1:
         raise InputError(f"--repeats = {a.repeats} must be a positive integer")
+    refuse_deterministic_draws(a, cluster)
     rt, training, ds_strategy, info = runtime_of(a, cluster, training)
     strategy = strategy_of(a, ds_strategy)
     algo = algos_of(a.algo, fidelity_of(a))

@@ -12,6 +12,7 @@ from .setup import (
     algos_of,
     fidelity_of,
     parallel_of,
+    refuse_deterministic_draws,
     runtime_of,
     seeded,
     settings_of,
@@ -73,6 +74,7 @@ def cmd_run(a: argparse.Namespace) -> dict:
         check_jitter_cv(a.jitter_cv, "--jitter-cv")
     model, cluster, training = specs_of(a)
     cluster = seeded(cluster, a.seed)
+    refuse_deterministic_draws(a, cluster, seed=False)
     rt, training, ds_strategy, _ = runtime_of(a, cluster, training)
     strategy = strategy_of(a, ds_strategy)
     algo = algos_of(a.algo, fidelity_of(a))

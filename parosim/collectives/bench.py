@@ -104,9 +104,9 @@ def cluster_for_log(spec: ClusterSpec, log, nodes: int | None = None) -> Cluster
                              f"multiple of cluster {spec.name!r}'s {gpn} GPUs per node")
         n = log.nranks // gpn
     if n * gpn != log.nranks:
-        raise InputError(f"nccl-tests log {log.path!r} has {log.nranks} ranks but the cluster "
-                         f"has {n} nodes x {gpn} GPUs = {n * gpn}; expected nodes x "
-                         "gpus_per_node = nranks")
+        which = f"--nodes {n}" if nodes is not None else f"the cluster has {n} nodes"
+        raise InputError(f"nccl-tests log {log.path!r} has {log.nranks} ranks but {which} x "
+                         f"{gpn} GPUs = {n * gpn}; expected nodes x gpus_per_node = nranks")
     return spec.with_nodes(n) if n != spec.nodes else spec
 
 

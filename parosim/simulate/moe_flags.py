@@ -151,6 +151,8 @@ UNSUPPORTED = (
      "all-to-all exposure"),
     ("--trainable-ratio", "trainable_ratio", "full", "full training only"),
     ("--tp-comm-overlap", "tp_comm_overlap", False, "TP collectives are charged exposed"),
+    ("--group-nodes", "group_nodes", None, "PaRO groups do not apply: the distributed "
+     "optimizer shards over the data-parallel group"),
 )
 RECOMPUTE_OK = ("auto", "off", "none")
 ENGINE_REFUSAL = ("--mode engine: the engine does not model MoE steps with --tp / --pp yet "
