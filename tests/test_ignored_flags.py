@@ -521,6 +521,22 @@ def test_flag_changes_the_result_or_is_refused(cmd, flag, spellings, base, tmp_p
         _check(cmd, flag, spellings, base, probe, tmp_path, capsys)
 
 
+# baseline results by (command, baseline, prerequisites): a baseline is a pure function of its
+# arguments (wall times are not compared), so it runs once; one naming a temporary file is not
+# kept (its path differs from test to test)
+_BASELINES: dict[tuple, tuple] = {}
+
+
+def _baseline(cmd, base, with_, argv0, capsys):
+    key = (cmd, base, tuple(with_))
+    if key in _BASELINES:
+        return _BASELINES[key]
+    res = _run_json(argv0, capsys)
+    if not any("{tmp}" in a for a in (*BASES[cmd][base], *with_)):
+        _BASELINES[key] = res
+    return res
+
+
 def _check(cmd, flag, spellings, base, entry: P, tmp_path: Path, capsys) -> None:
     """One probe of ``flag`` on ``cmd``'s ``base`` baseline (see :class:`P`)."""
     for old in tmp_path.glob("out.*"):
@@ -540,7 +556,7 @@ def _check(cmd, flag, spellings, base, entry: P, tmp_path: Path, capsys) -> None
     if entry.want == "file":
         assert list(tmp_path.glob("out.*")), f"{cmd} {flag} wrote no file"
         return
-    rc0, res0, err0 = _run_json(argv0, capsys)
+    rc0, res0, err0 = _baseline(cmd, base, entry.with_, argv0, capsys)
     assert rc0 == 0, f"baseline refused: {err0}"
     dest = next(a.dest for a in _sub_actions(cmd) if flag in a.option_strings)
     drop = NOT_COMPARED | {dest, *entry.echo}
