@@ -13,7 +13,8 @@ from ..errors import InputError
 def moe_settings(a: argparse.Namespace, cluster, training) -> dict:
     """The settings echo of a MoE command: recomputation is off in MoE steps (``auto``
     resolves to off; on is refused), and the expert flags."""
-    from .setup import ep_of, settings_of  # deferred: start-up
+    from ..simulate.moe_flags import ep_of  # deferred: MoE commands only
+    from .setup import settings_of  # deferred: start-up
 
     out = settings_of(a, cluster, training, None)
     if out.get("recompute") == "auto":
@@ -36,10 +37,9 @@ def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
         moe_memory,
     )
     from ..plan.moe_step import check_moe_step  # deferred: loaded when the command runs
-    from ..simulate.moe_flags import refuse_layout_flags  # deferred: MoE commands only
+    from ..simulate.moe_flags import ep_of, refuse_layout_flags  # deferred: MoE commands only
     from ..simulate.step import memory_dict  # deferred: loaded when the command runs
     from ..spec.strategy import ALL_STRATEGIES, parse_strategy  # deferred: start-up
-    from .setup import ep_of  # deferred: start-up
 
     refuse_layout_flags(a)
     check_moe_step(model, cluster, training, timing=False)
@@ -66,9 +66,9 @@ def cmd_memory_moe(a: argparse.Namespace, model, cluster, training) -> dict:
 def cmd_compare_moe(a: argparse.Namespace, model, cluster, training) -> dict:
     """``parosim compare`` of a MoE model: dense x expert strategy pairs, best first."""
     from ..simulate.moe import compare_moe  # deferred: loaded when the command runs
-    from ..simulate.moe_flags import refuse_layout_flags  # deferred: MoE commands only
+    from ..simulate.moe_flags import ep_of, refuse_layout_flags  # deferred: MoE commands only
     from ..spec.strategy import parse_strategy  # deferred: start-up
-    from .setup import algos_of, check_workers, dp_keys, ep_of  # deferred: start-up
+    from .setup import algos_of, check_workers, dp_keys  # deferred: start-up
 
     check_workers(a.workers)
     refuse_layout_flags(a)

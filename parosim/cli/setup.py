@@ -178,13 +178,6 @@ def algos_of(text: str | None, fidelity: str = "paper"):
     return parse_algos(text)
 
 
-def ep_of(a: argparse.Namespace) -> int:
-    """``--ep``: 1 when unset (checked, never replaced: ``--ep 0`` is refused)."""
-    from ..simulate.moe_flags import ep_of as of_flags  # deferred: start-up
-
-    return of_flags(a)
-
-
 def seeded(spec, seed: int):
     """The cluster with ``--seed`` as its ECMP hashing seed."""
     from ..simulate.step import seeded as with_seed  # deferred: start-up
