@@ -360,6 +360,9 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
     effs = [py for pts in eff_series.values() for _, py in pts if py == py]
     ax2.set_ylim(0.0, max(1.0, max(effs, default=1.0)) * 1.05)
     ideal = ax2.axhline(1.0, color="k", linestyle=":", linewidth=1, label="linear scaling")
+    # the metric's panel too: a 1 % spread stays 1 % tall
+    top = max((py for pts in data.values() for _, py in pts if py == py), default=1.0)
+    ax.set_ylim(0.0, top * 1.05)
     for a in (ax, ax2):
         _log_x(a, _values(df, x))
         a.set_xlabel(_label(x))
