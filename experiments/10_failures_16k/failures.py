@@ -227,6 +227,8 @@ def scale_figure(df: pd.DataFrame) -> Figure:
         a.set_xlabel("GPUs (count)")
         a.grid(alpha=0.3, which="both")
         a.legend(fontsize=8)
+    a1.set_ylim(0.0, 1.0)   # the fraction's whole range: a 20 % loss looks like 20 %
+    a1.legend(fontsize=8, loc="lower left")
     a2.set_yscale("log")
     a2.set_yticks([2, 4, 8, 16, 32], ["2", "4", "8", "16", "32"])
     a2.minorticks_off()

@@ -59,9 +59,10 @@ def straggler_figure(df: pd.DataFrame) -> Figure:
     ax.plot(df.speed, df.predicted_s, "-", label="critical path: every GPU at this speed")
     ax.set_xlabel("speed of the straggler GPU (x nominal)")
     ax.set_ylabel("step time (s)")
+    ax.set_ylim(0.0, 1.08 * max(df.step_time_s.max(), df.predicted_s.max()))
     fig.suptitle("step time (s) vs one straggler GPU's speed: LLaMA-7B, PaRO-IIG,\n"
                  "paper-a100-roce (32 GPUs)", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower left")
     return fig
 
 

@@ -419,10 +419,13 @@ class StepDistribution:
                 "critical_rank_share": float(counts.max() / len(t))}
 
 
-#: jittered steps are replayed one by one: repeats x plan ops x ranks at most this (measured
-#: ~2 us per rank-op: the default llama-7b step on 32 GPUs, 1023 ops, takes 0.06 s a repeat,
-#: so ~100 s and 1527 repeats; p99 needs a few hundred)
-MAX_JITTER_WORK = 50_000_000
+#: jittered steps are replayed one by one; their cost, measured on a 2-core machine (the
+#: default llama-7b step, 1,703 ops: 43 ms a repeat on 32 GPUs, 65 ms on 1,024, with
+#: symmetric ranks folded), is about ops x (JITTER_OP_S + ranks x JITTER_RANK_OP_S) a repeat;
+#: a request estimated above MAX_JITTER_S is refused (p99 needs a few hundred repeats)
+JITTER_OP_S = 25e-6
+JITTER_RANK_OP_S = 12.5e-9
+MAX_JITTER_S = 100.0
 
 
 def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 1,
@@ -438,12 +441,12 @@ def step_distribution(plan: Plan, spec: ClusterSpec, algo: Algo, repeats: int = 
         raise InputError(f"--seed = {seed!r} must be a non-negative integer")
     if not (np.isfinite(jitter_cv) and jitter_cv >= 0):
         raise InputError(f"--jitter-cv = {jitter_cv!r} must be a non-negative number")
-    work = repeats * len(plan.ops) * spec.gpus
-    if jitter_cv > 0 and work > MAX_JITTER_WORK:   # jittered repeats are replayed one by one
-        most = max(1, MAX_JITTER_WORK // (len(plan.ops) * spec.gpus))
-        raise InputError(f"--repeats {repeats} x {len(plan.ops)} ops x {spec.gpus} ranks = "
-                         f"{work:.3g} rank-ops of jittered steps, more than the limit of "
-                         f"{MAX_JITTER_WORK:.0e} (~100 s); expected --repeats <= {most}")
+    per_repeat_s = len(plan.ops) * (JITTER_OP_S + spec.gpus * JITTER_RANK_OP_S)
+    if jitter_cv > 0 and repeats * per_repeat_s > MAX_JITTER_S:   # replayed one by one
+        most = max(1, int(MAX_JITTER_S // per_repeat_s))
+        raise InputError(f"--repeats {repeats} jittered steps of {len(plan.ops)} ops on "
+                         f"{spec.gpus} ranks: ~{repeats * per_repeat_s:.3g} s of replay, more "
+                         f"than the limit of {MAX_JITTER_S:.0f} s; expected --repeats <= {most}")
     rng = np.random.default_rng(seed)
     comp = sum(1 for o in plan.ops if isinstance(o, ComputeOp))
     env = CountingEnvironment()
