@@ -321,10 +321,14 @@ def _legend(ax, fig: Figure | None = None, **kw) -> None:
 
 
 def scalability(df, *, x: str | None = None, metric: str | None = None,
-                hue: str | None = None, title: str | None = None) -> Figure:
+                hue: str | None = None, title: str | None = None,
+                measured: Iterable[dict] | None = None) -> Figure:
     """Left: ``metric`` (default tokens/s) vs GPUs; right: scaling efficiency vs GPUs, i.e.
     per-GPU throughput relative to the same strategy's smallest GPU count that fits (1 =
-    linear). One line per strategy (per strategy / ``hue`` when given or varying)."""
+    linear). One line per strategy (per strategy / ``hue`` when given or varying).
+    ``measured``: rows of measured points (``series``, x, the metric and / or
+    ``scaling_efficiency``, optional ``source``; parosim.io.sweep validates them), drawn as
+    open markers beside the lines, in a line's colour when ``series`` names it."""
     x = x or "gpus"
     metric = metric or "tokens_per_s"
     hue = hue or _default_hue(df, ("algo", "group_nodes"))
@@ -356,12 +360,13 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
         ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=4,
                  color=colors.get(label, COLORS[k % len(COLORS)]), label=label)
     ax2.ticklabel_format(axis="y", useOffset=False)
+    tops, m_effs = _measured_points(ax, ax2, list(measured or ()), x, metric, colors)
     # anchored at 0: an auto-zoomed axis (0.993-1.000) makes a 0.7 % spread look like a fan
-    effs = [py for pts in eff_series.values() for _, py in pts if py == py]
+    effs = [py for pts in eff_series.values() for _, py in pts if py == py] + m_effs
     ax2.set_ylim(0.0, max(1.0, max(effs, default=1.0)) * 1.05)
     ideal = ax2.axhline(1.0, color="k", linestyle=":", linewidth=1, label="linear scaling")
     # the metric's panel too: a 1 % spread stays 1 % tall
-    top = max((py for pts in data.values() for _, py in pts if py == py), default=1.0)
+    top = max([py for pts in data.values() for _, py in pts if py == py] + tops, default=1.0)
     ax.set_ylim(0.0, top * 1.05)
     for a in (ax, ax2):
         _log_x(a, _values(df, x))
@@ -377,6 +382,47 @@ def scalability(df, *, x: str | None = None, metric: str | None = None,
                ncol=min(4, max(1, len(handles))))
     _suptitle(fig, df, [metric], title)
     return fig
+
+
+def _measured_points(ax, ax2, rows: list[dict], x: str, metric: str,
+                     colors: dict[str, str]) -> tuple[list[float], list[float]]:
+    """Draw measured points (open markers) on the metric panel ``ax`` and the efficiency
+    panel ``ax2``; return the metric values and the efficiencies drawn (for the axes' tops).
+    A series' efficiency
+    is its ``scaling_efficiency`` when given, else its per-GPU metric over the same at its
+    smallest x (a total metric is divided by the GPUs when x is ``gpus``)."""
+    by_name = {}
+    for label, color in colors.items():
+        for name in label.split(" = "):
+            by_name[name] = color
+            by_name.setdefault(name.split(" (")[0], color)
+    drawn: list[float] = []
+    drawn_effs: list[float] = []
+    series = list(dict.fromkeys(r["series"] for r in rows))
+    for k, name in enumerate(series):
+        pts = sorted((r for r in rows if r["series"] == name), key=lambda r: r[x])
+        color = by_name.get(name, COLORS[(len(colors) + k) % len(COLORS)])
+        src = next((r["source"] for r in pts if r.get("source")), "")
+        label = f"{name} measured" + (f" ({src})" if src else "")
+        style = dict(linestyle="none", marker="D", markersize=7, markerfacecolor="none",
+                     markeredgewidth=1.6, color=color)
+        vals = [(r[x], r[metric]) for r in pts if isinstance(r.get(metric), float)]
+        if vals:
+            ax.plot([v[0] for v in vals], [v[1] for v in vals], label=label, **style)
+            drawn += [v[1] for v in vals]
+        effs = [(r[x], r["scaling_efficiency"]) for r in pts
+                if isinstance(r.get("scaling_efficiency"), float)]
+        if not effs and vals:
+            per_gpu = [(px, py / px if x == "gpus" and metric == "tokens_per_s" else py)
+                       for px, py in vals]
+            effs = [(px, py / per_gpu[0][1]) for px, py in per_gpu]
+        if effs:
+            ax2.plot([e[0] for e in effs], [e[1] for e in effs],
+                     label=None if vals else label, **style)
+            drawn_effs += [e[1] for e in effs]
+            if not vals:   # only efficiencies: the legend entry comes from the metric panel
+                ax.plot([], [], label=label, **style)
+    return drawn, drawn_effs
 
 
 def _per_gpu_throughput(df) -> list[float]:
@@ -630,9 +676,13 @@ def sweep_figures(df, figures: Iterable[dict]) -> Iterator[tuple[str, Callable[[
                 title = ", ".join(f"{c.replace('_', ' ')} = {_stem(v)}"
                                   for c, v in zip(by, key, strict=True)
                                   if c not in ("model", "cluster")) or None
+            extra = {}
+            if f.get("measured_rows"):   # a row naming a by-column shows in its group only
+                extra["measured"] = [r for r in f["measured_rows"] if all(
+                    str(r[c]) == str(v) for c, v in zip(by, key, strict=True) if r.get(c))]
             yield stem, functools.partial(fn, sub.reset_index(drop=True), x=f.get("x"),
                                           metric=f.get("metric"), hue=f.get("hue"),
-                                          title=title)
+                                          title=title, **extra)
 
 
 def save_figure(fig: Figure, stem: str | Path, dpi: int = 120) -> list[str]:
