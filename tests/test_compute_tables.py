@@ -48,7 +48,8 @@ def test_megatron_tables_held_out_rows_within_10pct(table):
     assert len(errs) == len(rows) // 2 and statistics.median(errs) <= 10.0
 
 
-@pytest.mark.slow   # a refit (15 s on a quiet 2-core machine); the held-out check above runs by default
+# a refit (15 s on a quiet 2-core machine); the held-out check above runs by default
+@pytest.mark.slow
 def test_committed_eager_attention_efficiency_is_the_fit():
     import fit_eager_attention
 
