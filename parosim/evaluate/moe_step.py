@@ -48,6 +48,16 @@ engine's schedule:
    most ``w_j / w_a``; ``m_jK`` sums that over the all-to-alls inside the stream's span in
    ``R`` (its first op's start to its last op's end, per micro-step). ``c_jK`` counts the
    stream's transfers only: its latency parts move no bytes and take no share of K.
+   Or, if more, ``R + sum_K sum_j O_jK``: the streams' transfers that run beside the
+   all-to-alls' phases in ``R``. Each all-to-all runs its lowered phases by its lanes from
+   its start (a hierarchical program's RDMA and NVLink stages, a DeepEP kernel's chunks);
+   for each phase p on K, stream j's transfer on K over p's time (each op's transfer spread
+   over its time), at most ``w_j / w_p`` x p's own transfer over the same overlap (p's flow
+   share). The spread estimate fits the p2p all-to-all (8 flows on a NIC: a ring gather
+   keeps 1/9 and runs on across several all-to-alls); a hierarchical or DeepEP all-to-all
+   has one RDMA flow per NIC, keeps half of it beside a gather, and a gather issued with
+   it (the expert compute's end starts both the combine and the gather two uses ahead)
+   delays it by its whole transfer.
 4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
    (which the compute waits for) and the reduce-scatter stream (which the boundary waits
    for). Each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
@@ -77,7 +87,8 @@ engine's schedule:
    Not in a backward with reduce-scatters (they fill K there, as in term 2).
 
     T = max(R, max_K (W_K + max(0, I_K - F_K - S_K) + G_K) + t_sync_g + t_opt + t_sync_p,
-            R + max(sum_K sum_j min(c_jK a_K / P, m_jK), sum_w max(g_w, N_w - L_w)),
+            R + max(sum_K sum_j min(c_jK a_K / P, m_jK), sum_K sum_j O_jK,
+                    sum_w max(g_w, N_w - L_w)),
             max_i (e_i + d_i + tail_i))
 
 (``R`` ends with the boundary: gradient syncs, optimizer, parameter syncs.) With overlap
