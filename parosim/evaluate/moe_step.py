@@ -48,6 +48,16 @@ engine's schedule:
    most ``w_j / w_a``; ``m_jK`` sums that over the all-to-alls inside the stream's span in
    ``R`` (its first op's start to its last op's end, per micro-step). ``c_jK`` counts the
    stream's transfers only: its latency parts move no bytes and take no share of K.
+   Or, if more, ``R + sum_K sum_j O_jK``: the streams' transfers that run beside the
+   all-to-alls' phases in ``R``. Each all-to-all runs its lowered phases by its lanes from
+   its start (a hierarchical program's RDMA and NVLink stages, a DeepEP kernel's chunks);
+   for each phase p on K, stream j's transfer on K over p's time (each op's transfer spread
+   over its time), at most ``w_j / w_p`` x p's own transfer over the same overlap (p's flow
+   share). The spread estimate fits the p2p all-to-all (8 flows on a NIC: a ring gather
+   keeps 1/9 and runs on across several all-to-alls); a hierarchical or DeepEP all-to-all
+   has one RDMA flow per NIC, keeps half of it beside a gather, and a gather issued with
+   it (the expert compute's end starts both the combine and the gather two uses ahead)
+   delays it by its whole transfer.
 4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
    (which the compute waits for) and the reduce-scatter stream (which the boundary waits
    for). Each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
@@ -77,7 +87,8 @@ engine's schedule:
    Not in a backward with reduce-scatters (they fill K there, as in term 2).
 
     T = max(R, max_K (W_K + max(0, I_K - F_K - S_K) + G_K) + t_sync_g + t_opt + t_sync_p,
-            R + max(sum_K sum_j min(c_jK a_K / P, m_jK), sum_w max(g_w, N_w - L_w)),
+            R + max(sum_K sum_j min(c_jK a_K / P, m_jK), sum_K sum_j O_jK,
+                    sum_w max(g_w, N_w - L_w)),
             max_i (e_i + d_i + tail_i))
 
 (``R`` ends with the boundary: gradient syncs, optimizer, parameter syncs.) With overlap
@@ -146,8 +157,10 @@ class MoEAnalytic:
 
 def _op_times(op, spec, algo: Algo, cache: dict) -> tuple:
     """(program time, seconds of its phases on intra-node links: transfer, latency; on the
-    NICs: transfer, latency; its lanes: the program and per phase (time, transfer seconds,
-    link class 0 intra / 1 NICs)) of one collective op, cached by cluster and op key."""
+    NICs: transfer, latency; its lanes: the program, per phase (time, transfer seconds,
+    link class 0 intra / 1 NICs) and per phase the most flows from one GPU on its link of
+    that class; the most flows from one GPU on a link of each class) of one collective op,
+    cached by cluster and op key."""
     key = program_key(op, algo)
     got = cache.get(key)
     if got is None:
@@ -155,11 +168,12 @@ def _op_times(op, spec, algo: Algo, cache: dict) -> tuple:
         gpn = spec.gpus_per_node
         w = [0.0, 0.0, 0.0, 0.0]     # intra transfer, intra latency, inter ...
         flows = [0, 0]               # the most flows from one GPU on a link of class K
-        rows = []
+        rows, per = [], []
         for ph in prog.phases:
             t = phase_time(spec, ph)
             if ph.steps == 0:
                 rows.append((t, 0.0, 0))
+                per.append(0)
                 continue
             _alpha, bw = ring_alpha_beta(spec, ph.ringset)
             xfer = min(t, ph.bytes_per_rank / min(bw * ph.bw_eff, ph.cap_Bps))
@@ -170,8 +184,10 @@ def _op_times(op, spec, algo: Algo, cache: dict) -> tuple:
             rows.append((t, xfer, k // 2))
             # a GPU's own link of class K: its NIC (hops leaving its node) or its NVLink
             out = Counter(a for a, b in hops if (a // gpn != b // gpn) == (k == 2))
-            flows[k // 2] = max(flows[k // 2], max(out.values(), default=0))
-        got = cache[key] = (program_time(spec, prog), *w, (prog, tuple(rows)), tuple(flows))
+            per.append(max(out.values(), default=0))
+            flows[k // 2] = max(flows[k // 2], per[-1])
+        got = cache[key] = (program_time(spec, prog), *w, (prog, tuple(rows), tuple(per)),
+                            tuple(flows))
     return got
 
 
@@ -180,7 +196,7 @@ def _grown(lanes: tuple, rho) -> float:
     link class K also yields the link to ``rho[K]`` seconds of other transfers per second of
     its own transfer. A pipelined program's lanes on the two classes run at once, so the
     lane with slack absorbs its share."""
-    prog, rows = lanes
+    prog, rows = lanes[:2]
     base = lane_schedule(prog, [t for t, _, _ in rows])
     grown = lane_schedule(prog, [t + x * rho[k] for t, x, k in rows])
     return max(e for _, e in grown) - max(e for _, e in base)
@@ -471,6 +487,63 @@ def _a2a_share(plan: MoEPlan, links: dict, flows: dict, starts: np.ndarray,
     return cap
 
 
+def _a2a_met(plan: MoEPlan, links: dict, lanes: dict, flows: dict, starts: np.ndarray,
+             ends: np.ndarray, stream: str) -> list[float]:
+    """``O_jK`` of term 3 (module docstring) for one collective stream j, per link class K:
+    the stream's transfers on K that run beside an all-to-all's phases on K in ``R``, each
+    phase's share capped by the stream's flows there. Each all-to-all (every micro-step of
+    every run) runs its lowered phases by its lanes from its start in ``R``
+    (:func:`~parosim.collectives.cost.lane_schedule`: a hierarchical program's RDMA and
+    NVLink stages, a DeepEP kernel's); for each of its phases p on K and the stream's ops o
+    it overlaps in ``R``: o's transfer on K spread over its time, counted over the overlap,
+    at most ``w_o / w_p`` x p's transfer over the same overlap (spread over p's time): the
+    engine's weighted max-min leaves p ``w_p / (w_p + w_o)`` of the link, so each second of
+    its transfer meets at most ``w_o / w_p`` seconds of o's (``w``: the most flows from one
+    GPU on a link of class K, :func:`_op_times`). The stream is serial: its ops are disjoint,
+    and its transfer and flow-weighted time up to any time are piecewise linear in it (per
+    stream, not per op: a phase that overlaps two of its ops takes the smaller of the two
+    sums)."""
+    ops = plan.ops
+    m = ends.shape[1]
+    own = [i for i in range(m) if ops[i].stream == stream and i in links]
+    a2as = [i for i in range(m) if isinstance(ops[i], A2AOp) and i in links]
+    out = [0.0, 0.0]
+    if not own or not a2as:
+        return out
+    runs = ends.shape[0]
+    o_s, o_e = starts[:, own].ravel(), ends[:, own].ravel()
+    order = np.argsort(o_s, kind="stable")
+    o_s, o_e = o_s[order], o_e[order]
+    o_e = np.maximum(o_s, np.minimum(o_e, np.append(o_s[1:], o_e[-1])))   # to rounding
+    knots = np.column_stack([o_s, o_e]).ravel()
+    # each all-to-all's phases: (offset of start, of end, transfer s, flows, link class)
+    phases: dict = {}
+    for i in a2as:
+        prog, rows, per = lanes[i]
+        if id(prog) not in phases:
+            sched = lane_schedule(prog, [t for t, _, _ in rows])
+            phases[id(prog)] = [(b, e, x, w, k) for (b, e), (_t, x, k), w
+                                in zip(sched, rows, per, strict=True) if x > 0 and w]
+    for kk in (0, 1):
+        x_o = np.tile(np.array([links[i][kk][0] for i in own]), runs)[order]
+        w_o = np.tile(np.array([flows[i][kk] for i in own], dtype=float), runs)[order]
+        rows_k = [(i, b, e, x, w) for i in a2as for b, e, x, w, k in phases[id(lanes[i][0])]
+                  if k == kk]
+        if not x_o.any() or not rows_k:
+            continue
+        ids, off_b, off_e, x_p, w_p = (np.array(v) for v in zip(*rows_k, strict=True))
+        p_s = (starts[:, ids] + off_b).ravel()
+        p_e = (starts[:, ids] + off_e).ravel()
+        rate = np.tile(x_p / (w_p * np.where(off_e > off_b, off_e - off_b, 1.0)), runs)
+        # up to each knot: the stream's transfer on K, and its flows x seconds
+        cx = np.cumsum(np.column_stack([np.zeros_like(x_o), x_o]).ravel())
+        cw = np.cumsum(np.column_stack([np.zeros_like(w_o), w_o * (o_e - o_s)]).ravel())
+        met = np.interp(p_e, knots, cx) - np.interp(p_s, knots, cx)
+        cap = (np.interp(p_e, knots, cw) - np.interp(p_s, knots, cw)) * rate
+        out[kk] = float(np.minimum(met, cap).sum())
+    return out
+
+
 def _a2a_windows(plan: MoEPlan, links: dict, flows: dict, dur: list[float],
                  starts: np.ndarray, ends: np.ndarray, c_k: dict, w_k: dict,
                  path: float) -> float:
@@ -658,14 +731,15 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     spill = _a2a_fill(plan, links, dur, starts, ends, g0, COMM_GRAD)
     links_t = max(w * repeat + max(0.0, x - f - sp) + gp
                   for w, x, f, sp, gp in zip(work, idle, fill, spill, gaps, strict=True)) + bound
-    shared = 0.0
+    shared = met = 0.0
     for stream, cs in c_k.items():
         cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
         shared += sum(min(c * a * repeat * repeat / path, m) if path > 0 else 0.0
                       for c, a, m in zip(cs, a_k, cap, strict=True))
+        met += sum(_a2a_met(plan, links, lanes, flows, starts, ends, stream))
     # term 5: the all-to-alls' windows, each grown by term 3 or by its link's work
-    contention = max(sched + shared, sched + _a2a_windows(plan, links, flows, dur, starts, ends,
-                                                          c_k, w_k, comp + a2a))
+    contention = sched + max(shared, met, _a2a_windows(plan, links, flows, dur, starts, ends,
+                                                       c_k, w_k, comp + a2a))
     step = max(sched, links_t, contention, own_links)
     comp, a2a, comm = comp * repeat, a2a * repeat, comm * repeat
     if overlap_slowdown != 1.0:
