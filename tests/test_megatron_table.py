@@ -28,3 +28,20 @@ def test_megatron_table1_median_error_within_15_percent():
         errors.append(abs(r.tflops_per_gpu / float(row["published_tflops_per_gpu"]) - 1))
     assert statistics.median(errors) <= 0.15, errors
     assert max(errors) <= 0.25, errors  # no row wildly off (today's worst: 18 %)
+
+
+def test_committed_results_and_docs_are_what_the_script_gives_today():
+    """results.csv beside the script (and the numbers docs/accuracy.md copies from it) are the
+    current model's: a model change that moves a row shows here (rerun the script)."""
+    import csv
+
+    mod = _load()
+    now = {r["model"]: r for r in mod.run()}
+    with open(RUN.parent / "results.csv", newline="") as f:
+        committed = list(csv.DictReader(f))
+    assert [r["model"] for r in committed] == list(now)
+    for r in committed:
+        assert float(r["predicted_tflops_per_gpu"]) == round(
+            now[r["model"]]["predicted_tflops_per_gpu"], 2), r["model"]
+    med = f"{mod.median_abs_error(list(now.values())):.1f} %"
+    assert f"**Median |error| {med}**" in (RUN.parents[2] / "docs" / "accuracy.md").read_text()
