@@ -20,6 +20,14 @@ below:
 The logs are the nccl-tests outputs in ``tests/data/nccl-tests`` (each with its source; see
 SOURCES.md there). ``eval`` logs are never fitted: they check the preset independently.
 Results: ``experiments/calibrate_presets/results.json`` and ``results.md``.
+
+A rerun refits with today's model and parameter rules and overwrites the presets: the committed
+presets were fitted by an earlier version (each header lists the parameters it fitted; later
+versions fit NCCL's tree latencies only where the logs identify them, and the NCCL tuner
+profiles changed the fitted values) and then annotated by hand (GPU capacities as nvidia-smi
+totals, with sources), so a rerun does not reproduce them byte for byte.
+``tests/test_presets_calibrated.py`` checks the committed presets against their logs with
+today's code.
 """
 
 from __future__ import annotations
