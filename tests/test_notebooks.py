@@ -34,8 +34,25 @@ def test_notebook_runs(name, kernel, tmp_path):
     # run from a directory outside the repository: the notebooks find experiments/ themselves
     client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=120,
                                      resources={"metadata": {"path": str(tmp_path)}})
+    committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     # the figures were drawn (a Figure returned or displayed renders as a PNG)
     assert any("image/png" in o.get("data", {}) for o in outputs)
+    # the outputs stored in the notebook (what a reader sees without running it) are today's:
+    # same text, cell by cell (figures are compared by their size only)
+    assert _texts(nb) == _texts(committed), (
+        f"notebooks/{name}.ipynb shows stale outputs: re-execute it and save (nbclient, "
+        "record_timing=False)")
+
+
+def _texts(nb) -> list[list[str]]:
+    """Each code cell's text outputs (stream text, text/plain, text/html)."""
+    out = []
+    for c in nb.cells:
+        if c.cell_type == "code":
+            out.append([str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+                        + str(o.get("data", {}).get("text/html", ""))
+                        for o in c.get("outputs", [])])
+    return out
