@@ -135,3 +135,11 @@ def test_excluded_tables_name_their_reason():
     # uneven 405B pipeline keeps a NeMo-family row out
     assert [w for w, _ in all_tables.EXCLUDED if "NeMo" in w or "Megatron-Bridge" in w] == [
         "Megatron-Bridge performance summary (@00b7660b), LLAMA3.1_405B TP8 PP8 CP2 VP8"]
+
+
+def test_readme_states_todays_held_out_medians_of_the_megatron_tables():
+    meds = [statistics.median(_abs_errors(getattr(all_tables, f"{t}_rows")()[1::2]))
+            for t in ("narayanan", "korthikanti")]
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert (f"| Megatron-LM, Korthikanti et al. MFU tables (held-out rows) | median "
+            f"{min(meds):.1f}-{max(meds):.1f} % |") in readme
