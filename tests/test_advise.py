@@ -49,9 +49,11 @@ def test_advise_json_ranked_fitting_and_reproducible(capsys, tmp_path):
                        virtual=c["virtual_stages"], sequence_parallel=c["sequence_parallel"],
                        selective_recompute=c["recompute"] == "selective")
     cl = load_cluster("dgx-a100-ib", 2).with_group_nodes(c["group_nodes"])
+    # the compute model advise applied (the kernel model by default, as simulate's)
+    assert res["settings"]["compute_model"] == "kernel"
     tr = TrainingSpec(micro_batch=c["micro_batch"], accum_steps=c["accum"], seq_len=2048,
                       recompute=c["recompute"] == "full", attention=c["attention"],
-                      precision=c["precision"])
+                      precision=c["precision"], compute_model="kernel")
     mode = "engine" if c["mode"] == "engine" else "analytic"
     r = simulate_step(preset("llama-13b"), cl, c["strategy"], tr, c["algo"], mode,
                       parallel=par if (c["tp"] > 1 or c["pp"] > 1 or c["recompute"] ==
@@ -182,3 +184,15 @@ def test_advise_engine_top_shows_the_closed_form_apart(capsys):
     assert "ranked by the engine's step time" in out
     assert "costed in closed form only" in out and "mem GiB" in out and "GPU-h" in out
     assert " GB " not in out
+
+
+def test_advise_compute_model_default_and_efficiency(capsys):
+    """Unset, the compute model is simulate's accurate default (kernel); an --efficiency is
+    the flat model's and selects it; beside --compute-model kernel it is refused."""
+    assert _advise(capsys)["settings"]["compute_model"] == "kernel"
+    flat = _advise(capsys, "--efficiency", "0.4")
+    assert flat["settings"]["compute_model"] == "flat"
+    assert flat["settings"]["compute_efficiency"] == 0.4
+    assert main([*SMALL, "--efficiency", "0.4", "--compute-model", "kernel"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--efficiency 0.4 applies to the flat compute model" in err

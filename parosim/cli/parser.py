@@ -474,7 +474,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="PaRO strategies of the routed experts (default: all 14)")
     ad.add_argument("--compute-model", default=None, choices=["flat", "kernel"],
                     help="flat: FLOPs at --efficiency of peak; kernel: per-kernel costs "
-                    "(default: the cluster YAML's compute.model)")
+                    "(default: kernel, as simulate's accurate default; flat when "
+                    "--efficiency is given; a cluster YAML's own compute.model is kept; MoE "
+                    "models run flat)")
     ad.add_argument("--efficiency", "--compute-efficiency", dest="efficiency", type=float,
                     default=None,
                     help="fraction of peak FLOP/s compute achieves (default 0.5)")

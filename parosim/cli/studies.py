@@ -231,7 +231,7 @@ def cmd_advise(a: argparse.Namespace) -> dict:
         else a.engine_top, "max_micro_batch": a.max_micro_batch,
         "strategies": a.strategies,
         "fixed": {k: list(v) for k, v in space.fixed().items()},
-        "compute_model": a.compute_model or cluster.compute.model,
+        "compute_model": res["compute_model"],
         "compute_efficiency": a.efficiency if a.efficiency is not None else "default",
         "tp_comm_overlap": a.tp_comm_overlap,
         "dp_comm_overlap": a.dp_comm_overlap,

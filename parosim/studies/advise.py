@@ -282,6 +282,15 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
     if gpu_hour_price is not None and not 0 <= gpu_hour_price < float("inf"):
         raise InputError(f"--gpu-hour-price = {gpu_hour_price!r} must be a non-negative "
                          "number (currency per GPU-hour)")
+    if efficiency is not None and compute_model == "kernel":
+        raise InputError(f"--efficiency {efficiency:g} applies to the flat compute model; got "
+                         "--compute-model kernel (which costs each kernel from its shape); "
+                         "expected one of them")
+    if compute_model is None:   # as simulate's accurate default: the kernel model, unless an
+        # efficiency (the flat model's) is given or the cluster YAML states its compute model
+        compute_model = ("flat" if efficiency is not None
+                         else cluster.compute.model if cluster.compute.model_given
+                         else "kernel")
     t0 = time.perf_counter()
     space = space or SearchSpace()
     if strategies:
@@ -504,7 +513,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
            "evaluated": evaluated, "refused": refused, "replayed": replayed,
            "ranked_by": ("engine" if shown and all(c.mode == "engine" for c in shown)
                          else "closed form"),
-           "search_space": rs.searched(), "tokens": budget,
+           "search_space": rs.searched(), "tokens": budget, "compute_model": compute_model,
            "wall_s": time.perf_counter() - t0,
            "candidates": [c.to_dict() for c in shown], "points": points,
            "pareto_front": front,
