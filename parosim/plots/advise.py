@@ -32,11 +32,6 @@ def pareto_figure(res: dict) -> Figure:
     for i, c in enumerate(res["candidates"], 1):
         ax.scatter([c["memory_bytes"] / 2**30], [c["tokens_per_s"]], marker="*", s=120,
                    color="#1f77b4", zorder=3, label="top configurations" if i == 1 else None)
-        # stacked one line apart: the top configurations often sit close together
-        ax.annotate(f"#{i}", (c["memory_bytes"] / 2**30, c["tokens_per_s"]),
-                    textcoords="offset points", xytext=(4, 3 + 10 * (i - 1)), fontsize=8,
-                    arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "#1f77b4"}
-                    if i > 1 else None)
     if res["candidates"]:
         cap = res["candidates"][0]["capacity_bytes"] / 2**30
         ax.axvline(cap, color="k", linestyle="--", linewidth=1, label="GPU memory")
@@ -51,7 +46,35 @@ def pareto_figure(res: dict) -> Figure:
                  "stars: the top configurations as ranked", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
+    _number_candidates(fig, ax, res["candidates"])
     return fig
+
+
+def _number_candidates(fig: Figure, ax, cands: list[dict]) -> None:
+    """Label the top configurations #1, #2, ... beside their stars. The top configurations
+    often sit close together: each label takes the first free place around its star (above
+    right, below right, above left, below left), else the first free place above them, tied
+    to its star by a thin line (positions in points, on the final layout)."""
+    fig.draw_without_rendering()   # the constrained layout, so display positions are final
+    per_pt = fig.dpi / 72.0
+    height, width = 11.0, 18.0     # a label's box in points (fontsize 8, "#n"), with a gap
+    placed: list[tuple[float, float]] = []   # lower-left corners of placed labels, in points
+
+    def free(x: float, y: float) -> bool:
+        return all(abs(x - qx) >= width or abs(y - qy) >= height for qx, qy in placed)
+
+    for i, c in enumerate(cands, 1):
+        xy = (c["memory_bytes"] / 2**30, c["tokens_per_s"])
+        px, py = (v / per_pt for v in ax.transData.transform(xy))
+        spots = [(px + 4, py + 3), (px + 4, py - 13), (px - 22, py + 3), (px - 22, py - 13)]
+        x, y = next((s for s in spots if free(*s)), spots[0])
+        tied = not free(x, y)
+        while not free(x, y):
+            y += height
+        placed.append((x, y))
+        ax.annotate(f"#{i}", xy, textcoords="offset points", xytext=(x - px, y - py),
+                    fontsize=8, arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "#1f77b4"}
+                    if tied else None)
 
 
 def plot_path(path: str) -> Path:
