@@ -48,6 +48,10 @@ engine's schedule:
    most ``w_j / w_a``; ``m_jK`` sums that over the all-to-alls inside the stream's span in
    ``R`` (its first op's start to its last op's end, per micro-step). ``c_jK`` counts the
    stream's transfers only: its latency parts move no bytes and take no share of K.
+   The spread counts only on a link class where stream j keeps less than half of K beside
+   an all-to-all, i.e. where the flows beside its own on a GPU's K link (the all-to-alls'
+   ``w_a`` and the other collective stream's, where that one moves data on K too) outnumber
+   its ``w_j``: only then is it stretched past the all-to-all and spread over the path.
    Or, if more, ``R + sum_K sum_j O_jK``: the streams' transfers that run beside the
    all-to-alls' phases in ``R``. Each all-to-all runs its lowered phases by its lanes from
    its start (a hierarchical program's RDMA and NVLink stages, a DeepEP kernel's chunks);
@@ -57,7 +61,11 @@ engine's schedule:
    keeps 1/9 and runs on across several all-to-alls); a hierarchical or DeepEP all-to-all
    has one RDMA flow per NIC, keeps half of it beside a gather, and a gather issued with
    it (the expert compute's end starts both the combine and the gather two uses ahead)
-   delays it by its whole transfer.
+   delays it by its whole transfer. With one such flow beside a lone reduce-scatter stream
+   on the NICs (the expert reduce-scatters of NGG / IGG, one flow each) each keeps half,
+   the reduce-scatter runs beside the all-to-all it meets in ``R`` and no further, and
+   ``O_jK`` alone counts it; beside the gathers and the reduce-scatters together (x GGG)
+   each keeps a third and the spread counts.
 4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
    (which the compute waits for) and the reduce-scatter stream (which the boundary waits
    for). Each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
@@ -732,10 +740,18 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     links_t = max(w * repeat + max(0.0, x - f - sp) + gp
                   for w, x, f, sp, gp in zip(work, idle, fill, spill, gaps, strict=True)) + bound
     shared = met = 0.0
+    # the all-to-alls' most flows from one GPU on a link of each class
+    w_a = [max((flows[i][kk] for i in links if isinstance(plan.ops[i], A2AOp)), default=0)
+           for kk in (0, 1)]
     for stream, cs in c_k.items():
         cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
-        shared += sum(min(c * a * repeat * repeat / path, m) if path > 0 else 0.0
-                      for c, a, m in zip(cs, a_k, cap, strict=True))
+        # the spread estimate where the stream keeps less than half of K beside an
+        # all-to-all: the flows beside its own on a GPU's K link (the all-to-alls' and the
+        # other collective stream's there) outnumber them
+        w_b = [wa + sum(w_k[o][kk] for o in w_k if o != stream and c_k[o][kk] > 0)
+               for kk, wa in enumerate(w_a)]
+        shared += sum(min(c * a * repeat * repeat / path, m) if path > 0 and wb > w else 0.0
+                      for c, a, m, wb, w in zip(cs, a_k, cap, w_b, w_k[stream], strict=True))
         met += sum(_a2a_met(plan, links, lanes, flows, starts, ends, stream))
     # term 5: the all-to-alls' windows, each grown by term 3 or by its link's work
     contention = sched + max(shared, met, _a2a_windows(plan, links, flows, dur, starts, ends,
