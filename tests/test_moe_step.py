@@ -250,12 +250,21 @@ def test_engine_equals_closed_form_deepep_spread(strategy, expert):
     assert _engine_vs_closed_form("qwen3-ep16-4nodes", strategy, expert, "deepep-normal")
 
 
+# and scaled by the share of the all-to-alls' growth their lanes let through: DeepEP's NVLink
+# lane waits for its RDMA lane and absorbs the growth of its NVLink chunks (the dense gathers
+# and reduce-scatters over NVLink of I.. strategies; engine / closed form - 1 before: ING x GGG
+# -1.75 %, INI x GGG -1.70 %, III x III -1.16 %, now -0.86 %, -0.83 %, -0.95 %)
+@pytest.mark.parametrize("strategy,expert", [("ING", "GGG"), ("INI", "GGG"), ("III", "III")])
+def test_engine_equals_closed_form_deepep_lane_slack(strategy, expert):
+    assert _engine_vs_closed_form("qwen3-ep16-4nodes", strategy, expert, "deepep-normal")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("setting,a2a,fits,within,lo,hi", [
     ("qwen3-ep2-8nodes", "p2p", 79, 51, -0.04232, 0.03432),
     ("qwen3-ep16-4nodes", "p2p", 191, 190, -0.00774, 0.01318),
     ("qwen3-ep16-4nodes", "hierarchical-a2a", 191, 185, -0.01083, 0.00240),
-    ("qwen3-ep16-4nodes", "deepep-normal", 191, 148, -0.02507, 0.08146),
+    ("qwen3-ep16-4nodes", "deepep-normal", 191, 166, -0.02507, 0.08146),
     ("mixtral-ep2", "p2p", 37, 25, -0.01803, 0.01506),
     ("qwen3-ep8-4nodes", "p2p", 122, 122, -0.00977, 0.00639),
     ("qwen3-ep8-accum2", "p2p", 117, 105, -0.01371, 0.00904)])

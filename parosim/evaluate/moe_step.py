@@ -52,6 +52,12 @@ engine's schedule:
    an all-to-all, i.e. where the flows beside its own on a GPU's K link (the all-to-alls'
    ``w_a`` and the other collective stream's, where that one moves data on K too) outnumber
    its ``w_j``: only then is it stretched past the all-to-all and spread over the path.
+   And each all-to-all grows only as far as its lanes let the growth of its phases on K
+   through: each phase on K grows by the streams' density there (``sum_j c_jK / P`` per
+   second of its transfer), and the all-to-all's lane recurrence (as in term 4) gives how
+   much longer it runs; the spread is scaled by that over the phases' own growth (1 for a
+   one-lane program; less for a DeepEP kernel, whose NVLink lane waits for its RDMA lane
+   and absorbs its growth in that slack).
    Or, if more, ``R + sum_K sum_j O_jK``: the streams' transfers that run beside the
    all-to-alls' phases in ``R``. Each all-to-all runs its lowered phases by its lanes from
    its start (a hierarchical program's RDMA and NVLink stages, a DeepEP kernel's chunks);
@@ -743,6 +749,29 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     # the all-to-alls' most flows from one GPU on a link of each class
     w_a = [max((flows[i][kk] for i in links if isinstance(plan.ops[i], A2AOp)), default=0)
            for kk in (0, 1)]
+    # the share of the all-to-alls' growth on K that lengthens them: each of their phases
+    # on K grows by the streams' spread density there (their transfers on K per second of
+    # the path), through the all-to-all's lanes (a pipelined kernel's lane with slack
+    # absorbs its share, as in term 4)
+    rho = [sum(c[kk] for c in c_k.values()) * repeat / path if path > 0 else 0.0
+           for kk in (0, 1)]
+    eff = [1.0, 1.0]
+    for kk in (0, 1):
+        if rho[kk] <= 0:
+            continue
+        unit = [rho[kk] if j == kk else 0.0 for j in (0, 1)]
+        got: dict = {}              # by program: the all-to-alls repeat a few programs
+        naive = lengthen = 0.0
+        for i in links:
+            if isinstance(plan.ops[i], A2AOp):
+                key = id(lanes[i][0])
+                if key not in got:
+                    got[key] = (_grown(lanes[i], unit) / rho[kk],
+                                sum(x for _t, x, k in lanes[i][1] if k == kk))
+                lengthen += got[key][0]
+                naive += got[key][1]
+        if naive > 0:
+            eff[kk] = lengthen / naive
     for stream, cs in c_k.items():
         cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
         # the spread estimate where the stream keeps less than half of K beside an
@@ -750,8 +779,9 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
         # other collective stream's there) outnumber them
         w_b = [wa + sum(w_k[o][kk] for o in w_k if o != stream and c_k[o][kk] > 0)
                for kk, wa in enumerate(w_a)]
-        shared += sum(min(c * a * repeat * repeat / path, m) if path > 0 and wb > w else 0.0
-                      for c, a, m, wb, w in zip(cs, a_k, cap, w_b, w_k[stream], strict=True))
+        shared += sum(min(c * a * repeat * repeat / path, m) * e if path > 0 and wb > w
+                      else 0.0 for c, a, m, wb, w, e in zip(cs, a_k, cap, w_b, w_k[stream],
+                                                            eff, strict=True))
         met += sum(_a2a_met(plan, links, lanes, flows, starts, ends, stream))
     # term 5: the all-to-alls' windows, each grown by term 3 or by its link's work
     contention = sched + max(shared, met, _a2a_windows(plan, links, flows, dur, starts, ends,
