@@ -37,27 +37,40 @@ engine's schedule:
    in ``R`` plus the reduce-scatter stream's delay by term 4 (the engine runs them later),
    and not on a link class the all-to-alls move data on (term 3's contention moves the
    gathers' waits there).
-3. **All-to-all contention** ``R + sum_K sum_j min(c_jK a_K / P, m_jK)``: each collective
-   stream j (the gathers, the reduce-scatters; c_jK seconds of transfer on K) runs spread
-   over the compute path ``P = t_comp + t_a2a``; the share ``a_K / P`` of it falls into the
+3. **All-to-all contention** ``R + sum_K e_K sum_j min(c_jK a_K / P, m_jK)``: each collective
+   stream j (the gathers, the reduce-scatters; c_jK seconds of transfer on K) runs spread over
+   the compute path ``P = t_comp + t_a2a``; the share ``a_K / P`` of it falls into the
    all-to-alls' windows on the same links and delays the all-to-alls on the compute path by
    that much (the link moves both), but by at most ``m_jK``: the engine shares a link by
-   weighted max-min fairness, a transfer counting once per flow it has there, so an
-   all-to-all with ``w_a`` flows on a GPU's K link beside an op of stream j with ``w_j``
-   flows keeps ``w_a / (w_a + w_j)`` of it and each second of its own time on K grows by at
-   most ``w_j / w_a``; ``m_jK`` sums that over the all-to-alls inside the stream's span in
-   ``R`` (its first op's start to its last op's end, per micro-step). ``c_jK`` counts the
-   stream's transfers only: its latency parts move no bytes and take no share of K.
-   Or, if more, ``R + sum_K sum_j O_jK``: the streams' transfers that run beside the
-   all-to-alls' phases in ``R``. Each all-to-all runs its lowered phases by its lanes from
-   its start (a hierarchical program's RDMA and NVLink stages, a DeepEP kernel's chunks);
-   for each phase p on K, stream j's transfer on K over p's time (each op's transfer spread
-   over its time), at most ``w_j / w_p`` x p's own transfer over the same overlap (p's flow
-   share). The spread estimate fits the p2p all-to-all (8 flows on a NIC: a ring gather
-   keeps 1/9 and runs on across several all-to-alls); a hierarchical or DeepEP all-to-all
-   has one RDMA flow per NIC, keeps half of it beside a gather, and a gather issued with
-   it (the expert compute's end starts both the combine and the gather two uses ahead)
-   delays it by its whole transfer.
+   weighted max-min fairness, a transfer counting once per flow it has there, so an all-to-all
+   with ``w_a`` flows on a GPU's K link beside an op of stream j with ``w_j`` flows keeps
+   ``w_a / (w_a + w_j)`` of it and each second of its own time on K grows by at most
+   ``w_j / w_a``; ``m_jK`` sums that over the all-to-alls inside the stream's span in ``R``
+   (its first op's start to its last op's end, per micro-step). ``c_jK`` counts the stream's
+   transfers only: its latency parts move no bytes and take no share of K. The spread counts
+   only on a link class where stream j keeps less than half of K beside an all-to-all, i.e.
+   where the flows beside its own on a GPU's K link (the all-to-alls' ``w_a`` and the other
+   collective stream's, where that one moves data on K too) outnumber its ``w_j``: only then
+   is it stretched past the all-to-all and spread over the path. And each all-to-all grows
+   only as far as its lanes let the growth of its phases on K through: each phase on K grows
+   by the streams' density there (``sum_j c_jK / P`` per second of its transfer), and the
+   all-to-all's lane recurrence (as in term 4) gives how much longer it runs; ``e_K``, that
+   over the phases' own growth, scales the spread (1 for a one-lane program; less for a DeepEP
+   kernel, whose NVLink lane waits for its RDMA lane and absorbs its growth in that slack).
+   Or, if more, ``R + sum_K e_K sum_j O_jK``: the streams' transfers that run beside the
+   all-to-alls' phases in ``R``. Each all-to-all runs its lowered phases by its lanes from its
+   start (a hierarchical program's RDMA and NVLink stages, a DeepEP kernel's chunks); for each
+   phase p on K, stream j's transfer on K over p's time (each op's transfer spread over its
+   time), at most ``w_j / w_p`` x p's own transfer over the same overlap (p's flow share). The
+   spread estimate fits the p2p all-to-all (8 flows on a NIC: a ring gather keeps 1/9 and runs
+   on across several all-to-alls); a hierarchical or DeepEP all-to-all has one RDMA flow per
+   NIC, keeps half of it beside a gather, and a gather issued with it (the expert compute's
+   end starts both the combine and the gather two uses ahead) delays it by its whole transfer.
+   With one such flow beside a lone reduce-scatter stream on the NICs (the expert
+   reduce-scatters of NGG / IGG, one flow each) each keeps half, the reduce-scatter runs
+   beside the all-to-all it meets in ``R`` and no further, and ``O_jK`` alone counts it;
+   beside the gathers and the reduce-scatters together (x GGG) each keeps a third and the
+   spread counts.
 4. **A collective stream's own links** ``max_i (e_i + d_i + tail_i)``, for the gather stream
    (which the compute waits for) and the reduce-scatter stream (which the boundary waits
    for). Each is serial, so over its last busy period ``[b0, b1]`` of ``R`` (its ops back to
@@ -87,7 +100,7 @@ engine's schedule:
    Not in a backward with reduce-scatters (they fill K there, as in term 2).
 
     T = max(R, max_K (W_K + max(0, I_K - F_K - S_K) + G_K) + t_sync_g + t_opt + t_sync_p,
-            R + max(sum_K sum_j min(c_jK a_K / P, m_jK), sum_K sum_j O_jK,
+            R + max(sum_K e_K sum_j min(c_jK a_K / P, m_jK), sum_K e_K sum_j O_jK,
                     sum_w max(g_w, N_w - L_w)),
             max_i (e_i + d_i + tail_i))
 
@@ -732,11 +745,45 @@ def evaluate_moe(plan: MoEPlan, spec, algo: Algo, overlap_slowdown: float = 1.0,
     links_t = max(w * repeat + max(0.0, x - f - sp) + gp
                   for w, x, f, sp, gp in zip(work, idle, fill, spill, gaps, strict=True)) + bound
     shared = met = 0.0
+    # the all-to-alls' most flows from one GPU on a link of each class
+    w_a = [max((flows[i][kk] for i in links if isinstance(plan.ops[i], A2AOp)), default=0)
+           for kk in (0, 1)]
+    # the share of the all-to-alls' growth on K that lengthens them: each of their phases
+    # on K grows by the streams' spread density there (their transfers on K per second of
+    # the path), through the all-to-all's lanes (a pipelined kernel's lane with slack
+    # absorbs its share, as in term 4)
+    rho = [sum(c[kk] for c in c_k.values()) * repeat / path if path > 0 else 0.0
+           for kk in (0, 1)]
+    eff = [1.0, 1.0]
+    for kk in (0, 1):
+        if rho[kk] <= 0:
+            continue
+        unit = [rho[kk] if j == kk else 0.0 for j in (0, 1)]
+        got: dict = {}              # by program: the all-to-alls repeat a few programs
+        naive = lengthen = 0.0
+        for i in links:
+            if isinstance(plan.ops[i], A2AOp):
+                key = id(lanes[i][0])
+                if key not in got:
+                    got[key] = (_grown(lanes[i], unit) / rho[kk],
+                                sum(x for _t, x, k in lanes[i][1] if k == kk))
+                lengthen += got[key][0]
+                naive += got[key][1]
+        if naive > 0:
+            eff[kk] = lengthen / naive
     for stream, cs in c_k.items():
         cap = _a2a_share(plan, links, flows, starts, ends, stream, w_k[stream])
-        shared += sum(min(c * a * repeat * repeat / path, m) if path > 0 else 0.0
-                      for c, a, m in zip(cs, a_k, cap, strict=True))
-        met += sum(_a2a_met(plan, links, lanes, flows, starts, ends, stream))
+        # the spread estimate where the stream keeps less than half of K beside an
+        # all-to-all: the flows beside its own on a GPU's K link (the all-to-alls' and the
+        # other collective stream's there) outnumber them
+        w_b = [wa + sum(w_k[o][kk] for o in w_k if o != stream and c_k[o][kk] > 0)
+               for kk, wa in enumerate(w_a)]
+        shared += sum(min(c * a * repeat * repeat / path, m) * e if path > 0 and wb > w
+                      else 0.0 for c, a, m, wb, w, e in zip(cs, a_k, cap, w_b, w_k[stream],
+                                                            eff, strict=True))
+        # through the all-to-alls' lanes by the same share
+        met += sum(o * e for o, e in zip(_a2a_met(plan, links, lanes, flows, starts, ends,
+                                                  stream), eff, strict=True))
     # term 5: the all-to-alls' windows, each grown by term 3 or by its link's work
     contention = sched + max(shared, met, _a2a_windows(plan, links, flows, dur, starts, ends,
                                                        c_k, w_k, comp + a2a))
