@@ -23,7 +23,11 @@ The dense cases name the flat compute model they were pinned with since advise's
 model became the kernel model (as simulate's accurate default); their results are unchanged.
 The MoE case was regenerated again when term 3 of the MoE closed form also counted the
 collective streams' transfers that meet an all-to-all's phases (O_jK; three ranked
-candidates' closed-form steps 0.8 % to 1.6 % higher; the ranking and every count unchanged).
+candidates' closed-form steps 0.8 % to 1.6 % higher; the ranking and every count unchanged),
+and once more when term 3's spread estimate counted only where a stream keeps less than half
+of a link beside the all-to-alls and, with O_jK, was scaled by the share of the all-to-alls'
+growth that lengthens them through their lanes (one candidate's closed-form step changed in
+its last bits; the ranking and every count unchanged).
 Regenerate it only when the model (collective, compute or memory costs, the search space)
 changes on purpose.
 """
