@@ -59,6 +59,7 @@ def test_advise_json_ranked_fitting_and_reproducible(capsys, tmp_path):
                       parallel=par if (c["tp"] > 1 or c["pp"] > 1 or c["recompute"] ==
                                        "selective") else None, runtime=c["runtime"])
     assert r.tokens_per_s == pytest.approx(c["tokens_per_s"], rel=1e-9)
+    assert r.mfu == pytest.approx(c["mfu"], rel=1e-9)   # the same MFU as simulate's
     # same inputs, same answer
     assert main([*ARGS, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)["candidates"]
@@ -196,3 +197,18 @@ def test_advise_compute_model_default_and_efficiency(capsys):
     assert main([*SMALL, "--efficiency", "0.4", "--compute-model", "kernel"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--efficiency 0.4 applies to the flat compute model" in err
+
+
+def test_advise_plausibility_notes_as_simulate(capsys):
+    """A GPU without calibration rows gets simulate's caution, in text and JSON."""
+    args = ["advise", "--model", "mpt-125m", "--cluster", "dgx-b200-ib", "--nodes", "1",
+            "--seq-len", "512", "--global-batch", "64", "--max-micro-batch", "4",
+            "--engine-top", "0"]
+    assert main([*args, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert any(w.startswith("GPU B200") and "extrapolation" in w for w in res["warnings"])
+    assert all(0 < c["mfu"] < 1 for c in res["candidates"])
+    assert main(args) == 0
+    assert "caution: GPU B200" in capsys.readouterr().out
+    # a calibrated GPU and precision in its range: no caution
+    assert "warnings" not in _advise(capsys, "--precision", "bf16")

@@ -240,6 +240,15 @@ def cmd_advise(a: argparse.Namespace) -> dict:
         "overrides": {"gpu_memory": a.gpu_memory} if a.gpu_memory else {}}
     if a.gpu_hour_price is not None:
         res["settings"]["gpu_hour_price"] = a.gpu_hour_price
+    notes: list[str] = []   # plausibility, per configuration shown (as simulate's)
+    for i, c in enumerate(res["candidates"] + res.get("closed_form_candidates", []), 1):
+        for n in plausibility_notes({"precision": c["precision"], "micro_batch": c["micro_batch"],
+                                     "seq_len": a.seq_len}, cluster.gpu.model,
+                                    [{"mfu": c["mfu"], "label": f"#{i}"}]):
+            if n not in notes:
+                notes.append(n)
+    if notes:
+        res["warnings"] = notes
     if a.json:
         res = {k: v for k, v in res.items()
                if k not in ("points", "top_labels", "closed_form_labels")}
@@ -309,6 +318,8 @@ def show_advise(res: dict) -> None:
         return
 
     print(format_advice(res))
+    for note in res.get("warnings") or []:
+        print(f"caution: {note}")
     s = res.get("settings")
     if s:
         fixed = ", ".join(f"--{k.replace('_', '-')} {','.join(map(str, v))}"

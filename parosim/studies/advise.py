@@ -50,7 +50,12 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..collectives.types import Algo
-from ..cost.compute import head_backward_flops, head_forward_flops, layer_backward_flops
+from ..cost.compute import (
+    head_backward_flops,
+    head_forward_flops,
+    layer_backward_flops,
+    step_flops,
+)
 from ..cost.compute import layer_forward_flops as _lf
 from ..cost.memory import memory_breakdown
 from ..errors import InputError
@@ -130,6 +135,7 @@ class Candidate:
     mode: str = "analytic"
     analytic_tokens_per_s: float = 0.0
     tflops_per_gpu: float = 0.0
+    mfu: float = 0.0
     gpu_hours: float = 0.0
     cost: float | None = None
     reason: str = ""
@@ -144,7 +150,7 @@ class Candidate:
             "tp", "pp", "cp", "dp", "strategy", "group_nodes", "micro_batch", "accum",
             "recompute", "algo", "schedule", "virtual_stages", "sequence_parallel",
             "tp_comm_overlap", "dp_comm_overlap", "attention", "precision", "runtime",
-            "tokens_per_s", "step_time_s", "tflops_per_gpu", "exposed_comm_s",
+            "tokens_per_s", "step_time_s", "tflops_per_gpu", "mfu", "exposed_comm_s",
             "bubble_fraction", "compute_s", "memory_bytes", "capacity_bytes",
             "headroom_bytes", "mode", "analytic_tokens_per_s", "gpu_hours", "reason")}
         if self.cost is not None:
@@ -500,6 +506,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
         cl, tr, par, strat, algo, rt, three_d = setups[id(c)]
         if not c.tflops_per_gpu:
             c.tflops_per_gpu = _hw_flops_per_gpu(model, tr, par, c.recompute) / c.step_time_s
+        # model FLOPs (6 Psi + attention, no recomputation) over the peak, as simulate's MFU
+        c.mfu = (step_flops(model, tr, global_batch * seq_len / cluster.gpus)
+                 / c.step_time_s / cluster.gpu.peak_flops)
         c.gpu_hours = budget / c.tokens_per_s * cluster.gpus / 3600
         if gpu_hour_price is not None:
             c.cost = c.gpu_hours * gpu_hour_price

@@ -27,7 +27,8 @@ candidates' closed-form steps 0.8 % to 1.6 % higher; the ranking and every count
 and once more when term 3's spread estimate counted only where a stream keeps less than half
 of a link beside the all-to-alls and, with O_jK, was scaled by the share of the all-to-alls'
 growth that lengthens them through their lanes (one candidate's closed-form step changed in
-its last bits; the ranking and every count unchanged).
+its last bits; the ranking and every count unchanged). The dense cases' candidates gained
+their MFU (a new key; every other figure unchanged).
 Regenerate it only when the model (collective, compute or memory costs, the search space)
 changes on purpose.
 """
