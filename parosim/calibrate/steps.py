@@ -419,6 +419,16 @@ def run_steps(a: argparse.Namespace) -> dict:
             f"{f['scale']:.4f}; fit |error| median {pct(f['fit'])} % over {f['fit']['n']} "
             f"steps; held-out ({holdout}) median {pct(f['held_out'])} % over "
             f"{f['held_out']['n']} steps.\n# {ov}.\n")
+    # the algorithm of the rows whose runtime leaves it to --algo (a framework profile fixes
+    # its own, and simulate refuses --algo beside it)
+    from ..simulate.step import resolve_runtime  # deferred: the simulator loads to fit
+
+    algos = sorted({r.algo for r in runs if r.is_3d
+                    or resolve_runtime(r.runtime).collective_algo is None})
+    if algos:
+        head += (f"# the rows ran collective algorithm {', '.join(algos)} (their algo column, "
+                 f"default ring); predict with the same --algo: simulate's default is nccl "
+                 f"(NCCL's tuner)\n")
     for k, v in f["cluster_params"].items():
         head += (f"# {k} = {v:.6g} ({'fitted' if f['cluster_identified'][k] else 'not identified'}"
                  " from these step times)\n")
@@ -433,7 +443,7 @@ def run_steps(a: argparse.Namespace) -> dict:
         raise InputError(f"-o {a.output!r} cannot be written: {e.strerror}") from None
     c = spec.compute
     return {"mode": "steps", "output": str(out), "cluster": name, "base": base.name,
-            "holdout": holdout, "scale": f["scale"],
+            "holdout": holdout, "scale": f["scale"], "algos": algos,
             "overlap_slowdown": f["overlap_slowdown"],
             "params": {"gemm_ceiling": c.gemm_ceiling,
                        "attention_efficiency": c.attention_efficiency,
@@ -459,6 +469,9 @@ def print_steps(res: dict) -> None:
         print(f"  one standard error (s^2 (J^T J)^-1 in log space, dof {res['dof']}):")
         for k, p in res["standard_errors"].items():
             print(f"    {k}: {se_range_text(k, p)}")
+    if res.get("algos"):
+        print(f"  the rows ran collective algorithm {', '.join(res['algos'])}: predict with the "
+              "same --algo (simulate's default is nccl, NCCL's tuner)")
     for what, s in (("fit", res["fit"]), ("held-out", res["held_out"])):
         if s["n"]:
             print(f"  {what}: median |error| {s['median_abs_error_pct']:.1f} %, worst "
