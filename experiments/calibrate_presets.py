@@ -88,7 +88,8 @@ def build(name: str) -> list[dict]:
     t0 = time.perf_counter()
     full = fit(nominal, meas, Algo.NCCL, starts=STARTS, max_nfev=MAX_NFEV)
     t_fit = time.perf_counter() - t0
-    spec = replace(full.spec, name=name)
+    spec = replace(full.spec, name=name,
+                   calibrated_nodes=tuple(sorted({m.spec.nodes for m in meas})))
     text = calibrated_yaml(spec, full, logs, _stats(full.fit_rows), _stats([]))
     out = ROOT / "topologies" / f"{name}.yaml"
     out.write_text(text)

@@ -181,3 +181,33 @@ def test_steps_at_many_node_counts_identify_known_parameters(tmp_path, capsys):
     assert "collective.step_latency: 20 us (one standard error: 19.6 us-20.3 us" in out
     assert "warning" not in out
     assert "# nic.bandwidth = 14.7 GB/s (one standard error:" in (tmp_path / "c.yaml").read_text()
+
+
+def test_calibrated_nodes_written_and_runs_beyond_them_cautioned(tmp_path, capsys):
+    """calibrate writes the node counts its fit saw; simulate on more nodes says the
+    scale-dependent costs are extrapolated there (text and JSON), within them says nothing."""
+    import json
+
+    from parosim.cli import main
+    from parosim.io import load_cluster
+
+    out = tmp_path / "c.yaml"
+    assert main(["calibrate", "--nccl-tests", "tests/data/nccl-tests/aws-p4de-2node-all_reduce.txt",
+                 "--cluster", "aws-p4de", "-o", str(out), "--json"]) == 0
+    capsys.readouterr()
+    assert load_cluster(str(out)).calibrated_nodes == (2,)
+    args = ["simulate", "--cluster", str(out), "--strategy", "NNG", "--mode", "analytic"]
+    assert main([*args, "--nodes", "2", "--json"]) == 0
+    assert not any("calibrated on runs" in w
+                   for w in json.loads(capsys.readouterr().out).get("warnings", []))
+    assert main([*args, "--nodes", "16", "--json"]) == 0
+    warns = json.loads(capsys.readouterr().out)["warnings"]
+    assert any("calibrated on runs of 2 nodes; 16 nodes lie 8x beyond" in w for w in warns)
+    assert main([*args, "--nodes", "16"]) == 0
+    assert "caution: cluster" in capsys.readouterr().out
+    # the field is checked when read
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(out.read_text().replace("calibrated_nodes:\n- 2", "calibrated_nodes: [0]"))
+    assert main(["simulate", "--cluster", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "calibrated_nodes" in err and "positive integers" in err

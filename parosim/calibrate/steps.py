@@ -403,7 +403,8 @@ def run_steps(a: argparse.Namespace) -> dict:
     prof = replace(f["profile"], source=(
         f"fitted by parosim calibrate --steps {Path(a.steps).name}: scale {f['scale']:.4f} "
         f"on the base cluster's kernel parameters"))
-    spec = replace(base, name=name, compute=prof)
+    fitted_nodes = tuple(sorted({r["nodes"] for r in f["rows"] if r["what"] == "fit"}))
+    spec = replace(base, name=name, compute=prof, calibrated_nodes=fitted_nodes)
     if f["overlap_slowdown"] is not None:
         spec = replace(spec, overlap_slowdown=f["overlap_slowdown"])
     ov = (f"overlap_slowdown {f['overlap_slowdown']:.4f} (fitted)"

@@ -133,7 +133,9 @@ def _run_nccl_tests(a: argparse.Namespace) -> dict:
     f = fit(base, fitted, algos[0], params, held, a.holdout)
     name = a.name or f"{base.name}-calibrated"
 
-    spec = replace(f.spec, name=name)
+    # the node counts the fit saw: a run on more nodes extrapolates its scale-out costs
+    spec = replace(f.spec, name=name,
+                   calibrated_nodes=tuple(sorted({m.spec.nodes for m in fitted})))
     fit_s, held_s = _stats(f.fit_rows), _stats(f.held_rows)
     warnings = check_fit(base, logs, f, fit_s, held_s, a.nodes) + one_node_warning(fitted)
     text = calibrated_yaml(spec, f, logs, fit_s, held_s, format_warnings(warnings))

@@ -78,3 +78,25 @@ def plausibility_notes(settings: dict, gpu_model: str, rows: list[dict] | None =
                      f"batch of any calibration row ({MAX_CALIBRATED_MICRO_TOKENS} tokens); "
                      "kernel efficiencies and memory there are extrapolated")
     return notes
+
+
+def scale_note(cluster) -> list[str]:
+    """One line when ``cluster`` was calibrated on runs of some node counts
+    (``calibrated_nodes``, written by ``parosim calibrate``) and runs on more nodes than the
+    largest: its scale-dependent costs are extrapolated there.
+
+    >>> from parosim.spec.system import ClusterSpec
+    >>> scale_note(ClusterSpec(name="c", nodes=4, calibrated_nodes=(1, 2, 4)))
+    []
+    >>> scale_note(ClusterSpec(name="c", nodes=32, calibrated_nodes=(1, 2)))[0][:60]
+    'cluster c was calibrated on runs of 1, 2 nodes; 32 nodes lie'
+    """
+    cal = getattr(cluster, "calibrated_nodes", ())
+    if not cal or cluster.nodes <= max(cal):
+        return []
+    times = cluster.nodes / max(cal)
+    return [f"cluster {cluster.name} was calibrated on runs of {', '.join(map(str, cal))} "
+            f"node{'s' if cal != (1,) else ''}; {cluster.nodes} nodes lie {times:.3g}x "
+            "beyond the largest, where its scale-dependent costs are extrapolated: how they "
+            "grow with the node count was not measured (docs/calibration.md, 'Across node "
+            "counts')"]

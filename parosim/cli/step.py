@@ -8,7 +8,7 @@ import argparse
 from ..errors import InputError
 from .moe_step import moe_text
 from .parser import build_parser
-from .plausible import plausibility_notes
+from .plausible import plausibility_notes, scale_note
 from .setup import (
     algos_of,
     check_workers,
@@ -129,7 +129,7 @@ def cmd_simulate(a: argparse.Namespace) -> dict:
     out.update(model=model.name, cluster=cluster.name,
                settings=settings_of(a, cluster, training, rt))
     warnings = percentile_warnings(out) + (plausibility_notes(
-        out["settings"], cluster.gpu.model, [out]) if r.fits else [])
+        out["settings"], cluster.gpu.model, [out]) if r.fits else []) + scale_note(cluster)
     if warnings:
         out["warnings"] = warnings
     if info:
@@ -237,7 +237,7 @@ def cmd_compare(a: argparse.Namespace) -> dict:
            "mode": a.mode, "runtime": rt.name,
            "settings": settings_of(a, cluster, training, rt), "results": rows}
     notes = plausibility_notes(out["settings"], cluster.gpu.model,
-                               [r for r in rows if r.get("fits")])
+                               [r for r in rows if r.get("fits")]) + scale_note(cluster)
     if notes:
         out["warnings"] = notes
     if info:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
-from .plausible import plausibility_notes
+from .plausible import plausibility_notes, scale_note
 from .setup import (
     algos_of,
     fidelity_of,
@@ -121,7 +121,8 @@ def cmd_run(a: argparse.Namespace) -> dict:
     out.update(model=model.name, cluster=cluster.name, strategy=r.strategy.name,
                algo=r.algo.value, mode=a.mode, seed=a.seed, runtime=rt.name,
                settings=settings_of(a, cluster, training, rt))
-    notes = plausibility_notes(out["settings"], cluster.gpu.model, [r.to_dict()])
+    notes = plausibility_notes(out["settings"], cluster.gpu.model, [r.to_dict()]) + \
+        scale_note(cluster)
     if notes:
         out["warnings"] = notes
     return out
@@ -247,6 +248,7 @@ def cmd_advise(a: argparse.Namespace) -> dict:
                                     [{"mfu": c["mfu"], "label": f"#{i}"}]):
             if n not in notes:
                 notes.append(n)
+    notes += scale_note(cluster)
     if notes:
         res["warnings"] = notes
     if a.json:

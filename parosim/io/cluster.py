@@ -82,7 +82,7 @@ from .yamlspec import check_keys, name_value, number, positive_int, read_yaml, s
 
 _TOP = {"name", "gpus_per_node", "nodes", "gpu", "intra_node", "pcie", "nic", "network",
         "collective", "group_nodes", "sources", "notes", "compute", "overrides",
-        "jitter"}
+        "jitter", "calibrated_nodes"}
 _INTRA_KEYS = {"fabric", "bandwidth", "latency"}
 _PCIE_KEYS = {"bandwidth", "latency"}
 _NIC_KEYS = {"per_node", "bandwidth", "latency"}
@@ -207,6 +207,8 @@ def cluster_from_dict(data: dict[str, Any], where: str = "cluster") -> ClusterSp
                           number(comp["overlap_slowdown"], "compute.overlap_slowdown")),
         compute=_compute_profile(comp, where),
         jitter_cv=number(jitter.get("cv", 0.0), "jitter.cv"),
+        calibrated_nodes=_node_counts(data.get("calibrated_nodes", []),
+                                      f"{where}: calibrated_nodes"),
     )
     raw = data.get("overrides", [])
     if not isinstance(raw, list):
@@ -649,6 +651,18 @@ def _override_fp8_default(g: dict, base_gpu: GPUSpec) -> float:
     return known.peak_fp8_flops if known is not None else 0.0
 
 
+def _node_counts(raw, where: str) -> tuple[int, ...]:
+    """``calibrated_nodes``: a node count or a list of them, sorted and without repeats."""
+    values = raw if isinstance(raw, list) else [raw]
+    out = set()
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{where} = {raw!r}: expected node counts (positive integers), "
+                             "e.g. [1, 2, 4]")
+        out.add(v)
+    return tuple(sorted(out))
+
+
 def cluster_to_yaml(spec: ClusterSpec) -> str:
     """Serialise a spec back to the YAML format (SI numbers with explicit units)."""
     data = {
@@ -679,6 +693,8 @@ def cluster_to_yaml(spec: ClusterSpec) -> str:
         "group_nodes": spec.group_nodes,
         "sources": spec.notes,
     }
+    if spec.calibrated_nodes:
+        data["calibrated_nodes"] = list(spec.calibrated_nodes)
     if spec.compute != ComputeProfile():
         c = spec.compute
         data["compute"] = {"model": c.model, "gemm_ceiling": c.gemm_ceiling,

@@ -503,6 +503,10 @@ class ClusterSpec:
     # lognormal factor of mean 1 and coefficient of variation ``jitter_cv`` (0 = none)
     overrides: tuple[Override, ...] = ()
     jitter_cv: float = 0.0
+    # the node counts of the runs a calibration fitted this cluster's costs on (parosim
+    # calibrate writes them; empty: not calibrated across node counts); a run on more nodes
+    # than the largest is an extrapolation of the scale-dependent costs, and says so
+    calibrated_nodes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         o = self.overlap_slowdown
@@ -514,6 +518,9 @@ class ClusterSpec:
             v = getattr(self, name)
             _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
                      f"{name} = {v!r} must be a positive integer")
+        for v in self.calibrated_nodes:
+            _require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                     f"calibrated_nodes: {v!r} must be a positive integer (a node count)")
         _require(self.nodes * self.gpus_per_node <= MAX_GPUS,
                  f"cluster {self.name!r} with {self.nodes} nodes x {self.gpus_per_node} GPUs "
                  f"has more than {MAX_GPUS} GPUs, the simulator's limit; expected at most "
