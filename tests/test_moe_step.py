@@ -560,3 +560,18 @@ def test_advise_moe_searches_ep_and_expert_levels(capsys):
         assert extra[0] in capsys.readouterr().err
     assert main(["advise", "--model", "llama-7b", "--global-batch", "64", "--ep", "2"]) == 2
     assert "--ep" in capsys.readouterr().err
+    # like with like: the replayed rows (the closed form's best three) come first, ranked by
+    # the engine's step time; the others follow in the closed form's order
+    three = argv[:argv.index("--engine-top")] + ["--engine-top", "3", "--top", "5", "--json",
+                                                 "--compute-model", "flat"]
+    assert main(three) == 0
+    d = json.loads(capsys.readouterr().out)
+    rep = [b for b in d["best"] if "engine_step_s" in b]
+    rest = [b for b in d["best"] if "engine_step_s" not in b]
+    assert len(rep) == 3 and d["best"][:3] == rep
+    assert [b["engine_step_s"] for b in rep] == sorted(b["engine_step_s"] for b in rep)
+    assert [b["closed_form_step_s"] for b in rest] == sorted(b["closed_form_step_s"]
+                                                             for b in rest)
+    assert max(b["closed_form_step_s"] for b in rep) <= min(b["closed_form_step_s"]
+                                                            for b in rest)
+    assert "engine" in d["ranked_by"]

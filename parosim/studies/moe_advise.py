@@ -113,6 +113,9 @@ def advise_moe(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_le
             d.update(engine_step_s=eng.step_time_s, engine_tokens_per_s=eng.tokens_per_s,
                      engine_mfu=eng.mfu)
         best.append(d)
+    # like with like: the replayed ones ranked by the engine's step time among themselves
+    # (they are the closed form's best), the others by the closed form's below them
+    best[:engine_top] = sorted(best[:engine_top], key=lambda d: d["engine_step_s"])
     return {"model": model.name, "cluster": cluster.name, "gpus": n, "moe": True,
             "global_batch": global_batch, "seq_len": seq_len,
             "searched": {"ep": eps, "micro_batch": bs, "attention": atts,
@@ -120,6 +123,7 @@ def advise_moe(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_le
                          "expert_strategies": [s.short for s in experts]},
             "skipped": skipped, "points": points, "fitting": fitting,
             "engine_top": engine_top, "best": best[:max(top, engine_top)],
+            "ranked_by": "the engine's step time for the replayed, then the closed form's",
             "elapsed_s": time.perf_counter() - t0}
 
 
@@ -138,15 +142,20 @@ def format_moe_advice(res: dict) -> str:
                  f"{'attn':<6}{'step s (cf)':>12}{'step s (engine)':>16}{'tokens/s':>11}"
                  f"{'MFU':>7}{'memory GiB':>12}")
     for i, d in enumerate(res["best"], 1):
-        eng = f"{d['engine_step_s']:.3f}" if "engine_step_s" in d else "-"
+        replayed = "engine_step_s" in d
+        eng = f"{d['engine_step_s']:.3f}" if replayed else "-"
+        tps = d["engine_tokens_per_s"] if replayed else d["tokens_per_s"]
+        mfu = d["engine_mfu"] if replayed else d["mfu"]
         lines.append(f"{i:>3}  {d['label']:<14}{d['ep']:>4}{d['edp']:>5}{d['micro_batch']:>4}"
                      f"{d['accum_steps']:>6}  {d['attention']:<6}"
-                     f"{d['closed_form_step_s']:>12.3f}{eng:>16}{d['tokens_per_s']:>11.0f}"
-                     f"{d['mfu']:>7.3f}{d['memory_bytes'] / 2**30:>12.1f}")
+                     f"{d['closed_form_step_s']:>12.3f}{eng:>16}{tps:>11.0f}"
+                     f"{mfu:>7.3f}{d['memory_bytes'] / 2**30:>12.1f}")
     for k, why in res["skipped"].items():
         lines.append(f"skipped {k}: {why}")
     lines.append(f"searched in {res['elapsed_s']:.1f} s (closed form; the first "
-                 f"{res['engine_top']} replayed on the engine)")
+                 f"{res['engine_top']} replayed on the engine and ranked by its step time, "
+                 "the others by the closed form's below them; tokens/s and MFU: the engine's "
+                 "where replayed, else the closed form's)")
     return "\n".join(lines)
 
 

@@ -28,7 +28,8 @@ and once more when term 3's spread estimate counted only where a stream keeps le
 of a link beside the all-to-alls and, with O_jK, was scaled by the share of the all-to-alls'
 growth that lengthens them through their lanes (one candidate's closed-form step changed in
 its last bits; the ranking and every count unchanged). The dense cases' candidates gained
-their MFU (a new key; every other figure unchanged).
+their MFU (a new key; every other figure unchanged); the MoE case its `ranked_by` (the
+replayed rows ranked by the engine's step time: with one replayed, the same order).
 Regenerate it only when the model (collective, compute or memory costs, the search space)
 changes on purpose.
 """
