@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from parosim.cli import main
-from parosim.cli.plausible import plausibility_notes
+from parosim.simulate.plausible import plausibility_notes
 from parosim.simulate.point import run_point
 from parosim.spec.training import TrainingSpec, for_fidelity
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
-from .plausible import plausibility_notes
+from ..simulate.plausible import plausibility_notes
 from .setup import parallel_of, runtime_of, settings_of, settings_text, specs_of
 from .tables import label_width, strategy_label
 

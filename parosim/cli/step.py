@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
+from ..simulate.plausible import plausibility_notes, scale_note
 from .moe_step import moe_text
 from .parser import build_parser
-from .plausible import plausibility_notes, scale_note
 from .setup import (
     algos_of,
     check_workers,

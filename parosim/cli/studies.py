@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
-from .plausible import plausibility_notes, scale_note
+from ..simulate.plausible import plausibility_notes, scale_note
 from .setup import (
     algos_of,
     fidelity_of,

@@ -113,6 +113,10 @@ _COMMON_OUTPUTS: dict[str, str] = {
     "gpus": "GPUs in the job, n (count)",
 }
 _STEP_OUTPUTS: dict[str, str] = {
+    "warnings": "the cautions simulate prints for the point, joined by ' | ' (empty when "
+                "none): a GPU or precision without calibration rows, an MFU above every "
+                "published run, a micro-batch far beyond the calibration rows, or more nodes "
+                "than the cluster's calibrated_nodes (docs/accuracy.md)",
     "step_time_s": "time of one global step (s)",
     "tokens_per_s": "training throughput of the whole job (tokens/s)",
     "tokens_per_s_per_gpu": "throughput per GPU (tokens/s/GPU)",

@@ -38,6 +38,7 @@ from .moe_flags import (
     refuse_moe_flags,
     wants_moe_parallel,
 )
+from .plausible import plausibility_notes, scale_note
 from .step import (
     MODES,
     cluster_from_flags,
@@ -55,7 +56,7 @@ POINT_DEFAULTS = {"kind": "step", "model": "llama-7b", "cluster": "paper-a100-ro
                   "gpu_memory": None, "recompute": None, "runtime": "ideal",
                   "overlap_slowdown": None, "precision": "bf16"}
 
-RESULT_COLUMNS = ("status", "reason", "gpus", "step_time_s", "tokens_per_s",
+RESULT_COLUMNS = ("status", "reason", "warnings", "gpus", "step_time_s", "tokens_per_s",
                   "tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu", "mfu",
                   "exposed_comm_s", "bytes_intra", "bytes_inter", "model_states_bytes",
                   "activations_bytes", "buffers_bytes", "total_bytes", "capacity_bytes",
@@ -275,6 +276,8 @@ def run_moe_point(point: dict, model=None) -> dict:
         row["status"] = "ok" if d["fits"] else "does-not-fit"
         row["reason"] = ("" if d["fits"] else
                          f"lacks {mem['shortfall_bytes']:.0f} bytes of memory")
+    row["warnings"] = point_warnings(cluster, training, d.get("mfu")
+                                     if row["status"] == "ok" else None)
     return row
 
 
@@ -315,4 +318,16 @@ def run_point(point: dict) -> dict:
         row["accum"], row["micro_batch"] = training.accum_steps, training.micro_batch
     row["status"] = "ok" if r.fits else "does-not-fit"
     row["reason"] = "" if r.fits else f"lacks {mem['shortfall_bytes']:.0f} bytes of memory"
+    row["warnings"] = point_warnings(cluster, training, r.mfu if r.fits else None)
     return row
+
+
+def point_warnings(cluster, training, mfu: float | None) -> str:
+    """The cautions ``parosim simulate`` prints for this point (simulate.plausible: outside
+    the calibrated region, or beyond the cluster's calibrated node counts), joined by
+    `` | ``; empty when none."""
+    notes = plausibility_notes({"precision": training.precision,
+                                "micro_batch": training.micro_batch,
+                                "seq_len": training.seq_len}, cluster.gpu.model,
+                               [{"mfu": mfu}] if mfu is not None else [])
+    return " | ".join(notes + scale_note(cluster))
