@@ -205,6 +205,12 @@ def test_calibrated_nodes_written_and_runs_beyond_them_cautioned(tmp_path, capsy
     assert any("calibrated on runs of 2 nodes; 16 nodes lie 8x beyond" in w for w in warns)
     assert main([*args, "--nodes", "16"]) == 0
     assert "caution: cluster" in capsys.readouterr().out
+    # a sweep row says the same in its warnings column
+    from parosim.simulate.point import run_point
+
+    point = {"cluster": str(out), "strategy": "NNG", "mode": "analytic"}
+    assert "calibrated on runs of 2 nodes" in run_point({**point, "nodes": 16})["warnings"]
+    assert run_point({**point, "nodes": 2})["warnings"] == ""
     # the field is checked when read
     bad = tmp_path / "bad.yaml"
     bad.write_text(out.read_text().replace("calibrated_nodes:\n- 2", "calibrated_nodes: [0]"))
