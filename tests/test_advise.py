@@ -34,7 +34,9 @@ def test_advise_json_ranked_fitting_and_reproducible(capsys, tmp_path):
     assert all(keys <= set(c) for c in cands)
     # every input is echoed (issue 12)
     assert {"global_batch", "seq_len", "top", "engine_top", "max_micro_batch", "strategies",
-            "compute_efficiency", "gpu_memory_bytes"} <= set(res["settings"])
+            "compute_model", "gpu_memory_bytes"} <= set(res["settings"])
+    # an efficiency is the flat model's: not echoed beside the kernel model it did not apply to
+    assert "compute_efficiency" not in res["settings"]
     tps = [c["tokens_per_s"] for c in cands]
     assert tps == sorted(tps, reverse=True)
     for c in cands:

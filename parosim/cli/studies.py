@@ -233,12 +233,15 @@ def cmd_advise(a: argparse.Namespace) -> dict:
         "strategies": a.strategies,
         "fixed": {k: list(v) for k, v in space.fixed().items()},
         "compute_model": res["compute_model"],
-        "compute_efficiency": a.efficiency if a.efficiency is not None else "default",
         "tp_comm_overlap": a.tp_comm_overlap,
         "dp_comm_overlap": a.dp_comm_overlap,
         "tokens": res["tokens"],
         "gpu_memory_bytes": cluster.gpu.memory_bytes,
         "overrides": {"gpu_memory": a.gpu_memory} if a.gpu_memory else {}}
+    if res["compute_model"] == "flat":   # an efficiency applies to the flat model only
+        from ..spec.training import DEFAULT_COMPUTE_EFFICIENCY  # deferred: start-up
+        res["settings"]["compute_efficiency"] = (a.efficiency if a.efficiency is not None
+                                                 else DEFAULT_COMPUTE_EFFICIENCY)
     if a.gpu_hour_price is not None:
         res["settings"]["gpu_hour_price"] = a.gpu_hour_price
     notes: list[str] = []   # plausibility, per configuration shown (as simulate's)
