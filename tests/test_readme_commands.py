@@ -37,7 +37,7 @@ NOT_RUN = {
     "python -m pytest": "the test suite itself",
     "parosim validate --emulate": "needs root and network namespaces and takes minutes; "
                                   "tests/test_validate_emulation.py runs it",
-    "experiments/run_all.sh": "runs all nine experiment sweeps into a new "
+    "experiments/run_all.sh": "runs all ten experiment sweeps into a new "
                               "directory; each uses the 'parosim sweep' form run here, and "
                               "tests/test_sweep.py checks where it writes",
     "parosim sweep SPEC.yaml": "a template with placeholders (SPEC, DIR, HOST); "

@@ -102,6 +102,29 @@ def main() -> int:
               f"overlap_slowdown {f['overlap_slowdown']:.3f}, compute scale {f['scale']:.3f}; "
               f"NNI / NNG at 256 GPUs {ratio:.3f} (measured {MEASURED_RATIO[tp]:.2f}); "
               f"warnings: {f['warnings'] or 'none'}")
+    # the fitted clusters, as `parosim calibrate --steps` writes them (the same fit), for the
+    # node-count sweep of experiments/13_internlm_sweep; and the published points beside it
+    import contextlib
+    import io
+
+    from parosim.cli import main as cli
+
+    for tp in (1, 2):
+        with contextlib.redirect_stdout(io.StringIO()):   # its JSON: the fit printed above
+                rc = cli(["calibrate", "--steps", str(HERE / f"internlm_steps_tp{tp}.csv"),
+                      "--cluster", "internlm-a100-roce", "--holdout", "scale:8", "--mode",
+                      "engine", "--params", ",".join(PARAMS), "-o",
+                      str(out / f"internlm-tp{tp}-fit.yaml"), "--json"])
+        assert rc == 0
+    with open(HERE.parent / "13_internlm_sweep" / "measured.csv", "w", newline="") as fh:
+        fh.write("# InternLM-7B tokens/s per GPU as published (the step rows of "
+                 "experiments/12_scaling_internlm,\n# from InternLM doc/en/train_performance.md "
+                 "@77766933: tokens per GPU per step / step time)\n")
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["series", "gpus", "tp", "tokens_per_s_per_gpu", "source"])
+        for r in rows:
+            w.writerow([r["strategy"], r["gpus"], r["tp"], f"{r['tgs_measured']:.0f}",
+                        "InternLM"])
     return 0
 
 
