@@ -33,3 +33,18 @@ def test_committed_outputs_have_the_current_columns(spec_path):
     assert (out / "columns.md").read_text() == columns_markdown(spec.kind, keys, moe)
     assert (out / "inputs.json").is_file()
     assert any((out / "figures").glob("*.png"))
+
+
+def test_internlm_sweep_equals_the_fit_scripts_predictions():
+    """experiments/13_internlm_sweep (a sweep on the clusters 12's run.py fitted) gives the
+    very step times 12's run.py predicts, row by row."""
+    with (ROOT / "experiments/12_scaling_internlm/out/results.csv").open(newline="") as f:
+        fit = {(int(r["tp"]), r["strategy"], int(r["gpus"])): float(r["predicted_s"])
+               for r in csv.DictReader(f)}
+    with (ROOT / "experiments/13_internlm_sweep/out/results.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(fit) == 24
+    for r in rows:
+        key = (int(r["tp"]), r["strategy"], int(r["gpus"]))
+        assert float(r["step_time_s"]) == pytest.approx(fit[key], rel=1e-6), key
+        assert ("calibrated on runs of 1, 2, 4, 8 nodes" in r["warnings"]) == (key[2] > 64)
