@@ -388,9 +388,9 @@ def _measured_points(ax, ax2, rows: list[dict], x: str, metric: str,
                      colors: dict[str, str]) -> tuple[list[float], list[float]]:
     """Draw measured points (open markers) on the metric panel ``ax`` and the efficiency
     panel ``ax2``; return the metric values and the efficiencies drawn (for the axes' tops).
-    A series' efficiency
-    is its ``scaling_efficiency`` when given, else its per-GPU metric over the same at its
-    smallest x (a total metric is divided by the GPUs when x is ``gpus``)."""
+    A series' efficiency is its ``scaling_efficiency`` when given, else its per-GPU metric
+    over the same at its smallest x (a total metric is divided by the GPUs when x is
+    ``gpus``)."""
     by_name = {}
     for label, color in colors.items():
         for name in label.split(" = "):

@@ -404,6 +404,23 @@ RECOMPUTE_FLAGS = {"auto": None, "on": True, "off": False, "full": True, "none":
                    "selective": False}
 
 
+def efficiency_model(compute_model: str | None, efficiency: float | None) -> str | None:
+    """The compute model an ``--efficiency`` implies: an efficiency is the flat model's, so
+    it selects it, and is refused beside ``--compute-model kernel``; without one, the
+    ``compute_model`` given (None: unset).
+
+    >>> efficiency_model(None, 0.4), efficiency_model("kernel", None)
+    ('flat', 'kernel')
+    """
+    if efficiency is None:
+        return compute_model
+    if compute_model == "kernel":
+        raise InputError(f"--efficiency {efficiency:g} applies to the flat compute model; got "
+                         "--compute-model kernel (which costs each kernel from its shape); "
+                         "expected one of them")
+    return "flat"
+
+
 def training_from_flags(a, gpus: int) -> TrainingSpec:
     """The :class:`TrainingSpec` of ``parosim simulate``'s flags (``a``: the parsed
     namespace, or any object with the same attributes, e.g. a sweep point read as flags) on
@@ -419,13 +436,7 @@ def training_from_flags(a, gpus: int) -> TrainingSpec:
             raise InputError(f"--accum {a.accum} disagrees with --global-batch "
                              f"{a.global_batch} (which gives accum {accum}); expected one "
                              "of them")
-    compute_model = a.compute_model
-    if a.efficiency is not None:   # an efficiency is the flat model's: it selects it
-        if compute_model == "kernel":
-            raise InputError(f"--efficiency {a.efficiency:g} applies to the flat compute "
-                             "model; got --compute-model kernel (which costs each kernel "
-                             "from its shape); expected one of them")
-        compute_model = "flat"
+    compute_model = efficiency_model(a.compute_model, a.efficiency)
     return TrainingSpec(
         micro_batch=a.micro_batch, accum_steps=accum, seq_len=a.seq_len,
         trainable_ratio=parse_trainable_ratio(a.trainable_ratio),

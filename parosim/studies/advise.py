@@ -70,7 +70,7 @@ from ..spec.model import ModelSpec
 from ..spec.runtime import effective_overlap_slowdown
 from ..spec.strategy import Level, Strategy
 from ..spec.system import ClusterSpec
-from ..spec.training import KORTHIKANTI_MARGIN_FRACTION, TrainingSpec
+from ..spec.training import KORTHIKANTI_MARGIN_FRACTION, TrainingSpec, efficiency_model
 from ..units import fmt_count
 from .advise_space import RECOMPUTE, Resolved, SearchSpace, resolve
 
@@ -288,15 +288,10 @@ def advise(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_len: i
     if gpu_hour_price is not None and not 0 <= gpu_hour_price < float("inf"):
         raise InputError(f"--gpu-hour-price = {gpu_hour_price!r} must be a non-negative "
                          "number (currency per GPU-hour)")
-    if efficiency is not None and compute_model == "kernel":
-        raise InputError(f"--efficiency {efficiency:g} applies to the flat compute model; got "
-                         "--compute-model kernel (which costs each kernel from its shape); "
-                         "expected one of them")
-    if compute_model is None:   # as simulate's accurate default: the kernel model, unless an
-        # efficiency (the flat model's) is given or the cluster YAML states its compute model
-        compute_model = ("flat" if efficiency is not None
-                         else cluster.compute.model if cluster.compute.model_given
-                         else "kernel")
+    compute_model = efficiency_model(compute_model, efficiency)
+    if compute_model is None:   # as simulate's accurate default: the kernel model, unless the
+        # cluster YAML states its compute model
+        compute_model = cluster.compute.model if cluster.compute.model_given else "kernel"
     t0 = time.perf_counter()
     space = space or SearchSpace()
     if strategies:
